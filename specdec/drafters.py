@@ -1,0 +1,133 @@
+"""Drafters: whatever proposes tokens for the target to verify.
+
+One small interface (like transformers' `CandidateGenerator`), so the decoder never branches on
+the kind of drafter: `propose` returns the drafted tokens and the distribution q each was drawn
+from. q is the draft distribution after the same processing as p (temperature, top-k, top-p).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from .sampling import SamplingConfig, logits_to_probs
+
+
+class Drafter(Protocol):
+    name: str
+    forwards: int   # model forward passes spent so far
+
+    def propose(self, context: list[int], gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> tuple[list[int], torch.Tensor]:
+        """Up to `gamma` drafted tokens after `context`, and q: [len(drafts), V] float32 rows."""
+        ...
+
+
+class KVCache:
+    """A model's DynamicCache plus the token ids it holds, so it can be cut back to the longest
+    prefix it shares with a new context (`DynamicCache.crop` does the cutting)."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.ids: list[int] = []
+
+    def forward(self, context: list[int], extra: list[int]) -> torch.Tensor:
+        """Logits [len(extra) + 1, V] scoring the token after context[-1] and after each of `extra`.
+
+        Feeds the model only the tokens the cache lacks, after cropping the cache to the
+        longest common prefix (tokens rejected in an earlier round are dropped here).
+        """
+        tokens = context + extra
+        keep = 0
+        for a, b in zip(self.ids, tokens):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(tokens) - len(extra) - 1)   # always feed context[-1] to get its logits
+        if keep < len(self.ids):
+            self.cache.crop(keep - len(self.ids))         # transformers 5: negative = drop that many
+            self.ids = self.ids[:keep]
+        feed = tokens[keep:]
+        device = next(self.model.parameters()).device
+        out = self.model(torch.tensor([feed], device=device), past_key_values=self.cache, use_cache=True)
+        self.ids = tokens
+        return out.logits[0, -(len(extra) + 1):]
+
+
+class ModelDrafter:
+    """A small causal LM drafting autoregressively with its own KV cache."""
+
+    name = "model"
+
+    def __init__(self, model, vocab_size: int):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.cache = KVCache(model)
+        self.forwards = 0
+
+    @torch.no_grad()
+    def propose(self, context, gamma, sampling, generator):
+        drafts: list[int] = []
+        rows = []
+        for _ in range(gamma):
+            logits = self.cache.forward(context + drafts, [])[-1]
+            self.forwards += 1
+            q = logits_to_probs(pad_logits(logits, self.vocab_size), sampling)
+            drafts.append(int(torch.multinomial(q, 1, generator=generator)))
+            rows.append(q)
+        if not rows:
+            return [], torch.zeros(0, self.vocab_size)
+        return drafts, torch.stack(rows)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the context's last n tokens
+    (n = max_ngram down to 1) and propose the tokens that followed it.
+
+    Its q is one-hot on each proposed token (the drafter is deterministic), so a draft is
+    accepted with probability p(x) and a rejection resamples from p with x removed: exact.
+    (romsto's n-gram drafter samples differently; we keep q honest instead.)
+    """
+
+    name = "ngram"
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3):
+        self.vocab_size = vocab_size
+        self.max_ngram = max_ngram
+        self.forwards = 0   # no model
+
+    def lookup(self, context: list[int], gamma: int) -> list[int]:
+        for n in range(min(self.max_ngram, len(context) - 1), 0, -1):
+            tail = context[-n:]
+            for start in range(len(context) - n - 1, -1, -1):   # latest match first
+                if context[start:start + n] == tail:
+                    follow = context[start + n:start + n + gamma]
+                    if follow:
+                        return follow
+        return []
+
+    def propose(self, context, gamma, sampling, generator):
+        drafts = self.lookup(context, gamma) if gamma > 0 else []
+        q = torch.zeros(len(drafts), self.vocab_size)
+        if drafts:
+            q[torch.arange(len(drafts)), torch.tensor(drafts)] = 1.0
+        return drafts, q
+
+
+def pad_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Align a model's logits to the pair's vocabulary size.
+
+    Two models that share a tokenizer may pad their embedding matrices differently (e.g. 151936
+    vs 152064 rows). Extra ids get -inf (probability 0), so neither side is renormalised and p
+    stays exactly the target's distribution.
+    """
+    if logits.shape[-1] == vocab_size:
+        return logits
+    if logits.shape[-1] > vocab_size:
+        raise ValueError(f"logits have {logits.shape[-1]} entries, more than the pair's {vocab_size}")
+    pad = logits.new_full((*logits.shape[:-1], vocab_size - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)

@@ -1,0 +1,196 @@
+"""Model pairs: a target and a draft that share one tokenizer, loaded safely.
+
+Safety by default: never `trust_remote_code`, safetensors weights only. Offline by default:
+the bundled pair in `assets/models/` loads from disk; hub presets load only when asked for, and
+fail fast with a clear message when the hub cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
+BUNDLED = "bundled"
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str
+    label: str
+    target: str
+    draft: str
+    hub: bool
+
+
+PRESETS: dict[str, Preset] = {p.key: p for p in [
+    Preset(BUNDLED, "Bundled Shakespeare pair (offline, 12-layer target / 1-layer draft)",
+           str(ASSETS / "specdec-target"), str(ASSETS / "specdec-draft"), hub=False),
+    Preset("smollm2", "SmolLM2 360M / 135M Instruct (hub)",
+           "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", hub=True),
+    Preset("qwen2.5", "Qwen2.5 1.5B / 0.5B Instruct (hub)",
+           "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", hub=True),
+    Preset("gpt2", "GPT-2 large / GPT-2 (hub)", "openai-community/gpt2-large", "openai-community/gpt2", hub=True),
+    Preset("pythia", "Pythia 1B / 160M (hub)", "EleutherAI/pythia-1b", "EleutherAI/pythia-160m", hub=True),
+]}
+
+
+class ModelLoadError(RuntimeError):
+    """A pair could not be loaded; the message says why and what to do."""
+
+
+def pick_device(device: str | None = None) -> tuple[str, torch.dtype]:
+    """CUDA with half-precision weights when present (bf16 where supported), else CPU float32.
+    Probabilities are always computed in float32 (see sampling.logits_to_probs)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        return device, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return device, torch.float32
+
+
+class ModelPair:
+    """Tokenizer + target + draft, loaded once and shared read-only between requests."""
+
+    def __init__(self, tokenizer, target, draft, target_name: str, draft_name: str,
+                 device: str = "cpu", dtype: torch.dtype = torch.float32, label: str = ""):
+        self.tokenizer, self.target, self.draft = tokenizer, target, draft
+        self.target_name, self.draft_name, self.label = target_name, draft_name, label or target_name
+        self.device, self.dtype = device, dtype
+        sizes = [_logit_size(target)] + ([_logit_size(draft)] if draft is not None else [])
+        # Pad the smaller logit vector with -inf rather than truncate the larger: p stays exact.
+        self.vocab_size = max(sizes + [len(tokenizer)] if tokenizer is not None else sizes)
+        self.context_length = _context_length(target, draft)
+        eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+        self.eos_token_id = eos if eos is not None else target.config.eos_token_id
+        if isinstance(self.eos_token_id, list):
+            self.eos_token_id = self.eos_token_id[0]
+
+    # -------------------------------------------------------------- text <-> ids
+    def encode(self, prompt) -> tuple[str, list[int]]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this pair has no tokenizer: pass token ids")
+            return prompt, self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = [int(t) for t in prompt]
+        return self.decode(ids), ids
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return " ".join(f"<{i}>" for i in ids)
+        return self.tokenizer.decode(ids)
+
+    def token_texts(self, ids) -> dict[int, str]:
+        """Each id's own text (as it would appear in the output), for the trace."""
+        ids = sorted(int(i) for i in ids)
+        if self.tokenizer is None:
+            return {i: f"<{i}>" for i in ids}
+        return {i: self.tokenizer.decode([i]) if i < len(self.tokenizer) else f"<pad {i}>" for i in ids}
+
+    def describe(self) -> dict:
+        return {"label": self.label, "target": self.target_name, "draft": self.draft_name,
+                "device": self.device, "dtype": str(self.dtype).replace("torch.", ""),
+                "vocab_size": self.vocab_size, "context_length": self.context_length}
+
+
+def _logit_size(model) -> int:
+    emb = model.get_output_embeddings()
+    return emb.weight.shape[0] if emb is not None else model.config.vocab_size
+
+
+def _context_length(*models) -> int | None:
+    lengths = [getattr(m.config, "max_position_embeddings", None) or getattr(m.config, "n_positions", None)
+               for m in models if m is not None]
+    lengths = [n for n in lengths if n]
+    return min(lengths) if lengths else None
+
+
+def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+    """Speculative decoding compares p and q token by token: the ids must mean the same text."""
+    if target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ModelLoadError(
+            f"{target_name} and {draft_name} use different tokenizers, so their token ids do not "
+            "mean the same text and p and q cannot be compared. Pick a draft from the same model family.")
+
+
+def _load_model(name: str, dtype: torch.dtype, device: str, offline: bool):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        name, dtype=dtype, trust_remote_code=False, use_safetensors=True, local_files_only=offline)
+    return model.to(device).eval()
+
+
+def _load_tokenizer(name: str, offline: bool):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name, trust_remote_code=False, local_files_only=offline)
+
+
+def _is_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def load_pair(target: str | None = None, draft: str | None = None, preset: str | None = None,
+              device: str | None = None) -> ModelPair:
+    """Load a pair: the bundled default, a preset key, or explicit target/draft paths or hub ids.
+
+    Raises ModelLoadError with a message a user can act on: missing files, no network for a
+    hub model, different tokenizers, weights not in safetensors format.
+    """
+    if (target is None) != (draft is None):
+        raise ModelLoadError("give both a target and a draft (or neither, for the bundled pair)")
+    if target is None:
+        key = preset or BUNDLED
+        if key not in PRESETS:
+            raise ModelLoadError(f"unknown model pair {key!r}; known: {', '.join(PRESETS)}")
+        chosen = PRESETS[key]
+        target, draft, label = chosen.target, chosen.draft, chosen.label
+    else:
+        label = f"{target} / {draft}"
+    device, dtype = pick_device(device)
+    local = [Path(n).is_dir() for n in (target, draft)]
+    try:
+        if all(local):
+            offline = True
+        else:
+            offline = _is_offline() or not _hub_reachable()
+            if offline and not _in_hub_cache(target, draft):
+                raise ModelLoadError(
+                    f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
+                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.")
+        tokenizer = _load_tokenizer(target, offline)
+        draft_tokenizer = _load_tokenizer(draft, offline)
+        check_same_tokenizer(tokenizer, draft_tokenizer, target, draft)
+        target_model = _load_model(target, dtype, device, offline)
+        draft_model = _load_model(draft, dtype, device, offline)
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, EnvironmentError) as err:
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if "safetensors" in text.lower():
+            raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
+        raise ModelLoadError(f"could not load {label}: {text}") from None
+    return ModelPair(tokenizer, target_model, draft_model, target, draft, device, dtype, label)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connection, so an offline machine fails in seconds rather than hanging."""
+    import socket
+
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _in_hub_cache(*names: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return all(isinstance(try_to_load_from_cache(n, "config.json"), str) for n in names)

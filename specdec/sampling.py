@@ -1,0 +1,211 @@
+"""The math of speculative sampling as small pure tensor functions.
+
+p is always the target distribution, q always the draft distribution. Everything here works
+in float32 on whatever device the tensors live on, and takes randomness only through explicit
+arguments (uniform draws, a `torch.Generator`), never from global RNG state.
+
+References: Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative
+Decoding" (ICML 2023); Chen et al., "Accelerating Large Language Model Decoding with
+Speculative Sampling" (arXiv 2302.01318).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+
+# ---------------------------------------------------------------- logits -> probabilities
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Processing applied identically to target and draft logits (the same meaning as in
+    `transformers`' `generate()`): temperature, then top-k, then top-p. temperature=0 is greedy."""
+
+    temperature: float = 1.0
+    top_k: int = 0        # 0 = off
+    top_p: float = 1.0    # 1.0 = off
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def validate(self) -> "SamplingConfig":
+        """Raise ValueError with a message a user can act on."""
+        t, k, p = self.temperature, self.top_k, self.top_p
+        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or t > 100:
+            raise ValueError(f"temperature must be between 0 (greedy) and 100, got {t}")
+        if 0 < t < 1e-3:
+            raise ValueError(f"temperature {t} is too small to be meaningful: use 0 for greedy, or at least 0.001")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ValueError(f"top-k must be a whole number >= 0 (0 turns it off), got {k}")
+        if not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:
+            raise ValueError(f"top-p must be in (0, 1] (1 turns it off), got {p}")
+        return self
+
+
+def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Rows of logits [..., V] -> rows of probabilities, float32.
+
+    Uses transformers' own logits warpers (same order as `generate()`: temperature, top-k,
+    top-p) so that "top-p 0.9" here means exactly what it means there. Greedy gives the
+    one-hot of the argmax, which is what `generate(do_sample=False)` picks (first index on ties).
+    """
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+    logits = logits.float()
+    shape = logits.shape
+    flat = logits.reshape(-1, shape[-1])
+    if config.greedy:
+        probs = torch.zeros_like(flat)
+        probs.scatter_(-1, flat.argmax(-1, keepdim=True), 1.0)
+        return probs.reshape(shape)
+    if config.temperature != 1.0:
+        flat = TemperatureLogitsWarper(config.temperature)(None, flat)
+    if config.top_k > 0:
+        flat = TopKLogitsWarper(config.top_k)(None, flat)
+    if config.top_p < 1.0:
+        flat = TopPLogitsWarper(config.top_p)(None, flat)
+    return torch.softmax(flat, dim=-1).reshape(shape)
+
+
+# ---------------------------------------------------------------- the residual
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) along the last axis, float32, batched over leading axes.
+
+    Where the positive part sums to 0 (p == q, or rounding leaves nothing) it returns p: a
+    rejection is then impossible in exact arithmetic, and p is the only sensible answer.
+    Never divides by zero, never returns NaN. (romsto calls this `max_fn`.)
+    """
+    p, q = p.float(), q.float()
+    positive = (p - q).clamp_min(0.0)
+    mass = positive.sum(-1, keepdim=True)
+    return torch.where(mass > 0, positive / torch.where(mass > 0, mass, 1.0), p)
+
+
+def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """beta = sum(min(p, q)) = 1 - TV(p, q): the chance a draft from q is accepted."""
+    return torch.minimum(p.float(), q.float()).sum(-1)
+
+
+# ---------------------------------------------------------------- the verify step
+
+class Rule(str, Enum):
+    """What happens when a draft is tested. EXACT is speculative sampling; the others are the
+    shortcuts a learner may try, kept here so the lab tests them on the very same code path."""
+
+    EXACT = "exact"                    # accept if u < p/q, else sample the residual
+    SKIP_ADJUSTMENT = "skip_adjustment"  # accept if u < p/q, else sample p (biased)
+    ACCEPT_ALL = "accept_all"          # accept every draft (output follows q, biased)
+    GREEDY_MATCH = "greedy_match"      # accept if draft == argmax p, else emit argmax p
+
+
+# How the token that ends a round was produced.
+END_RESIDUAL = "residual"   # first rejection, drawn from norm(max(0, p - q))
+END_TARGET = "target"       # first rejection, drawn from p because the adjustment was skipped
+END_GREEDY = "greedy"       # first rejection under GREEDY_MATCH: argmax p
+END_BONUS = "bonus"         # every draft accepted: drawn from p at position gamma + 1
+
+
+@dataclass
+class Verdict:
+    """Everything one verify step decided, batched over leading axes (B = 1 in the decoder)."""
+
+    p_draft: torch.Tensor     # [..., g] p(x_i)
+    q_draft: torch.Tensor     # [..., g] q(x_i)
+    ratio: torch.Tensor       # [..., g] p(x_i) / q(x_i)
+    accepted: torch.Tensor    # [..., g] bool: passed its test (later ones are meaningless after a rejection)
+    n_accepted: torch.Tensor  # [...] number of leading accepted drafts
+    rejected: torch.Tensor    # [...] bool: a draft was rejected (else every draft passed)
+    end_dist: torch.Tensor    # [..., V] the distribution the round's last token was drawn from
+    end_token: torch.Tensor   # [...] that token
+
+
+def verify(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor,
+           generator: torch.Generator | None = None, rule: Rule = Rule.EXACT) -> Verdict:
+    """The verify step of speculative sampling.
+
+    p: [..., g + 1, V] target rows (row i scores the token after i drafts; row g gives the bonus),
+    q: [..., g, V] draft rows, drafts: [..., g] drafted tokens, u: [..., g] uniform draws in [0, 1).
+    Accept draft i while u_i < p_i(x_i) / q_i(x_i). At the first rejection n, draw the next
+    token from residual(p_n, q_n) (or from p_n under SKIP_ADJUSTMENT); if all g drafts pass,
+    draw a bonus token from p_g. g may be 0 (then this is one plain target step).
+    """
+    p, q = p.float(), q.float()
+    g = drafts.shape[-1]
+    idx = drafts.long().unsqueeze(-1)
+    p_draft = p[..., :g, :].gather(-1, idx).squeeze(-1)
+    q_draft = q.gather(-1, idx).squeeze(-1)
+    # A drafted token always has q > 0; the guard only keeps a malformed q from making NaN.
+    ratio = torch.where(q_draft > 0, p_draft / q_draft.clamp_min(torch.finfo(torch.float32).tiny),
+                        torch.full_like(p_draft, math.inf))
+    if rule is Rule.ACCEPT_ALL:
+        accepted = torch.ones_like(ratio, dtype=torch.bool)
+    elif rule is Rule.GREEDY_MATCH:
+        accepted = drafts.long() == p[..., :g, :].argmax(-1)
+    else:
+        accepted = u.float() < ratio
+    n_accepted = accepted.long().cumprod(-1).sum(-1)
+    rejected = n_accepted < g
+
+    # Row of p (and of q, when there is one) at the position where the round ends.
+    vocab = p.shape[-1]
+    p_end = p.gather(-2, n_accepted[..., None, None].expand(*n_accepted.shape, 1, vocab)).squeeze(-2)
+    if g > 0:
+        q_row = n_accepted.clamp_max(g - 1)
+        q_end = q.gather(-2, q_row[..., None, None].expand(*q_row.shape, 1, vocab)).squeeze(-2)
+        if rule is Rule.EXACT:
+            on_reject = residual(p_end, q_end)
+        elif rule is Rule.GREEDY_MATCH:
+            on_reject = torch.zeros_like(p_end).scatter_(-1, p_end.argmax(-1, keepdim=True), 1.0)
+        else:
+            on_reject = p_end
+        end_dist = torch.where(rejected[..., None], on_reject, p_end)
+    else:
+        end_dist = p_end
+    flat = end_dist.reshape(-1, vocab)
+    end_token = torch.multinomial(flat, 1, generator=generator).reshape(end_dist.shape[:-1])
+    return Verdict(p_draft, q_draft, ratio, accepted, n_accepted, rejected, end_dist, end_token)
+
+
+def end_rule(rejected: bool, rule: Rule) -> str:
+    """Name of the way a round's last token was produced (for the trace and the charts)."""
+    if not rejected:
+        return END_BONUS
+    return {Rule.EXACT: END_RESIDUAL, Rule.GREEDY_MATCH: END_GREEDY}.get(rule, END_TARGET)
+
+
+# ---------------------------------------------------------------- closed forms
+
+def emission_parts(p: torch.Tensor, q: torch.Tensor, rule: Rule = Rule.EXACT
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Closed-form split of the token emitted at one drafted position (draft x ~ q, one test):
+
+    (P[emitted as the accepted draft], P[emitted after a rejection]), each over the vocabulary.
+    For EXACT: q * min(1, p/q) = min(p, q), and (1 - beta) * residual(p, q): they add up to p.
+    """
+    p, q = p.float(), q.float()
+    if rule is Rule.ACCEPT_ALL:
+        return q.clone(), torch.zeros_like(q)
+    if rule is Rule.GREEDY_MATCH:
+        top = torch.zeros_like(p).scatter_(-1, p.argmax(-1, keepdim=True), 1.0)
+        kept = q * top
+        return kept, (1 - kept.sum(-1, keepdim=True)) * top
+    accepted = torch.minimum(p, q)
+    reject_mass = (1 - accepted.sum(-1, keepdim=True)).clamp_min(0.0)
+    after = residual(p, q) if rule is Rule.EXACT else p
+    return accepted, reject_mass * after
+
+
+def output_distribution(p: torch.Tensor, q: torch.Tensor, skip_adjustment: bool = False,
+                        rule: Rule | None = None) -> torch.Tensor:
+    """Distribution of the token emitted at one position: q*min(1, p/q) + (1 - beta) * residual
+    (or * p when the adjustment is skipped). Equals p for the exact rule."""
+    rule = rule or (Rule.SKIP_ADJUSTMENT if skip_adjustment else Rule.EXACT)
+    accepted, after = emission_parts(p, q, rule)
+    return accepted + after
