@@ -16,7 +16,7 @@ import torch
 
 from . import trace as tr
 from .drafters import Drafter, KVCache, ModelDrafter, NgramDrafter, pad_logits
-from .sampling import END_RESIDUAL, Rule, SamplingConfig, acceptance_probability, end_rule, logits_to_probs, verify
+from .sampling import END_RESIDUAL, Rule, SamplingConfig, acceptance_probability, end_rule, logits_to_probs, sample, verify
 from .trace import Dist, Generation, Position, Round
 
 MAX_GAMMA = 16
@@ -98,7 +98,7 @@ def speculative_generate(pair, prompt: str | list[int], gamma: int = 4, max_new_
         p = logits_to_probs(pad_logits(logits, pair.vocab_size), sampling)
         u = torch.rand(len(drafts), generator=generator)
         verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device),
-                         u.to(p.device), generator=_device_generator(generator, p.device), rule=rule)
+                         u.to(p.device), generator=generator, rule=rule)
         _sync(device)
         t2 = time.perf_counter()
 
@@ -140,7 +140,7 @@ def autoregressive_generate(pair, prompt: str | list[int], max_new_tokens: int =
     t_start = time.perf_counter()
     while len(gen.token_ids) < max_new_tokens:
         p = logits_to_probs(pad_logits(target.forward(context, [])[-1], pair.vocab_size), sampling)
-        tok = int(torch.multinomial(p.cpu(), 1, generator=generator))
+        tok = int(sample(p, generator))
         gen.token_ids.append(tok)
         context.append(tok)
         if tok == pair.eos_token_id:
@@ -157,15 +157,6 @@ def autoregressive_generate(pair, prompt: str | list[int], max_new_tokens: int =
 
 # ---------------------------------------------------------------- helpers
 
-def _device_generator(cpu_gen: torch.Generator, device) -> torch.Generator | None:
-    """torch.multinomial on CUDA needs a CUDA generator: derive one from the CPU stream so the
-    run stays a pure function of the seed."""
-    if torch.device(device).type == "cpu":
-        return cpu_gen
-    seed = int(torch.randint(0, 2**62, (1,), generator=cpu_gen))
-    return torch.Generator(device=device).manual_seed(seed)
-
-
 def _new_generation(pair, prompt_text, prompt_ids, settings) -> Generation:
     return Generation(prompt=prompt_text, prompt_ids=list(prompt_ids), token_ids=[], text="",
                       rounds=[], stats=tr.Stats(), settings=settings, models=pair.describe(),
@@ -179,23 +170,25 @@ def _record_round(gen, index, drafts, p, q, u, verdict, rule, draft_s, verify_s)
     rejected = bool(verdict.rejected)
     positions = []
     for i, tok in enumerate(drafts):
-        ids = tr.union_top(p[i], q[i])
+        ids = tr.union_top(p[i], q[i], also=[tok])   # the drafted token is always kept
         status = tr.ACCEPTED if i < n else (tr.REJECTED if i == n else tr.UNUSED)
         positions.append(Position(
             draft_token=tok, p_draft=float(verdict.p_draft[i]), q_draft=float(verdict.q_draft[i]),
             ratio=float(verdict.ratio[i]), u=float(u[i]), status=status,
             beta=float(acceptance_probability(p[i], q[i])), p=tr.sparse(p[i], ids), q=tr.sparse(q[i], ids)))
     end_dist = verdict.end_dist.float().cpu()
-    end_ids = tr.union_top(end_dist, p[n]) if rejected else None
+    end_token = int(verdict.end_token)
+    # Kept ids at the end position: top of the drawn distribution and of p, and the drawn token.
+    end_ids = tr.union_top(end_dist, p[n], also=[end_token])
     how = end_rule(rejected, rule)
     residual_mass = None
     if rejected and how == END_RESIDUAL:
         residual_mass = float((p[n].double() - q[n].double()).clamp_min(0).sum())
     rnd = Round(
         index=index, start=len(gen.token_ids), gamma=len(drafts), positions=positions, n_accepted=n,
-        end_rule=how, end_token=int(verdict.end_token), end_dist=tr.sparse(end_dist, end_ids),
-        end_p=tr.sparse(p[n], end_ids if end_ids is not None else torch.topk(p[n], min(tr.TOP_N, p.shape[-1])).indices),
-        end_q=tr.sparse(q[n], end_ids) if rejected else None, residual_mass=residual_mass,
+        end_rule=how, end_token=end_token, end_dist=tr.sparse(end_dist, end_ids),
+        end_p=tr.sparse(p[n], end_ids), end_q=tr.sparse(q[n], end_ids) if rejected else None,
+        residual_mass=residual_mass,
         emitted=[], draft_seconds=draft_s, verify_seconds=verify_s)
     return rnd
 

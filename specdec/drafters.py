@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from .sampling import SamplingConfig, logits_to_probs
+from .sampling import SamplingConfig, logits_to_probs, sample
 
 
 class Drafter(Protocol):
@@ -77,7 +77,7 @@ class ModelDrafter:
             logits = self.cache.forward(context + drafts, [])[-1]
             self.forwards += 1
             q = logits_to_probs(pad_logits(logits, self.vocab_size), sampling)
-            drafts.append(int(torch.multinomial(q, 1, generator=generator)))
+            drafts.append(int(sample(q, generator)))
             rows.append(q)
         if not rows:
             return [], torch.zeros(0, self.vocab_size)

@@ -8,6 +8,7 @@ fail fast with a clear message when the hub cannot be reached.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in [
-    Preset(BUNDLED, "Bundled Shakespeare pair (offline, 12-layer target / 1-layer draft)",
+    Preset(BUNDLED, "Bundled Shakespeare pair (offline, 8-layer target / 1-layer draft)",
            str(ASSETS / "specdec-target"), str(ASSETS / "specdec-draft"), hub=False),
     Preset("smollm2", "SmolLM2 360M / 135M Instruct (hub)",
            "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", hub=True),
@@ -60,6 +61,9 @@ class ModelPair:
         self.tokenizer, self.target, self.draft = tokenizer, target, draft
         self.target_name, self.draft_name, self.label = target_name, draft_name, label or target_name
         self.device, self.dtype = device, dtype
+        # A fast tokenizer is not safe to share between threads ("Already borrowed"), and the
+        # app serves several requests at once from one loaded pair.
+        self._tokenizer_lock = threading.Lock()
         sizes = [_logit_size(target)] + ([_logit_size(draft)] if draft is not None else [])
         # Pad the smaller logit vector with -inf rather than truncate the larger: p stays exact.
         self.vocab_size = max(sizes + [len(tokenizer)] if tokenizer is not None else sizes)
@@ -74,21 +78,24 @@ class ModelPair:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("this pair has no tokenizer: pass token ids")
-            return prompt, self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            with self._tokenizer_lock:
+                return prompt, self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         ids = [int(t) for t in prompt]
         return self.decode(ids), ids
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
             return " ".join(f"<{i}>" for i in ids)
-        return self.tokenizer.decode(ids)
+        with self._tokenizer_lock:
+            return self.tokenizer.decode(ids)
 
     def token_texts(self, ids) -> dict[int, str]:
         """Each id's own text (as it would appear in the output), for the trace."""
         ids = sorted(int(i) for i in ids)
         if self.tokenizer is None:
             return {i: f"<{i}>" for i in ids}
-        return {i: self.tokenizer.decode([i]) if i < len(self.tokenizer) else f"<pad {i}>" for i in ids}
+        with self._tokenizer_lock:
+            return {i: self.tokenizer.decode([i]) if i < len(self.tokenizer) else f"<pad {i}>" for i in ids}
 
     def describe(self) -> dict:
         return {"label": self.label, "target": self.target_name, "draft": self.draft_name,

@@ -73,6 +73,25 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     return torch.softmax(flat, dim=-1).reshape(shape)
 
 
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of probs [..., V], by inverse CDF with a float64 uniform and cumsum.
+
+    Used for every draw (drafter, verify, autoregressive) so all randomness is one explicit
+    stream. Chosen over `torch.multinomial` because it is vectorised over millions of rows (the
+    lab draws 10^6 at once), takes its uniforms from a CPU generator whatever the device (so a
+    seed means the same thing on CUDA), and never picks a zero-probability token: such a token
+    adds nothing to the cumulative sum, so `searchsorted(right=True)` always lands before it.
+    """
+    vocab = probs.shape[-1]
+    flat = probs.reshape(-1, vocab).double()
+    cdf = flat.cumsum(-1)
+    u = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64).to(flat.device)
+    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
+    # v * total can round up to total itself: clamp to the last token with positive mass.
+    last = vocab - 1 - (flat > 0).flip(-1).double().argmax(-1)
+    return torch.minimum(idx, last).reshape(probs.shape[:-1])
+
+
 # ---------------------------------------------------------------- the residual
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -168,8 +187,7 @@ def verify(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tens
         end_dist = torch.where(rejected[..., None], on_reject, p_end)
     else:
         end_dist = p_end
-    flat = end_dist.reshape(-1, vocab)
-    end_token = torch.multinomial(flat, 1, generator=generator).reshape(end_dist.shape[:-1])
+    end_token = sample(end_dist, generator)
     return Verdict(p_draft, q_draft, ratio, accepted, n_accepted, rejected, end_dist, end_token)
 
 

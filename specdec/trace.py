@@ -50,10 +50,12 @@ def sparse(dist: torch.Tensor, ids: torch.Tensor | None = None, n: int = TOP_N) 
     return Dist(ids=ids.tolist(), probs=dist[ids].tolist(), rest=float(dist.double()[mask].sum()))
 
 
-def union_top(p: torch.Tensor, q: torch.Tensor, n: int = TOP_N) -> torch.Tensor:
-    """Ids of the top-n of p and of q, ordered by p (then q), for a side-by-side p/q view."""
+def union_top(p: torch.Tensor, q: torch.Tensor, n: int = TOP_N, also: list[int] = ()) -> torch.Tensor:
+    """Ids of the top-n of p and of q (plus `also`, e.g. the drafted token), ordered by p then q,
+    for a side-by-side p/q view."""
     k = min(n, p.numel())
-    ids = torch.unique(torch.cat([torch.topk(p, k).indices, torch.topk(q, k).indices]))
+    ids = torch.unique(torch.cat([torch.topk(p, k).indices, torch.topk(q, k).indices,
+                                  torch.tensor(list(also), dtype=torch.long)]))
     order = torch.argsort(p[ids].double() * 2 + q[ids].double() * 1e-9, descending=True)
     return ids[order]
 
