@@ -1,0 +1,125 @@
+"""Model cards for the bundled pair: measured, never typed by hand.
+
+`python -m specdec card` loads the pair from its folders exactly as the app does, measures the
+acceptance rate and the cost gap (see bench.py), draws a few samples, and writes README.md in
+each model folder from the folder's `training.json` (written by `python -m specdec train`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from . import bench
+from .decoding import autoregressive_generate
+from .models import ModelPair, load_pair
+from .sampling import SamplingConfig
+
+SAMPLE_PROMPTS = ["ROMEO.\n", "To be, or not to be,", "KING LEAR.\nBlow, winds,"]
+
+
+def _samples(pair: ModelPair, model: str) -> list[str]:
+    """Greedy and T=1 continuations of SAMPLE_PROMPTS by one of the two models alone."""
+    solo = ModelPair(pair.tokenizer, getattr(pair, model), None, model, "-")
+    out = []
+    for prompt in SAMPLE_PROMPTS:
+        for label, temp in (("greedy", 0.0), ("T=1, seed 0", 1.0)):
+            g = autoregressive_generate(solo, prompt, max_new_tokens=60, sampling=SamplingConfig(temperature=temp))
+            out.append(f"*{label}* — `{prompt.strip()}`\n\n```text\n{prompt}{g.text}\n```")
+    return out
+
+
+def _card(name: str, info: dict, role: str, other: dict, measures: dict, samples: list[str],
+          folder: Path) -> str:
+    shape = info["shape"]
+    size_mb = (folder / "model.safetensors").stat().st_size / 1e6
+    hist = "\n".join(f"| {h['step']} | {h['train_loss']:.3f} | {h['val_loss']:.3f} | {h['seconds'] / 60:.1f} |"
+                     for h in info["history"])
+    c, a = measures["cost"], measures["acceptance"]
+    return f"""---
+license: mit
+language: en
+library_name: transformers
+pipeline_tag: text-generation
+tags: [speculative-decoding, specdec, shakespeare, tiny]
+---
+
+# {name}
+
+The **{role}** of specdec's bundled pair: a tiny Llama-style causal LM trained from scratch on
+Shakespeare, shipped so that speculative decoding runs offline. Its partner is
+`{other['shape']['name']}`. Load it like any hub model:
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained("assets/models/{name}")
+tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
+```
+
+## Training
+
+- Corpus: {info['corpus']} — Project Gutenberg texts of Shakespeare's works (public domain),
+  distributed by the Open Knowledge Foundation's `shakespeare` package (MIT). Fetched by the
+  training command; not stored in the repository.
+- Split: whole works held out for validation ({', '.join(info['validation_works'])});
+  {info['train_tokens']:,} training tokens, {info['val_tokens']:,} validation tokens.
+- Tokenizer: byte-level BPE trained with `tokenizers` on the training works, {info['config']['vocab_size']} tokens,
+  `<|endoftext|>` as EOS (shared by both models).
+- Architecture: `LlamaForCausalLM`, {shape['layers']} layer(s), width {shape['width']}, {shape['heads']} heads,
+  MLP {shape['mlp']}, context {info['config']['context']}, tied embeddings; {info['params'] / 1e6:.2f} M parameters,
+  stored as fp16 safetensors ({size_mb:.1f} MB).
+- Optimisation: AdamW (lr {info['config']['lr']}, betas 0.9/0.95, weight decay 0.1), warm-up
+  {info['config']['warmup']} steps then cosine to 10 %, {shape['steps']} steps of {info['config']['batch_size']} x
+  {info['config']['context']} tokens ({info['tokens_seen']:,} tokens seen), seed {info['config']['seed']}.
+- Hardware: {info['device']} ({info.get('threads', '?')} torch threads), torch {info['torch']}; wall time
+  {info['train_seconds'] / 60:.1f} min (the machine was shared with other work, so this is an upper bound).
+- Reproduce: `python -m specdec train` (both models, about an hour on 2 CPU cores).
+
+| step | train loss | validation loss | minutes |
+|---:|---:|---:|---:|
+{hist}
+
+**Validation loss: {info['val_loss']:.3f} nats/token** (partner: {other['val_loss']:.3f}).
+
+## As a speculative-decoding pair (measured by `python -m specdec bench`)
+
+| measure | value |
+|---|---|
+| acceptance rate α at T = 1, γ = {a['gamma']} ({a['runs']} runs: {len(bench.PROMPTS)} prompts x {len(bench.SEEDS)} seeds, {a['tested']} drafts tested) | {a['alpha']:.3f} |
+| tokens per target forward (same runs) | {a['tokens_per_target_forward']:.2f} |
+| one draft decode step / one target decode step (KV cache), c | {c['draft_step_ms']:.2f} ms / {c['target_step_ms']:.2f} ms = {c['c']:.3f} |
+| one target forward over γ + 1 = {c['gamma'] + 1} tokens / one target decode step | {c['verify_over_step']:.2f} |
+
+Measured on {measures['machine']}.
+
+## Samples (this model alone)
+
+{chr(10).join(samples)}
+
+## Limitations
+
+A toy: a few million parameters trained for minutes on one author. It produces
+Shakespeare-flavoured text, not sense. It exists to make speculative decoding visible offline.
+"""
+
+
+def write_cards(out_dir: str = "assets/models", quick: bool = False) -> None:
+    out = Path(out_dir)
+    pair = load_pair(target=str(out / "specdec-target"), draft=str(out / "specdec-draft"))
+    infos = {n: json.loads((out / n / "training.json").read_text()) for n in ("specdec-draft", "specdec-target")}
+    if quick:   # the smoke test: cheap stand-ins, clearly labelled
+        measures = {"cost": {"draft_step_ms": 0, "target_step_ms": 0, "c": 0, "verify_over_step": 0, "gamma": 4},
+                    "acceptance": {"alpha": 0, "tested": 0, "runs": 0, "tokens_per_target_forward": 0, "gamma": 4},
+                    "machine": "not measured (--quick)"}
+    else:
+        measures = {"cost": bench.cost(pair), "acceptance": bench.acceptance(pair),
+                    "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
+    for name, role, other, model in (("specdec-target", "target", "specdec-draft", "target"),
+                                     ("specdec-draft", "draft", "specdec-target", "draft")):
+        samples = [] if quick else _samples(pair, model)
+        (out / name / "README.md").write_text(
+            _card(name, infos[name], role, infos[other], measures, samples, out / name), encoding="utf-8")
+    (out / "measurements.json").write_text(json.dumps(measures, indent=2))
