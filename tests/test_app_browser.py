@@ -1,0 +1,223 @@
+"""The real app in a real browser (Debian chromium via Playwright): runs, step viewer, skip toggle,
+export/import and escaping. Saves the README screenshots to assets/screenshots/."""
+
+from __future__ import annotations
+
+import json
+
+
+from pathlib import Path
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "assets" / "screenshots"
+
+SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+RUN_TIMEOUT = 120_000   # ms: the CPU is shared
+
+
+def plot_data(page, elem_id: str) -> list[dict]:
+    """The traces Plotly drew in a gr.Plot (name, x, y, and a few extras)."""
+    return page.evaluate(
+        """(id) => {
+            const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+            if (!gd || !gd.data) return null;
+            return gd.data.map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []),
+                                      customdata: t.customdata || null, meta: t.meta || null}));
+        }""", elem_id)
+
+
+def plot_title(page, elem_id: str) -> str:
+    return page.evaluate("(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');"
+                         " const t = gd && gd.layout && gd.layout.title; return t ? (t.text || '') : ''; }", elem_id)
+
+
+def wait_plot(page, elem_id: str, names: list[str]) -> None:
+    page.wait_for_function(
+        """([id, names]) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+            return gd && gd.data && names.every(n => gd.data.some(t => t.name === n)); }""",
+        arg=[elem_id, names], timeout=RUN_TIMEOUT)
+
+
+def wait_done(page) -> None:
+    page.wait_for_function("() => { const s = document.querySelector('#run-status');"
+                           " return s && /Done|Imported/.test(s.innerText); }", timeout=RUN_TIMEOUT)
+
+
+def set_number(page, elem_id: str, value) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]").first
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool = False) -> None:
+    page.wait_for_selector("#run")
+    if prompt is not None:
+        page.locator("#prompt textarea").fill(prompt)
+    if max_new is not None:
+        set_number(page, "max-new", max_new)
+    if skip:
+        page.locator("#skip-adjustment input[type=checkbox]").check()
+    page.locator("#run").click()
+    wait_done(page)
+    wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
+
+
+def round_number(page) -> int:
+    return int(float(page.locator("#round input[type=number]").first.input_value()))
+
+
+def shot(page, name: str, top: str, bottom: str) -> None:
+    """Screenshot of the page from element `top` to element `bottom` (for the README)."""
+    page.evaluate("() => window.scrollTo(0, 0)")
+    a = page.locator(top).first.bounding_box()
+    b = page.locator(bottom).first.bounding_box()
+    y0 = max(0, a["y"] - 10)
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True,
+                    clip={"x": 0, "y": y0, "width": 1400, "height": b["y"] + b["height"] + 10 - y0})
+
+
+def test_page_loads_without_console_errors(page):
+    page.wait_for_selector("#run")
+    page.wait_for_selector("#timeline .js-plotly-plot", timeout=30_000)
+    assert page.locator("#prompt textarea").input_value()
+    page.get_by_role("tab", name="How it works").click()
+    page.wait_for_selector("text=Why the output is exactly", timeout=30_000)
+    page.wait_for_selector(".katex", timeout=30_000)   # the formulas are typeset
+    page.screenshot(path=str(SCREENSHOTS / "how-it-works.png"), full_page=False)
+    assert page.console_errors == []
+
+
+def test_default_run_renders_text_timeline_and_step_charts(page):
+    page.wait_for_selector("#run")
+    page.locator("#run").click()
+    # While it streams, the text and the timeline are already there (the progress sits on the status line).
+    page.wait_for_function(
+        """() => { const s = document.querySelector('#run-status');
+            const gd = document.querySelector('#timeline .js-plotly-plot');
+            return s && /Round \\d+/.test(s.innerText) && gd && gd.data && gd.data.length > 0
+                && document.querySelectorAll('#token-text .tok[data-round]').length > 0; }""", timeout=RUN_TIMEOUT)
+    assert page.locator("#timeline .js-plotly-plot").is_visible()
+    wait_done(page)
+    wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
+    # The text: every generated token is a marked span, with a legend.
+    kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")
+    assert kinds and set(kinds) <= {"accepted", "rejected", "residual", "bonus"}
+    assert "accepted" in kinds
+    assert page.locator("#token-text .legend").count() == 1
+    # The timeline: one cell per drafted position plus one end token per round.
+    timeline = plot_data(page, "timeline")
+    ends = [t for t in timeline if t["meta"] in ("residual", "target", "bonus", "greedy")]
+    n_rounds = sum(len(t["x"]) for t in ends)
+    assert n_rounds >= 2
+    assert sorted({x for t in ends for x in t["x"]}) == list(range(1, n_rounds + 1))
+    # Step viewer: p/q with the "everything else" bar, the test, the round's end.
+    pq = plot_data(page, "pq-chart")
+    assert [t["name"] for t in pq] == ["p (target)", "q (draft)"]
+    assert pq[0]["x"][-1] == "everything else"
+    assert abs(sum(pq[0]["y"]) - 1) < 1e-3 and abs(sum(pq[1]["y"]) - 1) < 1e-3
+    acc = plot_data(page, "accept-chart")
+    assert {"min(1, p(x)/q(x))", "u (uniform draw)"} <= {t["name"] for t in acc}
+    end = plot_data(page, "end-chart")
+    if "rejected" in kinds:   # the viewer opens the first round with a rejection: its residual
+        assert [t["name"] for t in end][:2] == ["max(0, p − q)", "p − q < 0 (clamped to 0)"]
+        assert "rejected" in plot_title(page, "accept-chart").lower()
+    # The position selector switches the drafted position (keyboard-usable radio).
+    page.locator("#position label").first.click()
+    page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot').layout.title.text"
+                           ".includes('draft 1:')", timeout=30_000)
+    assert "Run metrics" in page.content() and "tokens per target forward" in page.locator("#metrics").inner_text()
+    shot(page, "decode.png", "#prompt", "#metrics")
+
+    # Stepping to the next round changes the charts.
+    first = round_number(page)
+    assert first >= 1
+    before = (json.dumps(plot_data(page, "pq-chart")), plot_title(page, "end-chart"))
+    page.locator("#next-round").click()
+    page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
+                           arg=first + 1)
+    page.wait_for_function(
+        "(t) => { const gd = document.querySelector('#end-chart .js-plotly-plot');"
+        " return gd && gd.layout.title && gd.layout.title.text !== t; }", arg=before[1], timeout=30_000)
+    after = (json.dumps(plot_data(page, "pq-chart")), plot_title(page, "end-chart"))
+    assert after != before
+    assert f"Round {first + 1}" in after[1]
+    # ... and back with the previous button.
+    page.locator("#prev-round").click()
+    page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
+                           arg=first)
+    page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text === t",
+                           arg=before[1], timeout=30_000)
+    shot(page, "step-viewer.png", "#step-viewer", "#end-chart")
+
+
+def test_timeline_click_opens_round(page):
+    run(page, max_new=24)
+    page.wait_for_selector("#timeline .js-plotly-plot")
+    page.wait_for_timeout(1000)   # the click hook attaches within 0.7 s
+    # Fire Plotly's own click event for the end token of round 3 (customdata = [round, position]).
+    page.evaluate("() => document.querySelector('#timeline .js-plotly-plot')"
+                  ".emit('plotly_click', {points: [{customdata: [2, -1]}]})")
+    page.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
+                           timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
+                           ".includes('Round 3')", timeout=30_000)
+
+
+def test_skip_adjustment_marks_tokens_sampled_from_p(page):
+    run(page, skip=True)
+    kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")
+    assert "residual" not in kinds
+    assert "target" in kinds, "a T=1, γ=4 run of 64 tokens should reject at least one draft"
+    names = [t["name"] for t in plot_data(page, "timeline")]
+    assert "sampled from p (adjustment skipped: biased)" in names
+    assert "resampled from the residual" not in names
+    assert "biased" in page.locator("#metrics").inner_text().lower()
+    # Open a round that ended by sampling p: the end chart says so, with the warning.
+    r = int(page.locator("#token-text .tok-target[data-round]").first.get_attribute("data-round"))
+    page.evaluate("(r) => document.querySelector('#timeline .js-plotly-plot')"
+                  ".emit('plotly_click', {points: [{customdata: [r, -1]}]})", r)
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
+                           ".includes('BIASED')", timeout=30_000)
+    assert plot_data(page, "end-chart")[0]["name"] == "p (used instead of the residual: biased)"
+    shot(page, "skip-adjustment.png", "#token-text", "#end-chart")
+
+
+def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_path):
+    run(page, max_new=24)
+    charts = {i: plot_data(page, i) for i in ("timeline", "pq-chart", "accept-chart", "end-chart")}
+    text = page.locator("#token-text").inner_text()
+    href = page.locator("#export a").first.get_attribute("href")
+    body = page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body()
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(body)
+    assert json.loads(body)["schema"] == "specdec.trace"
+
+    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    try:
+        fresh.goto(app_url, wait_until="load")
+        fresh.wait_for_selector("#import input[type=file]", state="attached")
+        fresh.set_input_files("#import input[type=file]", str(trace))
+        wait_done(fresh)
+        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+        for elem_id, data in charts.items():
+            assert plot_data(fresh, elem_id) == data, elem_id
+        assert fresh.locator("#token-text").inner_text() == text
+    finally:
+        fresh.context.close()
+
+
+def test_bad_import_shows_an_error_and_the_app_stays_up(page, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "something else"}')
+    page.wait_for_selector("#import input[type=file]", state="attached")
+    page.set_input_files("#import input[type=file]", str(bad))
+    page.wait_for_selector("text=Not a valid specdec trace", timeout=30_000)
+
+
+def test_prompt_with_html_is_shown_as_text(page):
+    evil = "<b>bold</b><img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=1</script>"
+    run(page, prompt=evil, max_new=8)
+    prompt_text = page.locator("#token-text .prompt").inner_text()
+    assert prompt_text == evil
+    assert page.locator("#token-text b, #token-text img, #token-text script").count() == 0
+    assert page.evaluate("() => window.__pwned === undefined")

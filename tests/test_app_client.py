@@ -1,0 +1,163 @@
+"""The app's API through gradio_client, by api_name: generate, import_trace, show_step, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdec.trace import Generation
+from specdec.ui import _bundled_context
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client.exceptions import AppError  # noqa: E402
+
+# generate(prompt, preset, drafter, gamma, max_new_tokens, temperature, top_k, top_p, seed, skip, compare)
+GOOD = dict(prompt="To be, or not to be", preset="bundled", drafter="model", gamma=4, max_new_tokens=12,
+            temperature=1.0, top_k=0, top_p=1.0, seed=3, skip_adjustment=False, compare_ar=False)
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    return gradio_client.Client(app_url, verbose=False)
+
+
+def generate(client, **changes):
+    args = {**GOOD, **changes}
+    return client.predict(*args.values(), api_name="/generate")
+
+
+def _path(value) -> str:
+    return value if isinstance(value, str) else value["path"] if isinstance(value, dict) else value.path
+
+
+@pytest.fixture(scope="module")
+def run_result(client):
+    return generate(client)
+
+
+def test_endpoints_are_named(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/generate", "/import_trace", "/show_step"} <= names
+
+
+def test_generate_returns_a_complete_trace(run_result):
+    status, text = run_result[0], run_result[1]
+    assert status.startswith("Done: 12 tokens")
+    assert 'class="tok tok-' in text
+    trace = Generation.from_json(Path(_path(run_result[5])).read_text(encoding="utf-8"))
+    assert trace.stats.new_tokens == 12
+    assert trace.settings["gamma"] == 4 and trace.settings["seed"] == 3
+    assert trace.prompt == GOOD["prompt"]
+    # the step viewer's tables (the text view of every chart) come with it
+    pq_table, acc_table, end_table = run_result[8], run_result[10], run_result[12]
+    assert pq_table["headers"][:4] == ["token", "id", "p (target)", "q (draft)"]
+    assert pq_table["data"][-1][0] == "everything else"
+    assert abs(sum(row[2] for row in pq_table["data"]) - 1) < 1e-4
+    assert [row[0] for row in acc_table["data"]][:3] == ["drafted token", "p(x)", "q(x)"]
+    assert any(row[-1] == "◀ drawn" for row in end_table["data"]) or end_table["data"]
+    timeline_table = run_result[14]
+    assert [row[0] for row in timeline_table["data"]] == list(range(1, len(trace.rounds) + 1))
+
+
+def test_same_seed_same_run(client, run_result):
+    again = generate(client)
+    a = Generation.from_json(Path(_path(run_result[5])).read_text(encoding="utf-8"))
+    b = Generation.from_json(Path(_path(again[5])).read_text(encoding="utf-8"))
+    assert a.token_ids == b.token_ids
+    assert [r.end_rule for r in a.rounds] == [r.end_rule for r in b.rounds]
+
+
+def test_import_trace_replays_the_run(client, run_result):
+    exported = _path(run_result[5])
+    out = client.predict(gradio_client.handle_file(exported), api_name="/import_trace")
+    assert out[0].startswith("Imported a trace: 12 tokens")
+    assert out[1] == run_result[1]   # the same marked-up text
+    assert json.loads(out[2]["plot"]) == json.loads(run_result[2]["plot"])   # the same timeline
+
+
+def test_generate_streams_one_update_per_round(client):
+    job = client.submit(*{**GOOD, "max_new_tokens": 24}.values(), api_name="/generate")
+    job.result()
+    outputs = job.outputs()
+    statuses = [o[0] for o in outputs]
+    assert statuses[-1].startswith("Done: 24 tokens")
+    streamed = [o for o in outputs if isinstance(o[0], str) and o[0].startswith("Round ")]
+    n_rounds = int(statuses[-1].split(" in ")[1].split()[0])
+    assert n_rounds >= 2 and 2 <= len(streamed) <= n_rounds   # rounds faster than redraws are merged
+    numbers = [int(o[0].split()[1]) for o in streamed]
+    assert numbers == sorted(set(numbers)) and numbers[-1] == n_rounds
+    # every streamed update carries the text and the timeline so far, growing round by round
+    cells = [sum(len(t["x"]) for t in json.loads(o[2]["plot"])["data"]) for o in streamed]
+    assert cells == sorted(cells) and cells[0] < cells[-1]
+    assert all('class="tok tok-' in o[1] for o in streamed)
+
+
+def test_compare_with_autoregressive(client):
+    out = generate(client, max_new_tokens=6, compare_ar=True)
+    assert "Autoregressive" in out[0] and "speedup" in out[0]
+    assert "measured speedup" in out[3]
+
+
+CONTEXT = _bundled_context()
+
+
+# Out-of-range slider values are refused by Gradio itself ("greater than maximum"), the rest by the app.
+@pytest.mark.parametrize("changes, messages", [
+    (dict(prompt="   "), ["prompt is empty"]),
+    (dict(gamma=99), ["must be a whole number from 1 to 16", "greater than maximum value 16"]),
+    (dict(gamma=2.5), ["must be a whole number"]),
+    (dict(temperature=-1), ["temperature", "less than minimum"]),
+    (dict(top_p=0), ["top-p", "less than minimum"]),
+    (dict(max_new_tokens=100_000), ["max new tokens", "greater than maximum"]),
+    (dict(prompt="To be " * CONTEXT), ["context", "characters long"]),
+    (dict(preset="gpt2"), ["offline"]),
+])
+def test_bad_input_gives_an_error_and_the_server_stays_up(client, changes, messages):
+    with pytest.raises(AppError) as err:
+        generate(client, **changes)
+    assert any(m in str(err.value) for m in messages), str(err.value)
+
+
+def test_bad_import_gives_an_error(client, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(AppError) as err:
+        client.predict(gradio_client.handle_file(str(bad)), api_name="/import_trace")
+    assert "Not a valid specdec trace" in str(err.value)
+    # still serving
+    assert generate(client, max_new_tokens=3)[0].startswith("Done: 3 tokens")
+
+
+def test_spaces_gpu_wraps_the_decoder(monkeypatch):
+    """On a Hugging Face Space (`import spaces` works) the decoding call borrows the GPU."""
+    import importlib
+    import sys
+    import types
+
+    import specdec.ui as ui
+
+    wrapped = []
+    fake = types.ModuleType("spaces")
+    fake.GPU = lambda fn: (wrapped.append(fn.__name__), fn)[1]
+    monkeypatch.setitem(sys.modules, "spaces", fake)
+    try:
+        importlib.reload(ui)
+        assert wrapped == ["decode_stream", "autoregressive_baseline"]
+    finally:
+        monkeypatch.delitem(sys.modules, "spaces")
+        importlib.reload(ui)
+    assert ui.gpu(len) is len   # elsewhere a no-op
+
+
+@pytest.mark.parametrize("example", range(len(__import__("specdec.ui", fromlist=["EXAMPLES"]).EXAMPLES)))
+def test_every_example_runs(example):
+    """The example prompts run as listed (in-process: the Run handler generator itself)."""
+    from specdec import ui
+
+    prompt, drafter, gamma, temperature = ui.EXAMPLES[example]
+    outputs = list(ui.run_generation(prompt, "bundled", drafter, gamma, 6, temperature, 0, 1.0, 0, False, False))
+    assert outputs[-1][0].startswith("Done: 6 tokens")
+    gen = outputs[-1][4]
+    assert gen.settings["drafter"] == drafter and gen.prompt == prompt

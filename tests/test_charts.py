@@ -1,0 +1,223 @@
+"""Chart builders as pure functions: a trace in, figure data out, every number from the trace."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+
+from specdec import SamplingConfig, speculative_generate
+from specdec import charts
+from specdec.trace import Generation, expected_tokens_per_round
+from tiny import tiny_pair
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(vocab=8, context=64)
+
+
+@pytest.fixture(scope="module")
+def gen(pair):
+    return speculative_generate(pair, [1, 2, 3], gamma=4, max_new_tokens=40, seed=0,
+                                sampling=SamplingConfig(temperature=1.0))
+
+
+@pytest.fixture(scope="module")
+def skipped(pair):
+    return speculative_generate(pair, [1, 2, 3], gamma=4, max_new_tokens=40, seed=0, skip_adjustment=True)
+
+
+def _round_with(gen: Generation, rule: str):
+    for r in gen.rounds:
+        if r.end_rule == rule:
+            return r
+    pytest.skip(f"no round ended by {rule}")
+
+
+def test_fixture_has_rejections_and_bonus(gen, skipped):
+    rules = {r.end_rule for r in gen.rounds}
+    assert {"residual", "bonus"} <= rules
+    assert "target" in {r.end_rule for r in skipped.rounds}
+
+
+def test_timeline_counts_match_the_trace(gen):
+    fig = charts.timeline_figure(gen)
+    by_kind = {t.meta: t for t in fig.data}
+    for status in ("accepted", "rejected", "unused"):
+        expected = sum(pos.status == status for r in gen.rounds for pos in r.positions)
+        assert len(by_kind[status].x) == expected if expected else status not in by_kind
+    ends = sum(len(by_kind[k].x) for k in charts.END_KINDS if k in by_kind)
+    assert ends == len(gen.rounds)
+    # customdata points back to (round, position) and the cell sits in that column/row.
+    for t in fig.data:
+        for x, y, (r, i) in zip(t.x, t.y, t.customdata):
+            assert x == r + 1
+            assert y == (i + 1 if i >= 0 else charts._end_slot(gen))
+            if i >= 0:
+                assert gen.rounds[r].positions[i].status == t.meta
+
+
+def test_timeline_table(gen):
+    rows = charts.timeline_rows(gen)
+    assert len(rows) == len(gen.rounds)
+    for row, r in zip(rows, gen.rounds):
+        assert row[0] == r.index + 1 and row[1] == len(r.positions) and row[2] == r.n_accepted
+        assert row[3].count("✓") == r.n_accepted
+        assert row[6] == "".join(gen.token(t) for t in r.emitted)
+
+
+def test_timeline_highlights_selected_round(gen):
+    fig = charts.timeline_figure(gen, selected=2)
+    assert len(fig.layout.shapes) == 1
+    assert fig.layout.shapes[0].x0 == pytest.approx(2.5)
+    assert charts.timeline_figure(gen).layout.shapes == ()
+
+
+def test_pq_bars_equal_the_trace(gen):
+    r = _round_with(gen, "residual")
+    i = r.n_accepted
+    pos = r.positions[i]
+    assert pos.draft_token in pos.p.ids   # vocab 8: every token is kept
+    fig = charts.pq_figure(gen, r.index, i)
+    p, q = fig.data
+    assert p.name == "p (target)" and q.name == "q (draft)"
+    assert list(p.y) == pos.p.probs + [pos.p.rest]
+    assert list(q.y) == pos.q.probs + [pos.q.rest]
+    assert p.x[-1] == charts.OTHER_LABEL and p.y[-1] == pos.p.rest
+    # the drafted token, and only it, is outlined
+    k = pos.p.ids.index(pos.draft_token)
+    widths = list(p.marker.line.width)
+    assert widths[k] > 0 and sum(w > 0 for w in widths) == 1
+    rows = charts.pq_rows(gen, r.index, i)
+    assert rows[-1][0] == charts.OTHER_LABEL and rows[-1][2] == round(pos.p.rest, 6)
+    assert [row[5] for row in rows].count("◀ drafted") == 1
+
+
+def test_draft_from_the_tail_gets_its_own_bar(gen):
+    """A draft outside the kept top tokens is shown with its exact p(x), q(x), taken out of the rest."""
+    g = Generation.from_dict(gen.to_dict())
+    pos = g.rounds[0].positions[0]
+    k = pos.p.ids.index(pos.draft_token)
+    for d in (pos.p, pos.q):   # move the drafted token into the tail, as the decoder does for rare drafts
+        d.rest += d.probs.pop(k)
+    pos.p.ids.pop(k)
+    pos.q.ids = list(pos.p.ids)
+    p, q = charts.pq_figure(g, 0, 0).data
+    assert p.y[-2] == pos.p_draft and q.y[-2] == pos.q_draft
+    assert p.y[-1] == pytest.approx(pos.p.rest - pos.p_draft) and q.y[-1] == pytest.approx(pos.q.rest - pos.q_draft)
+    assert sum(p.y) == pytest.approx(1, abs=1e-5)
+    assert list(p.marker.line.width)[-2] > 0
+
+
+def test_acceptance_figure_shows_threshold_u_and_verdict(gen):
+    r = _round_with(gen, "residual")
+    pos = r.positions[r.n_accepted]
+    fig = charts.acceptance_figure(gen, r.index, r.n_accepted)
+    names = {t.name: t for t in fig.data}
+    assert names["min(1, p(x)/q(x))"].x[0] == pytest.approx(min(1.0, pos.ratio))
+    assert names["u (uniform draw)"].x[0] == pytest.approx(pos.u)
+    assert "REJECTED" in fig.layout.title.text
+    acc = next((r, k) for r in gen.rounds for k, p in enumerate(r.positions) if p.status == "accepted")
+    assert "ACCEPTED" in charts.acceptance_figure(gen, acc[0].index, acc[1]).layout.title.text
+
+
+def test_residual_figure(gen):
+    r = _round_with(gen, "residual")
+    fig = charts.end_figure(gen, r.index)
+    names = [t.name for t in fig.data]
+    assert names == ["max(0, p − q)", "p − q < 0 (clamped to 0)", "normalised residual (sampled)"]
+    pos_part, neg_part, res = fig.data
+    diff = [p - q for p, q in zip(r.end_p.probs, r.end_q.probs)]
+    assert list(pos_part.y) == [max(0.0, d) for d in diff]
+    assert list(neg_part.y) == [min(0.0, d) for d in diff]
+    assert list(res.y) == r.end_dist.probs + [r.end_dist.rest]
+    k = r.end_dist.ids.index(r.end_token)
+    assert list(res.marker.line.width)[k] > 0
+    # the residual is zero wherever p <= q
+    for d, v in zip(diff, r.end_dist.probs):
+        if d <= 0:
+            assert v == pytest.approx(0, abs=1e-6)
+
+
+def test_skip_adjustment_figure_warns(skipped):
+    r = _round_with(skipped, "target")
+    fig = charts.end_figure(skipped, r.index)
+    assert fig.data[0].name == "p (used instead of the residual: biased)"
+    assert list(fig.data[0].y) == r.end_dist.probs + [r.end_dist.rest]
+    assert r.end_dist.probs == r.end_p.probs   # the distribution used is p itself
+    assert "BIASED" in fig.layout.title.text
+    assert any("skipped" in a.text for a in fig.layout.annotations)
+    assert "biased" in charts.metrics_markdown(skipped).lower()
+
+
+def test_bonus_figure(gen):
+    r = _round_with(gen, "bonus")
+    fig = charts.end_figure(gen, r.index)
+    assert fig.data[0].name == "p at position γ+1 (bonus)"
+    assert list(fig.data[0].y) == r.end_dist.probs + [r.end_dist.rest]
+    assert f"position {len(r.positions) + 1}" in fig.layout.title.text
+
+
+def test_text_html_marks_every_token(gen, skipped):
+    out = charts.text_html(gen)
+    emitted = sum(len(r.emitted) for r in gen.rounds)
+    assert out.count('data-kind="accepted" data-round') + sum(
+        out.count(f'data-kind="{k}" data-round') for k in charts.END_KINDS) == emitted
+    assert out.count('data-kind="rejected" data-round') == sum(r.end_rule == "residual" for r in gen.rounds)
+    assert "line-through" in out and "✓" in out   # second cue besides colour
+    assert 'data-kind="target" data-round' in charts.text_html(skipped)
+    assert 'data-kind="residual" data-round' not in charts.text_html(skipped)
+
+
+def test_everything_is_escaped(gen):
+    evil = "<script>alert(1)</script><b>x</b>"
+    g = Generation.from_dict(gen.to_dict())
+    g.prompt = evil
+    tok = g.rounds[0].positions[0].draft_token
+    g.token_text[tok] = "<img src=x onerror=alert(1)>"
+    g.token_text[g.rounds[0].end_token] = "<b>"
+    out = charts.text_html(g)
+    assert "<script>" not in out and "<img" not in out and "<b>x" not in out
+    assert html.escape(evil) in out
+    fig = charts.pq_figure(g, 0, 0)
+    assert all("<img" not in str(x) for x in fig.data[0].x)
+    assert "&lt;img" in fig.layout.title.text
+    assert all("<b>" not in str(x) for t in charts.end_figure(g, 0).data for x in t.x)
+    assert "<img" not in "".join(t for tr in charts.timeline_figure(g).data for t in tr.hovertext)
+
+
+def test_metrics_use_the_trace_numbers(gen):
+    s = gen.stats
+    text = charts.metrics_markdown(gen)
+    assert f"{s.acceptance_rate:.3f}" in text and f"{s.expected_acceptance:.3f}" in text
+    assert f"{expected_tokens_per_round(s.acceptance_rate, 4):.2f}" in text
+    assert f"target **{s.target_forwards}**" in text
+
+
+def test_import_round_trip_gives_identical_figures(gen):
+    back = Generation.from_json(gen.to_json())
+    for r in range(len(gen.rounds)):
+        assert charts.end_figure(back, r).to_json() == charts.end_figure(gen, r).to_json()
+    assert charts.timeline_figure(back, 1).to_json() == charts.timeline_figure(gen, 1).to_json()
+
+
+def test_empty_states():
+    for fig in (charts.timeline_figure(None), charts.pq_figure(None), charts.acceptance_figure(None),
+                charts.end_figure(None)):
+        assert fig.data == ()
+    assert "Run" in charts.text_html(None)
+
+
+def test_round_without_drafts(pair):
+    """The n-gram drafter may propose nothing: the round is a plain target step."""
+    gen = speculative_generate(pair, [1, 2, 3, 4, 5, 6], gamma=3, max_new_tokens=12, seed=0, drafter="ngram")
+    empty = next((r for r in gen.rounds if not r.positions), None)
+    if empty is None:
+        pytest.skip("every round drafted something")
+    assert charts.pq_figure(gen, empty.index, None).data == ()
+    assert charts.acceptance_figure(gen, empty.index, 0).data == ()
+    assert charts.end_figure(gen, empty.index).data[0].name == "p at position γ+1 (bonus)"
+    assert charts.pq_rows(gen, empty.index, None) == []
+    fig = charts.timeline_figure(gen)
+    assert sum(len(t.x) for t in fig.data if t.meta in charts.END_KINDS) == len(gen.rounds)
