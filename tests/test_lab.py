@@ -1,0 +1,264 @@
+"""The exactness lab: closed forms against Monte Carlo through `sampling.verify`, statistics, CLI.
+
+Every threshold is stated where it is used; seeds are fixed, so a run is reproducible, and each
+test can fail (the last tests check that the same machinery catches a broken rule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from specdec import lab
+from specdec.sampling import Rule
+from specdec.trace import Dist, Generation, Position, Round, Stats
+
+N_RANDOM = 200
+MC_SAMPLES = 10_000          # trials per (case, rule) in the closed-form vs Monte Carlo check
+FAMILY_ALPHA = 0.001         # chance that the whole check fails by bad luck when the code is right
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: these small batched ops gain nothing from a second one, and lose a lot
+    when the CPU is shared (measured 3.5x slower with 2 threads next to a training job)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_cases(n: int = N_RANDOM, seed: int = 0, v_max: int = lab.MAX_TOKENS):
+    """n random (p, q) pairs, vocabulary 2..20, about a third of the entries zeroed (q and p keep
+    at least one positive entry), zero-padded to v_max so they can run as one batch."""
+    rng = np.random.default_rng(seed)
+    P, Q, sizes = np.zeros((n, v_max)), np.zeros((n, v_max)), []
+    for c in range(n):
+        v = int(rng.integers(2, v_max + 1))
+        for M in (P, Q):
+            d = rng.dirichlet(np.full(v, rng.choice([0.3, 1.0, 3.0])))
+            d[rng.random(v) < 0.33] = 0.0
+            if d.sum() == 0:
+                d[rng.integers(v)] = 1.0
+            M[c, :v] = d / d.sum()
+        sizes.append(v)
+    return P, Q, sizes
+
+
+def preset_cases():
+    P, Q = np.zeros((len(lab.PRESETS), lab.MAX_TOKENS)), np.zeros((len(lab.PRESETS), lab.MAX_TOKENS))
+    for c, name in enumerate(lab.PRESETS):
+        _, p, q = lab.preset(name)
+        P[c, :len(p)], Q[c, :len(q)] = p, q
+    return P, Q
+
+
+def test_exact_decomposition_sums_to_p():
+    P, Q, _ = random_cases()
+    P2, Q2 = preset_cases()
+    for p, q in zip(np.vstack([P, P2]), np.vstack([Q, Q2])):
+        a, r = lab.parts(p, q, Rule.EXACT)
+        assert np.abs(a + r - p).max() < 1e-6
+        assert np.all(a >= 0) and np.all(r >= 0)
+        assert abs(a.sum() - lab.beta(p, q)) < 1e-6          # accepted mass is beta
+
+
+def test_closed_form_matches_monte_carlo_for_every_rule():
+    """Per-token exact binomial acceptance regions around n * closed_form. Multiple comparisons:
+    M = (cases) x (rules) x (tokens in each case's vocabulary) tests in all, each at level
+    FAMILY_ALPHA / M (Bonferroni), so the whole check fails by chance with probability < 0.001."""
+    P, Q, sizes = random_cases()
+    P2, Q2 = preset_cases()
+    P, Q = np.vstack([P, P2]), np.vstack([Q, Q2])
+    sizes = sizes + [lab.MAX_TOKENS] * len(P2)
+    rules = lab.RULES
+    m_tests = len(rules) * sum(sizes)
+    per_test = FAMILY_ALPHA / m_tests
+    for k, rule in enumerate(rules):
+        counts, accepted = lab.simulate_many(P, Q, rule, MC_SAMPLES, seed=100 + k)
+        counts = counts[:, -1]
+        assert np.all(counts.sum(-1) == MC_SAMPLES)
+        for c in range(len(P)):
+            f = np.clip(lab.closed_form(P[c], Q[c], rule), 0, 1)
+            lo = stats.binom.ppf(per_test / 2, MC_SAMPLES, f)
+            hi = stats.binom.isf(per_test / 2, MC_SAMPLES, f)
+            bad = (counts[c] < lo) | (counts[c] > hi)
+            assert not bad.any(), (rule, c, P[c], Q[c], counts[c] / MC_SAMPLES, f)
+            # The acceptance rate too (one more binomial test per case; same level).
+            a = lab.predicted_acceptance(P[c], Q[c], rule)
+            assert stats.binom.ppf(per_test / 2, MC_SAMPLES, a) <= accepted[c] <= \
+                stats.binom.isf(per_test / 2, MC_SAMPLES, a), (rule, c, accepted[c], a)
+
+
+def test_the_check_has_power():
+    """The same binomial check rejects the claim "skip adjustment follows p" on the
+    over-confident preset: the closed-form comparison is not vacuous."""
+    _, p, q = lab.preset("over-confident")
+    counts = lab.simulate(p, q, Rule.SKIP_ADJUSTMENT, MC_SAMPLES, seed=3)
+    hi = stats.binom.isf(1e-7, MC_SAMPLES, p)
+    lo = stats.binom.ppf(1e-7, MC_SAMPLES, p)
+    assert ((counts < lo) | (counts > hi)).any()
+
+
+def test_chi_square_accepts_exact_and_rejects_biased_rules():
+    """10^5 samples, alpha = 0.001, over-confident preset, fixed seed."""
+    tokens, p, q = lab.preset("over-confident")
+    res = lab.run(tokens, p, q, 100_000, seed=0)
+    exact = res.results[Rule.EXACT]
+    assert exact.pvalue > 0.001 and not exact.rejects_p
+    assert exact.bias < 1e-6 and exact.tv < 0.01
+    for rule in (Rule.SKIP_ADJUSTMENT, Rule.ACCEPT_ALL):
+        assert res.results[rule].pvalue < 0.001 and res.results[rule].rejects_p
+        assert abs(res.results[rule].tv - res.results[rule].bias) < 0.01
+    # beta = 1 - TV(p, q), and the observed acceptance matches it within 4 standard errors.
+    assert abs(res.beta - (1 - lab.tv(p, q))) < 1e-6
+    se = np.sqrt(res.beta * (1 - res.beta) / res.n)
+    assert abs(exact.acceptance_observed - res.beta) < 4 * se
+
+
+def test_convergence_exact_falls_biased_levels_off():
+    tokens, p, q = lab.preset("over-confident")
+    res = lab.run(tokens, p, q, 100_000, seed=1)
+    ex, skip = res.results[Rule.EXACT], res.results[Rule.SKIP_ADJUSTMENT]
+    assert ex.curve_n[-1] == 100_000 and ex.curve_n == sorted(ex.curve_n)
+    # exact: at 10^5 samples within 3x the expected noise floor; falls by > 10x from N = 100.
+    i100 = ex.curve_n.index(100)
+    assert ex.curve_tv[-1] < 3 * lab.noise_floor(p, 100_000)
+    assert ex.curve_tv[-1] < ex.curve_tv[i100] / 10
+    # skip adjustment: levels off at its closed-form bias (0.135), within 0.01.
+    assert abs(skip.curve_tv[-1] - skip.bias) < 0.01 and skip.bias > 0.1
+
+
+def test_simulation_is_reproducible_and_uses_no_global_rng():
+    _, p, q = lab.preset("under-confident")
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    a = lab.simulate(p, q, Rule.EXACT, 5000, seed=7)
+    assert torch.equal(state, torch.get_rng_state())
+    b = lab.simulate(p, q, Rule.EXACT, 5000, seed=7)
+    c = lab.simulate(p, q, Rule.EXACT, 5000, seed=8)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_never_emits_impossible_tokens():
+    """Disjoint supports: the exact rule rejects every draft and never emits a token with p = 0."""
+    tokens, p, q = lab.preset("disjoint")
+    res = lab.run(tokens, p, q, 20_000, seed=0)
+    ex = res.results[Rule.EXACT]
+    assert ex.acceptance_observed == 0.0 and np.all(ex.counts[p == 0] == 0)
+    acc_all = res.results[Rule.ACCEPT_ALL]
+    assert acc_all.chi2 == float("inf") and acc_all.pvalue == 0.0
+
+
+def test_chi_square_edge_cases():
+    assert lab.chi_square([10, 0], [1.0, 0.0]) == (0.0, 1.0)
+    assert lab.chi_square([10, 1], [1.0, 0.0]) == (float("inf"), 0.0)
+    stat, pv = lab.chi_square([50, 50], [0.5, 0.5])
+    assert stat == 0 and pv == 1
+
+
+@pytest.mark.parametrize("tokens,p,q,msg", [
+    (["a", "b"], [0.5, -0.1], [0.5, 0.5], "non-negative"),
+    (["a", "b"], [0.5, 0.5], [0, 0], "q has no mass"),
+    (["a", "a"], [0.5, 0.5], [0.5, 0.5], "unique"),
+    (["a"], [1.0], [1.0], "2 to 20"),
+    (["a", "b"], [0.5, float("nan")], [0.5, 0.5], "non-finite"),
+    (["a", ""], [0.5, 0.5], [0.5, 0.5], "name"),
+])
+def test_validate_rejects_bad_input(tokens, p, q, msg):
+    with pytest.raises(ValueError, match=msg):
+        lab.validate(tokens, p, q)
+
+
+def test_validate_normalises():
+    _, p, q, notes = lab.validate(["a", "b"], [2, 2], [1, 3])
+    assert np.allclose(p, [0.5, 0.5]) and np.allclose(q, [0.25, 0.75])
+    assert any("p summed to 4" in n for n in notes)
+
+
+def test_presets_are_valid():
+    for name in lab.PRESETS:
+        tokens, p, q = lab.preset(name)
+        lab.validate(tokens, p, q, normalise=False)
+    assert lab.beta(*lab.preset("disjoint")[1:]) == 0
+    assert abs(lab.beta(*lab.preset("p == q")[1:]) - 1) < 1e-6
+
+
+def _generation():
+    ids = list(range(25))
+    p_probs = [0.5, 0.2] + [0.01] * 23
+    q_probs = [0.1, 0.6] + [0.005] * 23
+    pos = Position(draft_token=1, p_draft=0.2, q_draft=0.6, ratio=1 / 3, u=0.5, status="rejected", beta=0.4,
+                   p=Dist(ids, p_probs, rest=1 - sum(p_probs)), q=Dist(ids, q_probs, rest=1 - sum(q_probs)))
+    rnd = Round(index=0, start=0, gamma=1, positions=[pos], n_accepted=0, end_rule="residual", end_token=0,
+                end_dist=Dist([0], [1.0], 0.0), end_p=Dist([0], [0.5], 0.5), end_q=Dist([0], [0.1], 0.9),
+                residual_mass=0.4, emitted=[0], draft_seconds=0.0, verify_seconds=0.0)
+    return Generation(prompt="x", prompt_ids=[0], token_ids=[0], text=" the", rounds=[rnd], stats=Stats(),
+                      settings={}, models={}, token_text={0: " the", 1: " the", 2: "\n"})
+
+
+def test_from_position_keeps_exact_mass():
+    gen = _generation()
+    tokens, p, q = lab.from_position(gen, 0, 0)
+    assert len(tokens) == lab.MAX_TOKENS and tokens[-1] == lab.OTHER
+    # ordered by max(p, q): id 1 (q = 0.6), then id 0 (p = 0.5); duplicate texts made unique
+    assert tokens[0] == "␣the" and tokens[1] == "␣the #0" and tokens[2] == "↵"
+    assert abs(p.sum() - 1) < 1e-9 and abs(q.sum() - 1) < 1e-9
+    assert p[1] == 0.5 and q[0] == 0.6
+    # 25 kept ids: the 6 smallest fold into "(everything else)" with the rest mass
+    assert abs(p[-1] - (1 - 0.7 - 0.01 * 23) - 6 * 0.01) < 1e-9
+    lab.validate(tokens, p, q, normalise=False)
+    with pytest.raises(ValueError, match="no drafted position"):
+        lab.from_position(gen, 3, 0)
+
+
+def test_cli(capsys):
+    assert lab.cli_main(["--preset", "over-confident", "--samples", "20000", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "exact (residual)" in out and "not rejected" in out and "chi-square" in out
+    assert lab.cli_main(["--p", "0.5,0.3,0.2", "--q", "0.2,0.3,0.5", "--samples", "1000"]) == 0
+    for bad in (["--samples", "0"], ["--p", "0.5,0.5"], ["--preset", "nope"], ["--p", "1,x", "--q", "1,1"],
+                ["--p", "1,1", "--q", "0,0"], ["--what"]):
+        assert lab.cli_main(bad) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("specdec lab: error:"), (bad, err)
+
+
+def test_cli_bench_prints_rate(capsys, monkeypatch):
+    monkeypatch.setattr(lab, "benchmark_vocab", lambda v, threads=1: 0.5)
+    assert lab.cli_main(["--bench"]) == 0
+    out = capsys.readouterr().out
+    assert "V = 20: 1,000,000 samples in 0.500 s = 2,000,000 samples/s" in out
+
+
+def test_million_samples_speed(capsys):
+    """Print the 10^6-sample figure (the CPU is shared in CI, so the bound is loose: 10 s)."""
+    s = lab.benchmark_vocab(20, repeats=1)
+    with capsys.disabled():
+        print(f"\n[lab bench] 10^6 samples, V = 20, exact rule: {s:.3f} s ({1e6 / s:,.0f} samples/s)")
+    assert s < 10
+
+
+def test_ui_callbacks_without_a_browser():
+    """The tab's callbacks on plain values: table parsing, clear errors, taking a trace position."""
+    gr = pytest.importorskip("gradio")
+    import pandas as pd
+
+    from specdec import lab_ui
+
+    frame, msg = lab_ui.load_preset("disjoint")
+    assert list(frame.columns) == lab_ui.COLUMNS and "Preset **disjoint**" in msg
+    tokens, p, q = lab_ui.parse_frame(frame)
+    assert tokens == list(lab.preset("disjoint")[0]) and sum(q) == pytest.approx(1)
+    with pytest.raises(ValueError, match="q in row 2"):
+        lab_ui.parse_frame(pd.DataFrame({"token": ["a", "b"], "p": [1, 0], "q": [1, "zz"]}))
+    with pytest.raises(gr.Error, match="non-negative"):
+        lab_ui.run_lab(pd.DataFrame({"token": ["a", "b"], "p": [1, -1], "q": [1, 1]}), 100, 0)
+    with pytest.raises(gr.Error, match="Decode tab first"):
+        lab_ui.take_from_run(None, (None, None))
+    frame, msg, _ = lab_ui.take_from_run(_generation(), (None, None))   # falls back to the first position
+    assert frame["token"].iloc[-1] == lab.OTHER and "round 1, drafted position 1" in msg
+    out = lab_ui.run_lab(frame, 2000, 0)
+    assert "2,000 trials per rule" in out[0] and len(out[2]) == len(lab.RULES)
