@@ -16,11 +16,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
+
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # tests/tiny.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")        # tests never reach a model hub
+# One thread: the models are tiny, and with the app server and chromium sharing 2 cores,
+# OpenMP threads spinning at barriers made torch several times slower (measured).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if Path(p).exists()), None)
@@ -90,3 +96,11 @@ def page(browser, app_url):
     pg.goto(app_url, wait_until="load")   # never "networkidle": Gradio keeps a heartbeat open
     yield pg
     context.close()
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """The bundled model pair from assets/models/, loaded offline once for the whole session."""
+    from specdec import load_pair
+
+    return load_pair()

@@ -1,0 +1,263 @@
+"""The decoder end to end on real (tiny, random) transformers models and on the bundled pair."""
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chi2_contingency, chisquare
+
+from specdec import Generation, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec.drafters import KVCache, NgramDrafter
+from specdec.models import ModelPair
+from specdec.sampling import logits_to_probs
+from specdec.trace import ACCEPTED, REJECTED, UNUSED
+from tiny import tiny_model, tiny_pair
+
+SIGNIFICANCE = 0.001
+PROMPT = [1, 2, 3]
+
+
+def without_timings(gen: Generation) -> dict:
+    d = gen.to_dict()
+    for r in d["rounds"]:
+        r["draft_seconds"] = r["verify_seconds"] = 0
+    for k in ("draft_seconds", "verify_seconds", "wall_seconds"):
+        d["stats"][k] = 0
+    return d
+
+
+# ---------------------------------------------------------------- whole pipeline distribution
+
+def exact_joint(pair, prompt, sampling) -> torch.Tensor:
+    """P(t1, t2) from the target alone, computed without any cache: the ground truth."""
+    v = pair.vocab_size
+    with torch.no_grad():
+        p1 = logits_to_probs(pair.target(torch.tensor([prompt])).logits[0, -1], sampling)
+        rows = [logits_to_probs(pair.target(torch.tensor([prompt + [t]])).logits[0, -1], sampling) for t in range(v)]
+    return p1[:, None] * torch.stack(rows)
+
+
+def first_two(gen: Generation) -> int:
+    return gen.token_ids[0] * 8 + gen.token_ids[1]
+
+
+def gof_p_value(samples: list[int], joint: torch.Tensor) -> float:
+    """Chi-square goodness of fit against the exact joint; cells with expected count < 5 pooled."""
+    n = len(samples)
+    expected = (joint.flatten().double() * n).numpy()
+    observed = torch.bincount(torch.tensor(samples), minlength=joint.numel()).double().numpy()
+    big = expected >= 5
+    obs = list(observed[big]) + [observed[~big].sum()]
+    exp = list(expected[big]) + [expected[~big].sum()]
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    exp = [e * sum(obs) / sum(exp) for e in exp]
+    return float(chisquare(obs, exp).pvalue)
+
+
+@pytest.fixture(scope="module")
+def joint_setup():
+    pair = tiny_pair(vocab=8, seed=0)
+    sampling = SamplingConfig(temperature=1.0)
+    return pair, sampling, exact_joint(pair, PROMPT, sampling)
+
+
+RUNS = 2000
+
+
+def test_pipeline_joint_of_first_two_tokens_matches_target(joint_setup):
+    pair, sampling, joint = joint_setup
+    # max_new_tokens=3 with gamma=2: both of the first two tokens come out of the draft/verify
+    # step of round one (accepted drafts or the residual), not from plain target steps.
+    spec = [first_two(speculative_generate(pair, PROMPT, gamma=2, max_new_tokens=3, sampling=sampling, seed=s))
+            for s in range(RUNS)]
+    ar = [first_two(autoregressive_generate(pair, PROMPT, max_new_tokens=2, sampling=sampling, seed=10**6 + s))
+          for s in range(RUNS)]
+    assert gof_p_value(spec, joint) > SIGNIFICANCE
+    assert gof_p_value(ar, joint) > SIGNIFICANCE
+    # And the two samplers against each other (two-sample test on the 64 cells, empty ones dropped).
+    table = torch.stack([torch.bincount(torch.tensor(x), minlength=64) for x in (spec, ar)])
+    table = table[:, table.sum(0) > 0].numpy()
+    assert chi2_contingency(table).pvalue > SIGNIFICANCE
+
+
+def test_pipeline_negative_control_skip_adjustment_is_detected(joint_setup):
+    pair, sampling, joint = joint_setup
+    skip = [first_two(speculative_generate(pair, PROMPT, gamma=2, max_new_tokens=3, sampling=sampling, seed=s,
+                                           skip_adjustment=True)) for s in range(RUNS)]
+    assert gof_p_value(skip, joint) < SIGNIFICANCE
+
+
+# ---------------------------------------------------------------- greedy equals the target's own
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+def test_greedy_equals_target_generate_tiny(drafter, gamma):
+    pair = tiny_pair(vocab=16, seed=1)
+    ref = pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=30, min_new_tokens=30)
+    gen = speculative_generate(pair, PROMPT, gamma=gamma, max_new_tokens=30,
+                               sampling=SamplingConfig(temperature=0), drafter=drafter)
+    assert gen.token_ids == ref[0, len(PROMPT):].tolist()
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+def test_greedy_equals_target_generate_bundled(bundled, drafter, gamma):
+    prompt = "KING HENRY.\nNow, lords, the day is ours; the French are fled,"
+    ids = bundled.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    ref = bundled.target.generate(ids, do_sample=False, max_new_tokens=48)
+    gen = speculative_generate(bundled, prompt, gamma=gamma, max_new_tokens=48,
+                               sampling=SamplingConfig(temperature=0), drafter=drafter)
+    assert gen.token_ids == ref[0, ids.shape[1]:].tolist()
+    assert gen.stats.tested > 0
+
+
+def test_padded_draft_vocabulary_is_aligned_and_stays_exact():
+    target = tiny_model(vocab=8, layers=2, seed=4)
+    draft = tiny_model(vocab=11, layers=1, seed=5)     # a draft with 3 padding rows more
+    pair = ModelPair(None, target, draft, "t", "d")
+    assert pair.vocab_size == 11
+    ref = target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=20, min_new_tokens=20)
+    gen = speculative_generate(pair, PROMPT, gamma=3, max_new_tokens=20, sampling=SamplingConfig(temperature=0))
+    assert gen.token_ids == ref[0, 3:].tolist()
+    assert all(pos.p.prob(t) in (0.0, None) for r in gen.rounds for pos in r.positions for t in (8, 9, 10))
+
+
+# ---------------------------------------------------------------- KV cache rollback
+
+def test_kv_cache_crop_matches_uncached_logits():
+    model = tiny_model(vocab=16, layers=2, seed=2)
+    cache = KVCache(model)
+    g = torch.Generator().manual_seed(0)
+    context = [1, 2, 3, 4]
+    with torch.no_grad():
+        for _ in range(8):   # rounds: 4 drafts, keep a random prefix (a rejection), add one token
+            drafts = torch.randint(0, 16, (4,), generator=g).tolist()
+            cached = cache.forward(context, drafts)
+            fresh = model(torch.tensor([context + drafts])).logits[0, -5:]
+            assert torch.allclose(cached, fresh, atol=1e-4)
+            keep = int(torch.randint(0, 4, (1,), generator=g))
+            context = context + drafts[:keep] + [int(torch.randint(0, 16, (1,), generator=g))]
+        assert len(cache.ids) > len(context) - 1
+
+
+def test_decoder_p_rows_equal_uncached_target_after_rejections():
+    pair = tiny_pair(vocab=8, seed=3)     # vocab 8 < top-N: the trace stores p exactly
+    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=40, seed=7)
+    assert sum(r.n_accepted < r.gamma for r in gen.rounds) >= 3, "the run needs rejections"
+    tokens = PROMPT + gen.token_ids
+    with torch.no_grad():
+        for r in gen.rounds:
+            ctx = tokens[:len(PROMPT) + r.start] + [pos.draft_token for pos in r.positions]
+            probs = torch.softmax(pair.target(torch.tensor([ctx])).logits[0].float(), -1)
+            for i, pos in enumerate(r.positions):
+                row = probs[len(PROMPT) + r.start - 1 + i]
+                assert torch.allclose(torch.tensor(pos.p.probs), row[pos.p.ids], atol=1e-4)
+
+
+# ---------------------------------------------------------------- trace, stats and edges
+
+def test_same_seed_same_trace_and_json_round_trip():
+    pair = tiny_pair()
+    a = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=5)
+    b = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=5)
+    c = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=6)
+    assert without_timings(a) == without_timings(b)
+    assert without_timings(a) != without_timings(c)
+    assert Generation.from_json(a.to_json()) == a
+    with pytest.raises(ValueError):
+        Generation.from_json('{"schema": "specdec.trace", "version": 99}')
+    with pytest.raises(ValueError):
+        Generation.from_json("not json")
+
+
+def test_no_global_rng_is_touched():
+    pair = tiny_pair()
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    speculative_generate(pair, PROMPT, gamma=3, max_new_tokens=10, seed=0)
+    assert torch.equal(before, torch.get_rng_state())
+
+
+def test_statistics_follow_from_the_rounds():
+    pair = tiny_pair()
+    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=50, seed=1)
+    s = gen.stats
+    statuses = [pos.status for r in gen.rounds for pos in r.positions]
+    assert s.accepted == statuses.count(ACCEPTED)
+    assert s.tested == statuses.count(ACCEPTED) + statuses.count(REJECTED)
+    assert s.drafted == len(statuses) and statuses.count(UNUSED) == s.drafted - s.tested
+    assert s.acceptance_rate == pytest.approx(s.accepted / s.tested)
+    assert s.target_forwards == len(gen.rounds)
+    assert s.tokens_per_target_forward == pytest.approx(50 / len(gen.rounds))
+    assert sum(len(r.emitted) for r in gen.rounds) == 50 == len(gen.token_ids)
+    for r in gen.rounds:   # each round's statuses: accepted*, then at most one rejected, then unused
+        st = [pos.status for pos in r.positions]
+        assert st == [ACCEPTED] * r.n_accepted + ([REJECTED] + [UNUSED] * (r.gamma - r.n_accepted - 1)
+                                                  if r.n_accepted < r.gamma else [])
+        assert r.end_rule == ("residual" if r.n_accepted < r.gamma else "bonus")
+        assert abs(sum(r.end_dist.probs) + r.end_dist.rest - 1) < 1e-5
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 5])
+def test_stops_exactly_at_max_new_tokens_with_gamma_larger_than_left(max_new):
+    gen = speculative_generate(tiny_pair(), PROMPT, gamma=8, max_new_tokens=max_new, seed=0)
+    assert len(gen.token_ids) == max_new
+    assert all(r.gamma <= max_new - 1 for r in gen.rounds)
+
+
+def test_stops_at_eos_among_accepted_drafts():
+    base = speculative_generate(tiny_pair(same=True), PROMPT, gamma=4, max_new_tokens=30, seed=2)
+    # The draft is the target itself, so every draft is accepted (p == q): pick as EOS a token
+    # that first appears as an accepted draft in the middle of a round.
+    for r in base.rounds:
+        for i, pos in enumerate(r.positions[:-1]):
+            if pos.draft_token not in base.token_ids[:r.start + i]:
+                eos, first = pos.draft_token, r.start + i
+                break
+        else:
+            continue
+        break
+    pair = tiny_pair(same=True, eos=eos)
+    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=2)
+    assert gen.token_ids == base.token_ids[:first + 1] and gen.token_ids[-1] == eos
+    assert gen.stats.stopped == "eos"
+    last = gen.rounds[-1]
+    assert last.emitted[-1] == eos and last.positions[len(last.emitted) - 1].status == ACCEPTED
+    assert gen.stats.acceptance_rate == 1.0
+
+
+def test_prompt_at_the_context_limit_is_refused_clearly():
+    pair = tiny_pair(context=32)
+    with pytest.raises(ValueError, match="context holds 32 tokens"):
+        speculative_generate(pair, list(range(1, 8)) * 4, gamma=4, max_new_tokens=8)
+    gen = speculative_generate(pair, [1] * 24, gamma=4, max_new_tokens=8)   # exactly fits
+    assert len(gen.token_ids) == 8
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(gamma=0), "gamma"), (dict(gamma=1000), "gamma"), (dict(max_new_tokens=0), "max new tokens"),
+    (dict(drafter="oracle"), "unknown drafter"), (dict(sampling=SamplingConfig(temperature=-1)), "temperature"),
+])
+def test_bad_requests_get_clear_messages(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        speculative_generate(tiny_pair(), PROMPT, **kwargs)
+    with pytest.raises(ValueError, match="empty"):
+        speculative_generate(tiny_pair(), [])
+
+
+def test_ngram_drafter_proposes_latest_continuation():
+    d = NgramDrafter(vocab_size=10, max_ngram=3)
+    assert d.lookup([5, 6, 7, 1, 5, 6, 7, 2, 5, 6, 7], 3) == [2, 5, 6]   # latest match of (5, 6, 7)
+    assert d.lookup([1, 2, 3], 3) == []
+    drafts, q = d.propose([4, 4, 4], 2, SamplingConfig(), torch.Generator())
+    assert drafts == [4, 4] and q.sum(-1).tolist() == [1.0, 1.0] and q[0, 4] == 1
+
+
+def test_callback_sees_every_round():
+    seen = []
+    gen = speculative_generate(tiny_pair(), PROMPT, gamma=3, max_new_tokens=20, seed=0,
+                               on_round=lambda r, g: seen.append((r.index, len(g.token_ids))))
+    assert [i for i, _ in seen] == list(range(len(gen.rounds)))
+    assert seen[-1][1] == 20 and all(a[1] < b[1] for a, b in itertools.pairwise(seen))

@@ -1,0 +1,64 @@
+"""The bundled pair loads offline like any hub model; hub presets fail fast offline."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from specdec.models import ASSETS, ModelLoadError, check_same_tokenizer, load_pair
+from specdec.training import train_tokenizer
+
+
+def test_bundled_folders_load_with_auto_classes_and_share_a_tokenizer():
+    target_dir, draft_dir = ASSETS / "specdec-target", ASSETS / "specdec-draft"
+    tok_t = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
+    tok_d = AutoTokenizer.from_pretrained(draft_dir, local_files_only=True)
+    assert tok_t.get_vocab() == tok_d.get_vocab() and tok_t.eos_token == "<|endoftext|>"
+    ids = tok_t("To be, or not to be", return_tensors="pt")["input_ids"]
+    logits = []
+    for folder in (target_dir, draft_dir):
+        assert (folder / "model.safetensors").exists() and not list(folder.glob("*.bin"))
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
+        with torch.no_grad():
+            logits.append(model(ids).logits)
+    assert logits[0].shape == logits[1].shape and logits[0].shape[-1] == len(tok_t)
+    assert all(torch.isfinite(x).all() for x in logits)
+
+
+def test_sizes_fit_the_budget():
+    sizes = {f.parent.name + "/" + f.name: f.stat().st_size for f in ASSETS.rglob("*") if f.is_file()}
+    assert (ASSETS / "specdec-draft" / "model.safetensors").stat().st_size <= 5e6
+    assert (ASSETS / "specdec-target" / "model.safetensors").stat().st_size <= 25e6
+    assert sum(sizes.values()) <= 30e6
+
+
+def test_load_pair_defaults_to_bundled(bundled):
+    assert bundled.vocab_size == len(bundled.tokenizer) and bundled.context_length >= 256
+    assert bundled.device == "cpu" and bundled.dtype == torch.float32
+
+
+def test_hub_preset_offline_fails_fast_with_clear_message(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="bundled"):
+        load_pair(preset="smollm2")
+    assert time.perf_counter() - t0 < 10
+
+
+def test_unknown_preset_and_half_pairs_are_refused():
+    with pytest.raises(ModelLoadError, match="unknown model pair"):
+        load_pair(preset="gpt-17")
+    with pytest.raises(ModelLoadError, match="both"):
+        load_pair(target=str(ASSETS / "specdec-target"))
+    with pytest.raises(ModelLoadError, match="could not load"):
+        load_pair(target="/nonexistent/a", draft="/nonexistent/b")
+
+
+def test_pairs_with_different_tokenizers_are_refused(tmp_path):
+    other = train_tokenizer(["a completely different little corpus " * 20], 300)
+    bundled_tok = AutoTokenizer.from_pretrained(ASSETS / "specdec-target", local_files_only=True)
+    with pytest.raises(ModelLoadError, match="different tokenizers"):
+        check_same_tokenizer(bundled_tok, other, "target", "draft")

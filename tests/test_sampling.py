@@ -1,0 +1,184 @@
+"""The math: closed form and Monte Carlo, each with negative controls that must fail."""
+
+import math
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specdec.sampling import (Rule, SamplingConfig, acceptance_probability, logits_to_probs,
+                              output_distribution, residual, verify)
+
+SIGNIFICANCE = 0.001
+
+
+def random_pairs(n: int = 1200, vocab: int = 12, seed: int = 0):
+    """Random (p, q) pairs covering the corners: disjoint supports, p == q, one-hot p or q,
+    probabilities near 1e-30, and the exact zeros that top-k / top-p leave."""
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for i in range(n):
+        p = torch.rand(vocab, generator=g) ** 3
+        q = torch.rand(vocab, generator=g) ** 3
+        kind = i % 8
+        if kind == 1:                       # disjoint supports
+            p[vocab // 2:] = 0
+            q[:vocab // 2] = 0
+        elif kind == 2:                     # p == q
+            q = p.clone()
+        elif kind == 3:                     # one-hot q (n-gram drafter)
+            q = torch.zeros(vocab)
+            q[int(torch.randint(vocab, (1,), generator=g))] = 1
+        elif kind == 4:                     # one-hot p (greedy target)
+            p = torch.zeros(vocab)
+            p[int(torch.randint(vocab, (1,), generator=g))] = 1
+        elif kind == 5:                     # tiny probabilities
+            p[:3] = 1e-30
+            q[3:6] = 1e-30
+        elif kind == 6:                     # top-k / top-p style zeros
+            logits = torch.randn(vocab, generator=g) * 3
+            p = logits_to_probs(logits, SamplingConfig(top_k=4))
+            q = logits_to_probs(logits + torch.randn(vocab, generator=g), SamplingConfig(top_p=0.7))
+        pairs.append((p / p.sum(), q / q.sum()))
+    return pairs
+
+
+def test_residual_is_normalised_clamped_and_never_nan():
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    q = torch.tensor([0.2, 0.3, 0.4, 0.1])
+    r = residual(p, q)
+    assert torch.allclose(r, torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    same = residual(p, p)                       # positive part sums to 0: returns p, no NaN
+    assert torch.equal(same, p)
+    batch = residual(torch.stack([p, p]), torch.stack([q, p]))
+    assert torch.allclose(batch[0], r) and torch.equal(batch[1], p)
+    assert residual(p.half(), q.half()).dtype == torch.float32
+
+
+def test_closed_form_equals_p_for_1000_pairs_and_skip_is_biased_where_theory_says():
+    pairs = random_pairs()
+    assert len(pairs) >= 1000
+    biased = 0
+    for p, q in pairs:
+        out = output_distribution(p, q)
+        assert not torch.isnan(out).any()
+        assert torch.allclose(out, p, atol=1e-6, rtol=0), (p, q, out)
+        skip = output_distribution(p, q, skip_adjustment=True)
+        assert not torch.isnan(skip).any()
+        # Theory: skip - p = (1 - beta) p - max(0, p - q). Check the size of the bias exactly,
+        # and that it is really there whenever theory says it is large.
+        beta = acceptance_probability(p, q)
+        predicted = (1 - beta) * p - (p - q).clamp_min(0)
+        assert torch.allclose(skip - p, predicted, atol=1e-6, rtol=0)
+        if predicted.abs().max() > 1e-3:
+            biased += 1
+            assert (skip - p).abs().max() > 5e-4
+    assert biased > 500   # the control has teeth: most random pairs are biased under skipping
+
+
+def test_greedy_probs_are_one_hot_of_argmax():
+    logits = torch.tensor([[0.1, 2.0, 2.0, -1.0]])
+    probs = logits_to_probs(logits, SamplingConfig(temperature=0))
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]   # first index on ties, like generate()
+
+
+def test_warpers_match_transformers_meaning():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0, -1.0])
+    k2 = logits_to_probs(logits, SamplingConfig(top_k=2))
+    assert (k2[2:] == 0).all() and math.isclose(float(k2.sum()), 1.0, rel_tol=1e-6)
+    t2 = logits_to_probs(logits, SamplingConfig(temperature=2.0))
+    assert torch.allclose(t2, torch.softmax(logits / 2, -1))
+    p = torch.softmax(logits, -1)            # [0.636, 0.234, 0.086, ...]
+    tp = logits_to_probs(logits, SamplingConfig(top_p=0.8))
+    assert (tp > 0).tolist() == [True, True, False, False, False] and math.isclose(float(tp[0]), float(p[0] / p[:2].sum()), rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(temperature=float("nan")), dict(top_k=-3),
+                                 dict(top_p=0), dict(top_p=1.5), dict(temperature=1e-6)])
+def test_bad_sampling_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        SamplingConfig(**bad).validate()
+
+
+# ---------------------------------------------------------------- Monte Carlo on the real verify
+
+TOY_P = torch.tensor([0.50, 0.30, 0.15, 0.05])   # target
+TOY_Q = torch.tensor([0.10, 0.20, 0.30, 0.40])   # draft, under-confident where p is high
+N = 40_000
+
+
+def emitted_first_tokens(rule: Rule, n: int = N, seed: int = 1, gamma: int = 2) -> torch.Tensor:
+    """Run the decoder's verify n times (batched) with drafts ~ q and return the first token
+    each trial emits: the first draft if accepted, else the token the round ended with."""
+    g = torch.Generator().manual_seed(seed)
+    v = TOY_P.numel()
+    # Later positions use other distributions, so the test also checks that only row 0 matters.
+    p = torch.stack([TOY_P, TOY_P.flip(0), torch.full((v,), 1 / v)])[: gamma + 1]
+    q = torch.stack([TOY_Q, TOY_Q.roll(1)])[:gamma]
+    drafts = torch.stack([torch.multinomial(q[i], n, replacement=True, generator=g) for i in range(gamma)], -1)
+    u = torch.rand(n, gamma, generator=g)
+    verdict = verify(p.expand(n, -1, -1), q.expand(n, -1, -1), drafts, u, generator=g, rule=rule)
+    return torch.where(verdict.n_accepted > 0, drafts[:, 0], verdict.end_token)
+
+
+def chi_square_p_value(tokens: torch.Tensor, p: torch.Tensor) -> float:
+    observed = torch.bincount(tokens, minlength=p.numel()).double()
+    expected = p.double() / p.double().sum() * tokens.numel()
+    return float(chisquare(observed.numpy(), expected.numpy()).pvalue)
+
+
+def test_monte_carlo_verify_follows_p():
+    assert chi_square_p_value(emitted_first_tokens(Rule.EXACT), TOY_P) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("rule", [Rule.SKIP_ADJUSTMENT, Rule.ACCEPT_ALL])
+def test_monte_carlo_negative_controls_are_rejected(rule):
+    assert chi_square_p_value(emitted_first_tokens(rule), TOY_P) < SIGNIFICANCE
+
+
+def test_monte_carlo_one_hot_draft_like_ngram_is_exact():
+    g = torch.Generator().manual_seed(3)
+    q = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    n = 20_000
+    p_rows = torch.stack([TOY_P, TOY_P]).expand(n, -1, -1)
+    drafts = torch.ones(n, 1, dtype=torch.long)
+    verdict = verify(p_rows, q.expand(n, 1, -1), drafts, torch.rand(n, 1, generator=g), generator=g)
+    tokens = torch.where(verdict.n_accepted > 0, drafts[:, 0], verdict.end_token)
+    assert chi_square_p_value(tokens, TOY_P) > SIGNIFICANCE
+    # Control: skipping the adjustment over-produces the drafted token, and the test sees it.
+    verdict = verify(p_rows, q.expand(n, 1, -1), drafts, torch.rand(n, 1, generator=g), generator=g,
+                     rule=Rule.SKIP_ADJUSTMENT)
+    tokens = torch.where(verdict.n_accepted > 0, drafts[:, 0], verdict.end_token)
+    assert chi_square_p_value(tokens, TOY_P) < SIGNIFICANCE
+
+
+def test_verify_counts_and_bonus():
+    p = torch.tensor([[0.5, 0.5], [0.0, 1.0], [1.0, 0.0]])
+    q = torch.tensor([[0.5, 0.5], [0.5, 0.5]])
+    # Both drafts pass (u below the ratios): bonus from p row 2, which is one-hot on token 0.
+    v = verify(p, q, torch.tensor([1, 1]), torch.tensor([0.1, 0.9]))
+    assert int(v.n_accepted) == 2 and not bool(v.rejected) and int(v.end_token) == 0
+    # Second draft (token 0) has p = 0: rejected; the residual is one-hot on token 1.
+    v = verify(p, q, torch.tensor([1, 0]), torch.tensor([0.1, 0.0]))
+    assert int(v.n_accepted) == 1 and bool(v.rejected) and int(v.end_token) == 1
+    assert v.ratio.tolist() == [1.0, 0.0]
+    # No drafts at all: one plain target step from p row 0.
+    v = verify(p[:1], q[:0], torch.zeros(0, dtype=torch.long), torch.zeros(0))
+    assert int(v.n_accepted) == 0 and not bool(v.rejected)
+
+
+def test_sample_follows_probs_and_never_draws_zero_probability_tokens():
+    from specdec.sampling import sample
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.0, 0.2, 0.0, 0.5, 1e-30, 0.3, 0.0])
+    tokens = sample(p.expand(100_000, -1), g)
+    counts = torch.bincount(tokens, minlength=p.numel())
+    assert counts[[0, 2, 6]].sum() == 0
+    support = torch.tensor([1, 3, 5])
+    observed = counts[support].double()
+    assert chisquare(observed.numpy(), (p[support].double() / p[support].sum() * observed.sum()).numpy()).pvalue > SIGNIFICANCE
+    assert int(sample(torch.tensor([0.0, 0.0, 1.0]), g)) == 2   # one-hot: always that token
+    # Control: a sampler that ignores p (uniform over the support) fails the same test.
+    wrong = torch.bincount(support[torch.randint(0, 3, (100_000,), generator=g)], minlength=7)[support].double()
+    assert chisquare(wrong.numpy(), (p[support].double() / p[support].sum() * wrong.sum()).numpy()).pvalue < SIGNIFICANCE
