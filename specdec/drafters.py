@@ -119,15 +119,11 @@ class NgramDrafter:
 
 
 def pad_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Align a model's logits to the pair's vocabulary size.
+    """Align a model's logits to the pair's vocabulary: keep ids below `vocab_size`.
 
-    Two models that share a tokenizer may pad their embedding matrices differently (e.g. 151936
-    vs 152064 rows). Extra ids get -inf (probability 0), so neither side is renormalised and p
-    stays exactly the target's distribution.
+    The ids cut off are embedding-matrix padding that no tokenizer entry maps to (see
+    `ModelPair.vocab_size`); p and q are both computed over the same real vocabulary.
     """
-    if logits.shape[-1] == vocab_size:
-        return logits
-    if logits.shape[-1] > vocab_size:
-        raise ValueError(f"logits have {logits.shape[-1]} entries, more than the pair's {vocab_size}")
-    pad = logits.new_full((*logits.shape[:-1], vocab_size - logits.shape[-1]), float("-inf"))
-    return torch.cat([logits, pad], dim=-1)
+    if logits.shape[-1] < vocab_size:
+        raise ValueError(f"logits have {logits.shape[-1]} entries, fewer than the pair's {vocab_size}")
+    return logits[..., :vocab_size]

@@ -65,8 +65,11 @@ class ModelPair:
         # app serves several requests at once from one loaded pair.
         self._tokenizer_lock = threading.Lock()
         sizes = [_logit_size(target)] + ([_logit_size(draft)] if draft is not None else [])
-        # Pad the smaller logit vector with -inf rather than truncate the larger: p stays exact.
-        self.vocab_size = max(sizes + [len(tokenizer)] if tokenizer is not None else sizes)
+        # Models of one family often pad their embedding matrices differently (151936 vs 152064
+        # rows for Qwen2.5's 151665-token tokenizer). The pair's vocabulary is the ids that exist
+        # in both models (and in the tokenizer): padding rows are not tokens, neither model can
+        # be fed the other's padding ids, so both p and q give them probability 0.
+        self.vocab_size = min(sizes + ([len(tokenizer)] if tokenizer is not None else []))
         self.context_length = _context_length(target, draft)
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         self.eos_token_id = eos if eos is not None else target.config.eos_token_id
