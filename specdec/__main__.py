@@ -9,7 +9,8 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # no loading progress bars in CLI output
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 # How each token's fate is shown: a colour (ANSI) AND a symbol, so it reads without colour too.
 STYLES = {
@@ -96,9 +97,13 @@ def cmd_generate(args) -> int:
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
+    from .decoding import check_settings
+
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     try:
-        sampling.validate()
+        if not args.prompt.strip():
+            raise ValueError("the prompt is empty: type at least one word")
+        check_settings(args.gamma, args.max_new_tokens, sampling, args.drafter)   # before loading models
         pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
         gen = speculative_generate(pair, args.prompt, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                                    sampling=sampling, seed=args.seed, skip_adjustment=args.skip_adjustment,

@@ -34,6 +34,17 @@ def check_request(pair, prompt_ids: list[int], gamma: int, max_new_tokens: int,
     """Refuse bad settings up front with a message a user can act on (ValueError)."""
     if not prompt_ids:
         raise ValueError("the prompt is empty: type at least one word")
+    check_settings(gamma, max_new_tokens, sampling, drafter)
+    limit = pair.context_length
+    if limit and len(prompt_ids) + max_new_tokens > limit:
+        raise ValueError(
+            f"the prompt is {len(prompt_ids)} tokens and max new tokens is {max_new_tokens}, but the "
+            f"models' context holds {limit} tokens: shorten the prompt or lower max new tokens "
+            f"(at most {max(0, limit - len(prompt_ids))} here)")
+
+
+def check_settings(gamma: int, max_new_tokens: int, sampling: SamplingConfig, drafter: str = "model") -> None:
+    """The checks that need no model (the CLI runs them before loading one)."""
     if not isinstance(gamma, int) or isinstance(gamma, bool) or not 1 <= gamma <= MAX_GAMMA:
         raise ValueError(f"gamma (drafts per round) must be a whole number from 1 to {MAX_GAMMA}, got {gamma}")
     if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -41,12 +52,6 @@ def check_request(pair, prompt_ids: list[int], gamma: int, max_new_tokens: int,
     if drafter not in DRAFTERS:
         raise ValueError(f"unknown drafter {drafter!r}: choose 'model' or 'ngram'")
     sampling.validate()
-    limit = pair.context_length
-    if limit and len(prompt_ids) + max_new_tokens > limit:
-        raise ValueError(
-            f"the prompt is {len(prompt_ids)} tokens and max new tokens is {max_new_tokens}, but the "
-            f"models' context holds {limit} tokens: shorten the prompt or lower max new tokens "
-            f"(at most {max(0, limit - len(prompt_ids))} here)")
 
 
 def _make_drafter(pair, name: str) -> Drafter:
