@@ -428,6 +428,15 @@ JS = """
     });
   };
   setInterval(hook, 700);
+  // Keyboard: left / right arrow (outside text fields and sliders) step through the rounds.
+  document.addEventListener('keydown', (ev) => {
+    if (ev.altKey || ev.ctrlKey || ev.metaKey || ev.defaultPrevented) return;
+    const t = ev.target;
+    if (t && (t.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(t.tagName))) return;
+    const id = ev.key === 'ArrowLeft' ? 'prev-round' : ev.key === 'ArrowRight' ? 'next-round' : null;
+    const btn = id && document.querySelector(`#${id}`);
+    if (btn) { ev.preventDefault(); btn.click(); }
+  });
 }
 """
 
@@ -537,7 +546,7 @@ def build_app() -> gr.Blocks:
                 metrics = gr.Markdown(charts.metrics_markdown(None), elem_id="metrics", latex_delimiters=[])
             click_box = gr.Textbox(elem_id="timeline-click", elem_classes=["specdec-hidden"], show_label=False,
                                    container=False)
-            gr.Markdown("## Step viewer", elem_id="step-viewer")
+            gr.Markdown("## Step viewer\nClick a timeline column, drag the slider, or press ← / → (outside text fields) to step through the rounds.", elem_id="step-viewer")
             with gr.Row():
                 prev_btn = gr.Button("◀ previous round", elem_id="prev-round", size="sm")
                 round_slider = gr.Slider(1, 2, value=1, step=1, label="round", interactive=False, elem_id="round")

@@ -147,6 +147,16 @@ def test_default_run_renders_text_timeline_and_step_charts(page):
                            arg=first)
     page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text === t",
                            arg=before[1], timeout=30_000)
+    # ... and with the keyboard: arrow keys outside text fields step through the rounds.
+    page.locator("#step-viewer").click()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
+                           arg=first + 1)
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
+                           arg=first)
+    page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text === t",
+                           arg=before[1], timeout=30_000)
     shot(page, "step-viewer.png", "#step-viewer", "#end-chart")
 
 
