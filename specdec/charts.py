@@ -12,7 +12,7 @@ import html
 
 import plotly.graph_objects as go
 
-from .trace import ACCEPTED, REJECTED, UNUSED, Generation, expected_tokens_per_round
+from .trace import ACCEPTED, REJECTED, UNUSED, Generation, expected_tokens_per_round, visible_token
 
 # ---------------------------------------------------------------- outcomes: colour + second cue
 
@@ -38,8 +38,7 @@ OTHER_LABEL = "everything else"
 
 def show_token(text: str) -> str:
     """A token as a readable, escaped label: spaces and newlines made visible."""
-    text = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣")
-    return html.escape(text or "∅", quote=True)
+    return html.escape(visible_token(text), quote=True)
 
 
 def _labels(gen: Generation, ids: list[int]) -> list[str]:

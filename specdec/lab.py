@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, verify
+from .trace import visible_token
 
 RULES: tuple[Rule, ...] = (Rule.EXACT, Rule.SKIP_ADJUSTMENT, Rule.ACCEPT_ALL, Rule.GREEDY_MATCH)
 RULE_LABELS = {
@@ -119,8 +120,7 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = 1e-6
 
 def display_token(text: str) -> str:
     """Make a token's text visible in a table: spaces, newlines and tabs get symbols."""
-    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
-    return shown if shown else "∅"
+    return visible_token(text)
 
 
 OTHER = "(everything else)"

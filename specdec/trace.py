@@ -198,6 +198,12 @@ def summarize(rounds: list[Round], new_tokens: int, target_forwards: int, draft_
         wall_seconds=wall_seconds, stopped=stopped)
 
 
+def visible_token(text: str) -> str:
+    """A token's text with spaces, newlines and tabs made visible (for labels and tables)."""
+    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    return shown or "∅"
+
+
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     """(1 - alpha^(gamma+1)) / (1 - alpha): tokens per target forward if every position had alpha."""
     if alpha >= 1.0:

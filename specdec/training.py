@@ -55,7 +55,7 @@ class TrainConfig:
     # step counts fit a 2-core CPU budget; the draft is deliberately under-trained relative to
     # the target so that the gap in validation loss is wide and rejections are common.
     draft: ModelShape = field(default_factory=lambda: ModelShape("specdec-draft", 1, 128, 4, 384, 800))
-    target: ModelShape = field(default_factory=lambda: ModelShape("specdec-target", 8, 128, 4, 512, 1000))
+    target: ModelShape = field(default_factory=lambda: ModelShape("specdec-target", 8, 128, 4, 512, 1500))
     corpus_dir: str | None = None   # a folder of .txt files instead of the registry corpus
     save_fp16: bool = True          # halves the weight files; loading upcasts on CPU
     threads: int | None = None      # torch CPU threads (None: torch's default)
