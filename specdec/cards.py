@@ -76,7 +76,7 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
   {info['config']['context']} tokens ({info['tokens_seen']:,} tokens seen), seed {info['config']['seed']}.
 - Hardware: {info['device']} ({info.get('threads', '?')} torch threads), torch {info['torch']}; wall time
   {info['train_seconds'] / 60:.1f} min (the machine was shared with other work, so this is an upper bound).
-- Reproduce: `python -m specdec train` (both models, about an hour on 2 CPU cores).
+- Reproduce: `python -m specdec train` (both models; this pair took {(info['train_seconds'] + other['train_seconds']) / 60:.0f} min of training in all).
 
 | step | train loss | validation loss | minutes |
 |---:|---:|---:|---:|

@@ -173,6 +173,7 @@ def _record_round(gen, index, drafts, p, q, u, verdict, rule, draft_s, verify_s)
     p, q = p.float().cpu(), q.float().cpu()
     n = int(verdict.n_accepted)
     rejected = bool(verdict.rejected)
+    betas = acceptance_probability(p[:len(drafts)], q).tolist()   # all positions in one op
     positions = []
     for i, tok in enumerate(drafts):
         ids = tr.union_top(p[i], q[i], also=[tok])   # the drafted token is always kept
@@ -180,7 +181,7 @@ def _record_round(gen, index, drafts, p, q, u, verdict, rule, draft_s, verify_s)
         positions.append(Position(
             draft_token=tok, p_draft=float(verdict.p_draft[i]), q_draft=float(verdict.q_draft[i]),
             ratio=float(verdict.ratio[i]), u=float(u[i]), status=status,
-            beta=float(acceptance_probability(p[i], q[i])), p=tr.sparse(p[i], ids), q=tr.sparse(q[i], ids)))
+            beta=betas[i], p=tr.sparse(p[i], ids), q=tr.sparse(q[i], ids)))
     end_dist = verdict.end_dist.float().cpu()
     end_token = int(verdict.end_token)
     # Kept ids at the end position: top of the drawn distribution and of p, and the drawn token.

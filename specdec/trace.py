@@ -8,6 +8,7 @@ enough to export as JSON and replay later without any model.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 import torch
@@ -39,25 +40,27 @@ class Dist:
             return None
 
 
-def sparse(dist: torch.Tensor, ids: torch.Tensor | None = None, n: int = TOP_N) -> Dist:
-    """Keep `ids` (default: the top-n of `dist`) and the exact mass of the rest."""
+def sparse(dist: torch.Tensor, ids=None, n: int = TOP_N) -> Dist:
+    """Keep `ids` (default: the top-n of `dist`) and the exact mass of the rest.
+
+    rest = (float64 sum of the whole row) - (exact sum of the kept values, math.fsum): the mass
+    outside the kept ids up to float64 rounding, without materialising a mask over the vocabulary.
+    """
     dist = dist.detach().float().cpu()
     if ids is None:
         ids = torch.topk(dist, min(n, dist.numel())).indices
-    ids = ids.cpu().long()
-    mask = torch.ones_like(dist, dtype=torch.bool)
-    mask[ids] = False
-    return Dist(ids=ids.tolist(), probs=dist[ids].tolist(), rest=float(dist.double()[mask].sum()))
+    ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
+    probs = dist[ids].tolist()
+    return Dist(ids=ids, probs=probs, rest=max(0.0, float(dist.double().sum()) - math.fsum(probs)))
 
 
-def union_top(p: torch.Tensor, q: torch.Tensor, n: int = TOP_N, also: list[int] = ()) -> torch.Tensor:
+def union_top(p: torch.Tensor, q: torch.Tensor, n: int = TOP_N, also=()) -> list[int]:
     """Ids of the top-n of p and of q (plus `also`, e.g. the drafted token), ordered by p then q,
     for a side-by-side p/q view."""
     k = min(n, p.numel())
-    ids = torch.unique(torch.cat([torch.topk(p, k).indices, torch.topk(q, k).indices,
-                                  torch.tensor(list(also), dtype=torch.long)]))
-    order = torch.argsort(p[ids].double() * 2 + q[ids].double() * 1e-9, descending=True)
-    return ids[order]
+    ids = sorted(set(torch.topk(p, k).indices.tolist()) | set(torch.topk(q, k).indices.tolist()) | set(also))
+    pv, qv = p[ids].tolist(), q[ids].tolist()
+    return [i for _, _, i in sorted(zip(pv, qv, ids), key=lambda t: (-t[0], -t[1]))]
 
 
 @dataclass
