@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     models(b)
     b.set_defaults(func=cmd_bench)
 
-    t = sub.add_parser("train", help="train the bundled pair from scratch (about an hour on 2 cores)")
+    t = sub.add_parser("train", help="train the bundled pair from scratch (about 35 minutes on 2 cores)")
     t.add_argument("--out", default="assets/models")
     t.add_argument("--tiny", action="store_true", help="a seconds-long smoke run, not a usable model")
     t.add_argument("--corpus-dir", default=None, help="train on these .txt files instead of the registry corpus")

