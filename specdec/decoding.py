@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from . import trace as tr
-from .drafters import Drafter, KVCache, ModelDrafter, NgramDrafter, pad_logits
+from .drafters import Drafter, KVCache, ModelDrafter, NgramDrafter, align_logits
 from .sampling import END_RESIDUAL, Rule, SamplingConfig, acceptance_probability, end_rule, logits_to_probs, sample, verify
 from .trace import Dist, Generation, Position, Round
 
@@ -100,7 +100,7 @@ def speculative_generate(pair, prompt: str | list[int], gamma: int = 4, max_new_
         t1 = time.perf_counter()
         logits = target.forward(context, drafts)             # ONE target forward: [len(drafts)+1, V]
         target_forwards += 1
-        p = logits_to_probs(pad_logits(logits, pair.vocab_size), sampling)
+        p = logits_to_probs(align_logits(logits, pair.vocab_size), sampling)
         u = torch.rand(len(drafts), generator=generator)
         verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device),
                          u.to(p.device), generator=generator, rule=rule)
@@ -144,7 +144,7 @@ def autoregressive_generate(pair, prompt: str | list[int], max_new_tokens: int =
     stopped = "max_new_tokens"
     t_start = time.perf_counter()
     while len(gen.token_ids) < max_new_tokens:
-        p = logits_to_probs(pad_logits(target.forward(context, [])[-1], pair.vocab_size), sampling)
+        p = logits_to_probs(align_logits(target.forward(context, [])[-1], pair.vocab_size), sampling)
         tok = int(sample(p, generator))
         gen.token_ids.append(tok)
         context.append(tok)

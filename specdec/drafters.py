@@ -76,7 +76,7 @@ class ModelDrafter:
         for _ in range(gamma):
             logits = self.cache.forward(context + drafts, [])[-1]
             self.forwards += 1
-            q = logits_to_probs(pad_logits(logits, self.vocab_size), sampling)
+            q = logits_to_probs(align_logits(logits, self.vocab_size), sampling)
             drafts.append(int(sample(q, generator)))
             rows.append(q)
         if not rows:
@@ -118,7 +118,7 @@ class NgramDrafter:
         return drafts, q
 
 
-def pad_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Align a model's logits to the pair's vocabulary: keep ids below `vocab_size`.
 
     The ids cut off are embedding-matrix padding that no tokenizer entry maps to (see

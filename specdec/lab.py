@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, verify
+from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, sample, verify
 from .trace import visible_token
 
 RULES: tuple[Rule, ...] = (Rule.EXACT, Rule.SKIP_ADJUSTMENT, Rule.ACCEPT_ALL, Rule.GREEDY_MATCH)
@@ -266,9 +266,6 @@ def _simulate(p, q, rule, n, seed, at, chunk):
     if (Q.sum(-1) <= 0).any():
         raise ValueError("q has no mass")
     gen = torch.Generator().manual_seed(int(seed))
-    cdf = Q.double().cumsum(-1)                                   # [C, V], float64
-    total = cdf[:, -1:].clone()
-    last = (torch.arange(V) * (Q > 0)).amax(-1, keepdim=True)    # last token with q > 0
     counts = torch.zeros(C, V, dtype=torch.int64)
     out = torch.zeros(C, len(at), V, dtype=torch.int64)
     accepted = torch.zeros(C, dtype=torch.int64)
@@ -278,10 +275,7 @@ def _simulate(p, q, rule, n, seed, at, chunk):
     q_rows = Q[:, None, None, :]
     while done < n:
         m = min(per, n - done)
-        # Draft x ~ q by inverse CDF. A token with q = 0 owns an empty interval, so it is never
-        # drafted; the clamp only guards the (rounding) case v == total.
-        v = torch.rand(C, m, generator=gen, dtype=torch.float64) * total
-        drafts = torch.minimum(torch.searchsorted(cdf, v, right=True), last)     # [C, m]
+        drafts = sample(Q[:, None, :].expand(C, m, V), gen)        # x ~ q, [C, m]: the decoder's sampler
         u = torch.rand(C * m, 1, generator=gen)
         if C == 1:    # expanded views, no copy
             p_b, q_b = P[0].expand(m, 2, V), Q[0].expand(m, 1, V)

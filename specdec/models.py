@@ -98,7 +98,7 @@ class ModelPair:
         if self.tokenizer is None:
             return {i: f"<{i}>" for i in ids}
         with self._tokenizer_lock:
-            return {i: self.tokenizer.decode([i]) if i < len(self.tokenizer) else f"<pad {i}>" for i in ids}
+            return {i: self.tokenizer.decode([i]) for i in ids}
 
     def describe(self) -> dict:
         return {"label": self.label, "target": self.target_name, "draft": self.draft_name,

@@ -97,10 +97,6 @@ class Round:
     draft_seconds: float
     verify_seconds: float
 
-    @property
-    def tested(self) -> int:
-        return sum(pos.status != UNUSED for pos in self.positions)
-
 
 @dataclass
 class Stats:
