@@ -8,6 +8,14 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+import torch  # noqa: E402
+
+# One torch thread per request by default. The bundled models are tiny, per-layer overhead
+# dominates, and on a 2-core machine (a free CPU Space, a laptop with the browser open) a second
+# OpenMP thread spinning at barriers made a first 64-token run take 4.7 s instead of 0.4 s
+# (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
+torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
+
 from specdec.ui import build_app, launch_kwargs, preload  # noqa: E402
 
 demo = build_app()
