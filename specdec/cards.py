@@ -72,11 +72,11 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
   MLP {shape['mlp']}, context {info['config']['context']}, tied embeddings; {info['params'] / 1e6:.2f} M parameters,
   stored as fp16 safetensors ({size_mb:.1f} MB).
 - Optimisation: AdamW (lr {info['config']['lr']}, betas 0.9/0.95, weight decay 0.1), warm-up
-  {info['config']['warmup']} steps then cosine to 10 %, {shape['steps']} steps of {info['config']['batch_size']} x
+  {info['config']['warmup']} steps then cosine to 10 %, {info['config']['steps']} steps of {info['config']['batch_size']} x
   {info['config']['context']} tokens ({info['tokens_seen']:,} tokens seen), seed {info['config']['seed']}.
 - Hardware: {info['device']} ({info.get('threads', '?')} torch threads), torch {info['torch']}; wall time
   {info['train_seconds'] / 60:.1f} min (the machine was shared with other work, so this is an upper bound).
-- Reproduce: `python -m specdec train` (both models; this pair took {(info['train_seconds'] + other['train_seconds']) / 60:.0f} min of training in all).
+- Reproduce: `python -m specdec train` (both models; this pair took {info['train_seconds'] / 60:.0f} min: both models train together).
 
 | step | train loss | validation loss | minutes |
 |---:|---:|---:|---:|
