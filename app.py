@@ -16,11 +16,12 @@ import torch  # noqa: E402
 # (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
-from specdec.ui import build_app, launch_kwargs, preload  # noqa: E402
+from specdec.models import preload  # noqa: E402
+from specdec.ui import build_app, launch_kwargs, warm_up  # noqa: E402
 
 demo = build_app()
 demo.queue(default_concurrency_limit=4, max_size=32)
-preload()   # the bundled pair loads while the page opens
+preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens
 
 if __name__ == "__main__":
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",

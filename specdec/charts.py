@@ -12,27 +12,12 @@ import html
 
 import plotly.graph_objects as go
 
-from .trace import ACCEPTED, REJECTED, UNUSED, Generation, expected_tokens_per_round, visible_token
+from .speed import explain, time_split
+from .trace import LOOKS, PALETTE, Ending, Generation, Status, events, expected_tokens_per_round, visible_token
 
-# ---------------------------------------------------------------- outcomes: colour + second cue
-
-OKABE_ITO = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
-             "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999"}
-
-# kind -> (label, colour, symbol in text, plotly marker symbol)
-OUTCOMES = {
-    "accepted": ("accepted draft", OKABE_ITO["green"], "✓", "square"),
-    "rejected": ("rejected draft", OKABE_ITO["vermillion"], "✗", "x"),
-    "unused": ("unused draft (after a rejection)", OKABE_ITO["grey"], "·", "square-open"),
-    "residual": ("resampled from the residual", OKABE_ITO["blue"], "↺", "circle"),
-    "target": ("sampled from p (adjustment skipped: biased)", OKABE_ITO["purple"], "⚠", "triangle-up"),
-    "greedy": ("argmax of p (greedy match)", OKABE_ITO["yellow"], "=", "diamond"),
-    "bonus": ("bonus token (all drafts accepted)", OKABE_ITO["orange"], "★", "star"),
-}
-END_KINDS = ("residual", "target", "greedy", "bonus")
-HIGHLIGHT = "#000000"
+HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"
-P_COLOUR, Q_COLOUR = OKABE_ITO["blue"], OKABE_ITO["orange"]
+P_COLOUR, Q_COLOUR = PALETTE["blue"], PALETTE["orange"]
 OTHER_LABEL = "everything else"
 
 
@@ -65,30 +50,33 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 # ---------------------------------------------------------------- generated text (HTML)
 
-_STYLE = {
-    "accepted": "background:#009E7326;border-bottom:2px solid #009E73;",
-    "rejected": "color:#D55E00;text-decoration:line-through;text-decoration-thickness:2px;opacity:.85;",
-    "residual": "background:#0072B226;border:1px dashed #0072B2;border-radius:3px;",
-    "target": "background:#CC79A740;border-bottom:3px double #CC79A7;",
-    "greedy": "background:#F0E44260;border-bottom:2px dotted #000;",
-    "bonus": "background:#E69F0033;border-bottom:2px dotted #E69F00;",
-}
+def _span(outcome, text: str, title: str, round_index: int | None) -> str:
+    look = LOOKS[outcome]
+    where = f' data-round="{round_index}"' if round_index is not None else ""
+    return (f'<span class="tok tok-{outcome.value}" data-kind="{outcome.value}"{where} '
+            f'title="{html.escape(title, quote=True)}" style="{look.css}">{html.escape(text)}'
+            f'<sup aria-hidden="true" style="font-size:.65em;color:#333">{look.symbol}</sup></span>')
 
 
-def _span(kind: str, text: str, title: str, round_index: int) -> str:
-    label, _, symbol, _ = OUTCOMES[kind]
-    return (f'<span class="tok tok-{kind}" data-kind="{kind}" data-round="{round_index}" '
-            f'title="{html.escape(title, quote=True)}" style="{_STYLE[kind]}">{html.escape(text)}'
-            f'<sup aria-hidden="true" style="font-size:.65em;color:#333">{symbol}</sup></span>')
+LEGEND = (Status.ACCEPTED, Status.REJECTED, Ending.RESIDUAL, Ending.BIASED_P, Ending.BONUS, Ending.PLAIN)
 
 
-def legend_html(kinds=("accepted", "rejected", "residual", "target", "bonus")) -> str:
-    items = []
-    for kind in kinds:
-        label, _, symbol, _ = OUTCOMES[kind]
-        sample = _span(kind, "tok", label, -1).replace('data-round="-1" ', "")
-        items.append(f'<span style="margin-right:1.2em;white-space:nowrap">{sample} {html.escape(label)}</span>')
+def legend_html(outcomes=LEGEND) -> str:
+    items = [f'<span style="margin-right:1.2em;white-space:nowrap">{_span(o, "tok", LOOKS[o].label, None)} '
+             f'{html.escape(LOOKS[o].label)}</span>' for o in outcomes]
     return '<div class="legend" style="font-size:.85em;margin-bottom:.5em">' + "".join(items) + "</div>"
+
+
+def event_title(gen: Generation, ev) -> str:
+    """What a token's tooltip (and the timeline's hover) says about it, read from the trace."""
+    r = gen.rounds[ev.round]
+    if ev.position is None:
+        prob = r.end_dist.prob(ev.token)
+        return f"round {ev.round + 1}, last token: {LOOKS[ev.outcome].label} (probability {_fmt(prob, 4)})"
+    pos = r.positions[ev.position]
+    test = {Status.ACCEPTED: "<", Status.REJECTED: "≥", Status.UNUSED: "(not tested)"}[pos.status]
+    return (f"round {ev.round + 1}, draft {ev.position + 1}: {pos.status.value} "
+            f"(p={pos.p_draft:.4f}, q={pos.q_draft:.4f}, u={pos.u:.4f} {test} min(1, p/q)={min(1.0, pos.ratio):.4f})")
 
 
 def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
@@ -97,28 +85,15 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
     if gen is None:
         return '<div class="specdec-text" style="color:#666">Run a generation, or import a trace, to see it here.</div>'
     parts = [f'<span class="prompt" style="color:#555">{html.escape(gen.prompt)}</span>']
-    speculative = gen.settings.get("mode", "speculative") == "speculative"
-    if not speculative:   # an autoregressive trace has no rounds
+    if not gen.settings.speculative:   # an autoregressive trace has no rounds
         parts.append(html.escape(gen.text))
-    for r in gen.rounds:
-        chunk = []
-        for k, tok in enumerate(r.emitted):
-            text = gen.token(tok)
-            if k < r.n_accepted:
-                pos = r.positions[k]
-                chunk.append(_span("accepted", text, f"round {r.index + 1}, draft {k + 1}: accepted "
-                                   f"(p={pos.p_draft:.3f}, q={pos.q_draft:.3f}, u={pos.u:.3f})", r.index))
-            else:
-                if r.n_accepted < len(r.positions):
-                    pos = r.positions[r.n_accepted]
-                    chunk.append(_span("rejected", gen.token(pos.draft_token),
-                                       f"round {r.index + 1}, draft {r.n_accepted + 1}: rejected "
-                                       f"(p={pos.p_draft:.3f}, q={pos.q_draft:.3f}, u={pos.u:.3f} ≥ p/q)", r.index))
-                kind = r.end_rule if r.end_rule in OUTCOMES else "residual"
-                chunk.append(_span(kind, text, f"round {r.index + 1}: {OUTCOMES[kind][0]} "
-                                   f"(probability {_fmt(r.end_dist.prob(tok), 3)})", r.index))
-        outline = "outline:2px solid #000;outline-offset:1px;" if r.index == selected_round else ""
-        parts.append(f'<span class="round" data-round="{r.index}" style="{outline}">{"".join(chunk)}</span>')
+    chunks: dict[int, list[str]] = {}
+    for ev in events(gen):
+        if ev.in_text:
+            chunks.setdefault(ev.round, []).append(_span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round))
+    for r, chunk in chunks.items():
+        outline = "outline:2px solid #000;outline-offset:1px;" if r == selected_round else ""
+        parts.append(f'<span class="round" data-round="{r}" style="{outline}">{"".join(chunk)}</span>')
     body = "".join(parts)
     return (legend_html() + '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'
             f'font-family:ui-monospace,monospace;font-size:0.95em">{body}</div>')
@@ -126,44 +101,28 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
 
 # ---------------------------------------------------------------- the timeline
 
-def _end_slot(gen: Generation) -> int:
-    return max([len(r.positions) for r in gen.rounds] + [int(gen.settings.get("gamma", 1) or 1)]) + 1
-
-
 def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.Figure:
     """One column per round, one cell per drafted position (rows 1..γ), the round's last token in
     the top row. One trace per outcome; customdata = [round, position (or -1 for the end token)]."""
     fig = go.Figure()
     if gen is None or not gen.rounds:
         return _empty(fig, "No run yet", height=260)
-    top = _end_slot(gen)
-    cells: dict[str, dict[str, list]] = {k: {"x": [], "y": [], "text": [], "custom": []} for k in OUTCOMES}
-    for r in gen.rounds:
-        for i, pos in enumerate(r.positions):
-            c = cells[pos.status]
-            c["x"].append(r.index + 1)
-            c["y"].append(i + 1)
-            c["custom"].append([r.index, i])
-            c["text"].append(
-                f"round {r.index + 1}, draft {i + 1}: <b>{show_token(gen.token(pos.draft_token))}</b><br>"
-                f"{pos.status}<br>p(x) = {pos.p_draft:.4f}<br>q(x) = {pos.q_draft:.4f}<br>"
-                f"min(1, p/q) = {min(1.0, pos.ratio):.4f}<br>u = {pos.u:.4f}")
-        kind = r.end_rule if r.end_rule in OUTCOMES else "residual"
-        c = cells[kind]
-        c["x"].append(r.index + 1)
-        c["y"].append(top)
-        c["custom"].append([r.index, -1])
-        c["text"].append(
-            f"round {r.index + 1}, end token: <b>{show_token(gen.token(r.end_token))}</b><br>"
-            f"{OUTCOMES[kind][0]}<br>probability {_fmt(r.end_dist.prob(r.end_token))}")
-    for kind, c in cells.items():
+    top = max([len(r.positions) for r in gen.rounds] + [gen.settings.gamma]) + 1
+    cells: dict = {o: {"x": [], "y": [], "text": [], "custom": []} for o in LOOKS}
+    for ev in events(gen):
+        c = cells[ev.outcome]
+        c["x"].append(ev.round + 1)
+        c["y"].append(top if ev.position is None else ev.position + 1)
+        c["custom"].append([ev.round, -1 if ev.position is None else ev.position])
+        c["text"].append(f"<b>{show_token(gen.token(ev.token))}</b><br>" + html.escape(event_title(gen, ev)))
+    for outcome, c in cells.items():
         if not c["x"]:
             continue
-        label, colour, _, symbol = OUTCOMES[kind]
+        look = LOOKS[outcome]
         fig.add_trace(go.Scatter(
-            x=c["x"], y=c["y"], mode="markers", name=label, customdata=c["custom"],
-            hovertext=c["text"], hoverinfo="text", meta=kind,
-            marker=dict(symbol=symbol, size=15, color=colour, line=dict(width=1.5, color=colour))))
+            x=c["x"], y=c["y"], mode="markers", name=look.label, customdata=c["custom"],
+            hovertext=c["text"], hoverinfo="text", meta=outcome.value,
+            marker=dict(symbol=look.marker, size=15, color=look.colour, line=dict(width=1.5, color=look.colour))))
     n = len(gen.rounds)
     if selected is not None and 0 <= selected < n:
         fig.add_shape(type="rect", x0=selected + 0.5, x1=selected + 1.5, y0=0.4, y1=top + 0.6,
@@ -178,18 +137,22 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
     return fig
 
 
-TIMELINE_HEADERS = ["round", "drafted", "accepted", "tested statuses", "ended by", "end token",
+TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
                     "emitted text", "draft s", "verify s"]
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
-    """The timeline as a table: one row per round."""
+    """The timeline as a table: one row per round, each draft shown with its outcome's symbol."""
     if gen is None:
         return []
-    marks = {ACCEPTED: "✓", REJECTED: "✗", UNUSED: "·"}
-    return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(marks[p.status] for p in r.positions),
-             OUTCOMES.get(r.end_rule, (r.end_rule,))[0], gen.token(r.end_token),
-             "".join(gen.token(t) for t in r.emitted), round(r.draft_seconds, 4), round(r.verify_seconds, 4)]
+    drafts: dict[int, list[str]] = {}
+    for ev in events(gen):
+        if ev.position is not None:
+            drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + visible_token(gen.token(ev.token)))
+    return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
+             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", visible_token(gen.token(r.end_token)),
+             visible_token("".join(gen.token(t) for t in r.emitted)), round(r.draft_seconds, 4),
+             round(r.verify_seconds, 4)]
             for r in gen.rounds]
 
 
@@ -211,19 +174,9 @@ def _position(gen: Generation, round_index: int, position: int | None):
 
 
 def pq_view(pos) -> tuple[list[int], list[float], list[float], float, float]:
-    """(ids, p, q, p_rest, q_rest) of a drafted position, always including the drafted token.
-
-    The trace keeps the union of p's and q's top tokens; a draft sampled from q's tail may lie
-    outside it. Its exact p(x), q(x) are in the trace, so it gets its own bar and is taken out of
-    'everything else' (rest - p(x)), which keeps every bar equal to the trace's numbers."""
-    ids, p, q = list(pos.p.ids), list(pos.p.probs), list(pos.q.probs)
-    p_rest, q_rest = pos.p.rest, pos.q.rest
-    if pos.draft_token not in ids:
-        ids.append(pos.draft_token)
-        p.append(pos.p_draft)
-        q.append(pos.q_draft)
-        p_rest, q_rest = max(0.0, p_rest - pos.p_draft), max(0.0, q_rest - pos.q_draft)
-    return ids, p, q, p_rest, q_rest
+    """(ids, p, q, p_rest, q_rest) of a drafted position. The decoder always keeps the drafted
+    token among the ids, so its bars are exactly the trace's p(x) and q(x)."""
+    return list(pos.p.ids), list(pos.p.probs), list(pos.q.probs), pos.p.rest, pos.q.rest
 
 
 def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> go.Figure:
@@ -282,11 +235,13 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
     if pos is None:
         return _empty(fig, f"Round {r.index + 1} drafted nothing: no test", height=220)
     threshold = min(1.0, pos.ratio)
-    verdict = {ACCEPTED: f"ACCEPTED ✓ (u = {pos.u:.3f} < {threshold:.3f})",
-               REJECTED: f"REJECTED ✗ (u = {pos.u:.3f} ≥ {threshold:.3f})",
-               UNUSED: f"NOT TESTED · (an earlier draft was rejected; u = {pos.u:.3f} was drawn but unused)"}[pos.status]
+    symbol = LOOKS[pos.status].symbol
+    verdict = {Status.ACCEPTED: f"ACCEPTED {symbol} (u = {pos.u:.3f} < {threshold:.3f})",
+               Status.REJECTED: f"REJECTED {symbol} (u = {pos.u:.3f} ≥ {threshold:.3f})",
+               Status.UNUSED: f"NOT TESTED {symbol} (an earlier draft was rejected; u = {pos.u:.3f} was drawn "
+                              "but unused)"}[pos.status]
     fig.add_trace(go.Bar(x=[threshold], y=["test"], orientation="h", name="min(1, p(x)/q(x))",
-                         marker=dict(color=OKABE_ITO["green"], pattern=dict(shape="/")),
+                         marker=dict(color=LOOKS[Status.ACCEPTED].colour, pattern=dict(shape="/")),
                          hovertemplate="min(1, p/q) = %{x:.4f}<extra></extra>"))
     fig.add_trace(go.Bar(x=[1.0 - threshold], y=["test"], orientation="h", name="rejection zone",
                          base=[threshold], marker=dict(color="rgba(213,94,0,0.25)"),
@@ -319,8 +274,9 @@ def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
     """How the round's last token was drawn.
 
     residual: p − q with the negative part clamped (faded), the normalised residual (= end_dist);
-    target (adjustment skipped): p used as-is, with a warning that this is biased;
-    bonus: p at position γ+1. The drawn token is outlined in every case.
+    biased p (adjustment skipped): p used as-is, with a warning that this is biased;
+    bonus / plain step / greedy: the distribution used. The drawn token is outlined in every case
+    (the decoder always keeps it among the stored ids).
     """
     fig = go.Figure()
     if gen is None or not gen.rounds:
@@ -328,52 +284,50 @@ def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
     r = gen.rounds[round_index]
     d = r.end_dist
     labels = _labels(gen, d.ids) + [OTHER_LABEL]
-    drawn = d.ids.index(r.end_token) if r.end_token in d.ids else None
+    drawn = d.ids.index(r.end_token)
     widths = [3 if k == drawn else 0 for k in range(len(labels))]
     token = show_token(gen.token(r.end_token))
-    kind = r.end_rule
-    if kind == "residual" and r.end_q is not None:
+    look = LOOKS[r.ending]
+    if r.ending is Ending.RESIDUAL:
         diff = [p - q for p, q in zip(r.end_p.probs, r.end_q.probs)]
         fig.add_trace(go.Bar(x=labels[:-1], y=[max(0.0, v) for v in diff], name="max(0, p − q)",
-                             marker=dict(color=OKABE_ITO["vermillion"]),
+                             marker=dict(color=LOOKS[Status.REJECTED].colour),
                              hovertemplate="%{x}<br>max(0, p − q) = %{y:.4f}<extra></extra>"))
         fig.add_trace(go.Bar(x=labels[:-1], y=[min(0.0, v) for v in diff], name="p − q < 0 (clamped to 0)",
                              marker=dict(color=FADED), hovertemplate="%{x}<br>p − q = %{y:.4f} → 0<extra></extra>"))
         fig.add_trace(go.Bar(x=labels, y=list(d.probs) + [d.rest], name="normalised residual (sampled)",
-                             marker=dict(color=OKABE_ITO["blue"], line=dict(color=HIGHLIGHT, width=widths),
+                             marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
                                          pattern=dict(shape="x")),
                              hovertemplate="%{x}<br>residual = %{y:.4f}<extra></extra>"))
         title = (f"Round {r.index + 1}: draft {r.n_accepted + 1} rejected → resampled <b>{token}</b> from "
                  f"norm(max(0, p − q)); mass of max(0, p − q) = {_fmt(r.residual_mass, 3)}")
-    elif kind == "target":
+    elif r.ending is Ending.BIASED_P:
         fig.add_trace(go.Bar(x=labels, y=list(d.probs) + [d.rest], name="p (used instead of the residual: biased)",
-                             marker=dict(color=OKABE_ITO["purple"], line=dict(color=HIGHLIGHT, width=widths),
+                             marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
                                          pattern=dict(shape="\\")),
                              hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
-        if r.end_q is not None:
-            fig.add_trace(go.Bar(x=labels[:-1], y=list(r.end_q.probs), name="q (ignored)",
-                                 marker=dict(color=FADED), hovertemplate="%{x}<br>q = %{y:.4f}<extra></extra>"))
-        title = (f"⚠ BIASED: round {r.index + 1}: draft {r.n_accepted + 1} rejected → sampled <b>{token}</b> from p, "
-                 "not from the residual (adjustment skipped)")
-        fig.add_annotation(text="⚠ Adjustment skipped: tokens q over-proposes are now too likely. "
+        fig.add_trace(go.Bar(x=labels[:-1], y=list(r.end_q.probs), name="q (ignored)",
+                             marker=dict(color=FADED), hovertemplate="%{x}<br>q = %{y:.4f}<extra></extra>"))
+        title = (f"{look.symbol} BIASED: round {r.index + 1}: draft {r.n_accepted + 1} rejected → sampled "
+                 f"<b>{token}</b> from p, not from the residual (adjustment skipped)")
+        fig.add_annotation(text=f"{look.symbol} Adjustment skipped: tokens q over-proposes are now too likely. "
                                 "The output no longer follows p.", xref="paper", yref="paper", x=0, y=1.02,
-                           xanchor="left", yanchor="bottom", showarrow=False, bgcolor="#CC79A7", font=dict(color="white", size=12))
+                           xanchor="left", yanchor="bottom", showarrow=False, bgcolor=look.colour,
+                           font=dict(color="white", size=12))
     else:
-        name = "p at position γ+1 (bonus)" if kind == "bonus" else f"distribution used ({kind})"
+        name = {Ending.BONUS: "p at position γ+1 (bonus)", Ending.PLAIN: "p (plain target step)",
+                Ending.GREEDY: "argmax of p (greedy match)"}[r.ending]
         fig.add_trace(go.Bar(x=labels, y=list(d.probs) + [d.rest], name=name,
-                             marker=dict(color=OUTCOMES.get(kind, OUTCOMES["bonus"])[1],
-                                         line=dict(color=HIGHLIGHT, width=widths), pattern=dict(shape=".")),
+                             marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
+                                         pattern=dict(shape=".")),
                              hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
-        if kind == "bonus":
-            title = (f"Round {r.index + 1}: all {len(r.positions)} drafts accepted → bonus token <b>{token}</b> "
-                     f"drawn from p at position {len(r.positions) + 1}")
-        else:
-            title = f"Round {r.index + 1}: end token <b>{token}</b> ({kind})"
-    if drawn is not None:
-        fig.add_annotation(x=labels[drawn], y=d.probs[drawn], text="drawn", showarrow=True, arrowhead=2, ay=-30)
-    else:   # drawn from the tail: the trace keeps only the top tokens, so it is inside "everything else"
-        fig.add_annotation(x=OTHER_LABEL, y=d.rest, text=f"drawn: {token} (in the tail)", showarrow=True,
-                           arrowhead=2, ay=-30)
+        title = {Ending.BONUS: f"Round {r.index + 1}: all {len(r.positions)} drafts accepted → bonus token "
+                               f"<b>{token}</b> drawn from p at position {len(r.positions) + 1}",
+                 Ending.PLAIN: f"Round {r.index + 1}: nothing was drafted → one plain target step drew "
+                               f"<b>{token}</b> from p",
+                 Ending.GREEDY: f"Round {r.index + 1}: draft {r.n_accepted + 1} did not match → "
+                                f"<b>{token}</b>, the argmax of p"}[r.ending]
+    fig.add_annotation(x=labels[drawn], y=d.probs[drawn], text="drawn", showarrow=True, arrowhead=2, ay=-30)
     fig.update_layout(barmode="group", height=420, margin=dict(l=50, r=10, t=80, b=40),
                       title=dict(text=title, font=dict(size=13)), yaxis=dict(title="probability"),
                       xaxis=dict(tickangle=-45), legend=dict(orientation="h", y=-0.45, x=0))
@@ -408,7 +362,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
     if gen is None:
         return "_No run yet._"
     s = gen.stats
-    gamma = int(gen.settings.get("gamma") or 1)
+    gamma = gen.settings.gamma
     predicted = expected_tokens_per_round(s.acceptance_rate, gamma)
     lines = [
         "| metric | measured | theory |", "|---|---|---|",
@@ -423,10 +377,48 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| wall time | {s.wall_seconds:.2f} s (draft {s.draft_seconds:.2f} s, verify {s.verify_seconds:.2f} s) | |",
     ]
     if ar is not None:
-        speedup = ar.stats.wall_seconds / s.wall_seconds if s.wall_seconds else 0.0
-        lines.append(f"| autoregressive run (same settings) | {ar.stats.wall_seconds:.2f} s, "
-                     f"{ar.stats.target_forwards} target forwards | measured speedup **{speedup:.2f}×** |")
+        story = explain(s, ar.stats)
+        lines += [
+            f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
+            f"{ar.stats.target_forwards} target forwards | |",
+            f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
+            f"**{story.measured:.2f}×** | "
+            f"predicted from this run's costs and α: **{story.predicted:.2f}×** |",
+        ]
+        lines.append("")
+        lines.append(story.sentence)
     head = "**Running…** " if running else ""
-    if gen.settings.get("skip_adjustment"):
+    if gen.settings.skip_adjustment:
         head += "⚠ **Residual adjustment skipped: this run is biased** (its output does not follow p). "
     return head + "\n" + "\n".join(lines)
+
+
+# ---------------------------------------------------------------- where the time went
+
+TIME_PARTS = (("drafting", "draft forwards (and drafting)", PALETTE["orange"], "/"),
+              ("target", "target forwards (verify)", PALETTE["blue"], ""),
+              ("other", "everything else (sampling, bookkeeping, trace)", PALETTE["grey"], "."))
+
+
+def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
+    """Where the time went: one stacked bar per run (speculative, autoregressive), milliseconds per
+    generated token, split into drafting, target forwards and everything else."""
+    fig = go.Figure()
+    if gen is None or ar is None:
+        return _empty(fig, "Tick “compare with autoregressive” and Run to see where the time went", height=220)
+    runs = [("speculative", gen.stats), ("autoregressive", ar.stats)]
+    splits = [(name, time_split(st), max(st.new_tokens, 1)) for name, st in runs]
+    for key, label, colour, shape in TIME_PARTS:
+        values = [1000 * getattr(split, key) / n for _, split, n in splits]
+        fig.add_trace(go.Bar(y=[name for name, _, _ in splits], x=values, name=label, orientation="h",
+                             marker=dict(color=colour, pattern=dict(shape=shape)), meta=key,
+                             text=[f"{v:.2f}" for v in values], textposition="inside",
+                             hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
+    story = explain(gen.stats, ar.stats)
+    fig.update_layout(
+        barmode="stack", height=240, margin=dict(l=110, r=20, t=50, b=70),
+        title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "
+                        f"predicted {story.predicted:.2f}×", font=dict(size=13)),
+        xaxis=dict(title="milliseconds per generated token"), yaxis=dict(autorange="reversed"),
+        legend=dict(orientation="h", y=-0.45, x=0))
+    return fig

@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 
 from .sampling import SamplingConfig, logits_to_probs, sample
+from .settings import DRAFTERS
 
 
 class Drafter(Protocol):
@@ -42,11 +43,7 @@ class KVCache:
         longest common prefix (tokens rejected in an earlier round are dropped here).
         """
         tokens = context + extra
-        keep = 0
-        for a, b in zip(self.ids, tokens):
-            if a != b:
-                break
-            keep += 1
+        keep = common_prefix(self.ids, tokens)
         keep = min(keep, len(tokens) - len(extra) - 1)   # always feed context[-1] to get its logits
         if keep < len(self.ids):
             self.cache.crop(keep - len(self.ids))         # transformers 5: negative = drop that many
@@ -56,6 +53,22 @@ class KVCache:
         out = self.model(torch.tensor([feed], device=device), past_key_values=self.cache, use_cache=True)
         self.ids = tokens
         return out.logits[0, -(len(extra) + 1):]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix. The usual case, `a` a prefix of `b`, is one list
+    comparison in C: this runs before every forward, so it must not walk the context in Python."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n   # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisect on slice equality
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class ModelDrafter:
@@ -69,7 +82,7 @@ class ModelDrafter:
         self.cache = KVCache(model)
         self.forwards = 0
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def propose(self, context, gamma, sampling, generator):
         drafts: list[int] = []
         rows = []
@@ -127,3 +140,12 @@ def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     if logits.shape[-1] < vocab_size:
         raise ValueError(f"logits have {logits.shape[-1]} entries, fewer than the pair's {vocab_size}")
     return logits[..., :vocab_size]
+
+
+def make_drafter(name: str, pair) -> Drafter:
+    """The drafter a run names (see `settings.DRAFTERS`), over the pair's shared vocabulary."""
+    if name == "ngram":
+        return NgramDrafter(pair.vocab_size)
+    if name == "model":
+        return ModelDrafter(pair.draft, pair.vocab_size)
+    raise ValueError(f"unknown drafter {name!r}: choose one of {', '.join(map(repr, DRAFTERS))}")

@@ -64,6 +64,7 @@ class ModelPair:
         # A fast tokenizer is not safe to share between threads ("Already borrowed"), and the
         # app serves several requests at once from one loaded pair.
         self._tokenizer_lock = threading.Lock()
+        self._token_text: dict[int, str] = {}   # id -> its own text, filled as runs ask for ids
         sizes = [_logit_size(target)] + ([_logit_size(draft)] if draft is not None else [])
         # Models of one family often pad their embedding matrices differently (151936 vs 152064
         # rows for Qwen2.5's 151665-token tokenizer). The pair's vocabulary is the ids that exist
@@ -93,12 +94,15 @@ class ModelPair:
             return self.tokenizer.decode(ids)
 
     def token_texts(self, ids) -> dict[int, str]:
-        """Each id's own text (as it would appear in the output), for the trace."""
-        ids = sorted(int(i) for i in ids)
+        """Each id's own text (as it would appear in the output), for the trace. Cached: a run
+        asks for the same few hundred ids round after round."""
+        ids = {int(i) for i in ids}
         if self.tokenizer is None:
             return {i: f"<{i}>" for i in ids}
         with self._tokenizer_lock:
-            return {i: self.tokenizer.decode([i]) for i in ids}
+            for i in ids - self._token_text.keys():
+                self._token_text[i] = self.tokenizer.decode([i])
+            return {i: self._token_text[i] for i in ids}
 
     def describe(self) -> dict:
         return {"label": self.label, "target": self.target_name, "draft": self.draft_name,
@@ -204,3 +208,51 @@ def _in_hub_cache(*names: str) -> bool:
     except ImportError:
         return False
     return all(isinstance(try_to_load_from_cache(n, "config.json"), str) for n in names)
+
+
+# ---------------------------------------------------------------- pairs loaded once per process
+
+_LOADED: dict[str, ModelPair] = {}
+_LOADING = threading.Lock()
+
+
+def get_pair(key: str = BUNDLED) -> ModelPair:
+    """The pair of a preset key, loaded on first use and shared (read-only) by every request."""
+    if key not in PRESETS:
+        raise ModelLoadError(f"unknown model pair {key!r}; choose one of: {', '.join(PRESETS)}")
+    with _LOADING:
+        if key not in _LOADED:
+            _LOADED[key] = load_pair(preset=key)
+        return _LOADED[key]
+
+
+def is_loaded(key: str) -> bool:
+    return key in _LOADED
+
+
+def preload(key: str = BUNDLED, then=None) -> threading.Thread:
+    """Load a pair in the background at start-up so the first request does not wait for it;
+    `then(pair)` runs after loading (the app warms the decoders up with it)."""
+    def work():
+        try:
+            pair = get_pair(key)
+        except ModelLoadError:
+            return   # reported when a request asks for it
+        if then is not None:
+            then(pair)
+    thread = threading.Thread(target=work, daemon=True, name="specdec-preload")
+    thread.start()
+    return thread
+
+
+def context_of(key: str) -> int | None:
+    """A preset's context length from its config file, without loading the weights (for the
+    app's max-new-tokens slider); None when unknown (hub pairs before they load)."""
+    import json
+
+    preset = PRESETS.get(key)
+    try:
+        cfg = json.loads((Path(preset.target) / "config.json").read_text())
+        return int(cfg.get("max_position_embeddings") or cfg.get("n_positions"))
+    except (AttributeError, OSError, ValueError, TypeError):
+        return None

@@ -124,12 +124,6 @@ class Rule(str, Enum):
     GREEDY_MATCH = "greedy_match"      # accept if draft == argmax p, else emit argmax p
 
 
-# How the token that ends a round was produced.
-END_RESIDUAL = "residual"   # first rejection, drawn from norm(max(0, p - q))
-END_TARGET = "target"       # first rejection, drawn from p because the adjustment was skipped
-END_GREEDY = "greedy"       # first rejection under GREEDY_MATCH: argmax p
-END_BONUS = "bonus"         # every draft accepted: drawn from p at position gamma + 1
-
 
 @dataclass
 class Verdict:
@@ -189,13 +183,6 @@ def verify(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tens
         end_dist = p_end
     end_token = sample(end_dist, generator)
     return Verdict(p_draft, q_draft, ratio, accepted, n_accepted, rejected, end_dist, end_token)
-
-
-def end_rule(rejected: bool, rule: Rule) -> str:
-    """Name of the way a round's last token was produced (for the trace and the charts)."""
-    if not rejected:
-        return END_BONUS
-    return {Rule.EXACT: END_RESIDUAL, Rule.GREEDY_MATCH: END_GREEDY}.get(rule, END_TARGET)
 
 
 # ---------------------------------------------------------------- closed forms

@@ -10,17 +10,87 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Iterator
 
 import torch
 
+from .sampling import Rule
+from .settings import RunSettings
+
 SCHEMA = "specdec.trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READS_VERSIONS = (1, 2)
 TOP_N = 20   # tokens kept per distribution (the union of p's and q's top-N at a drafted position)
 
-# Status of a drafted position.
-ACCEPTED = "accepted"
-REJECTED = "rejected"
-UNUSED = "unused"      # drafted after the first rejection: never tested, thrown away
+
+# ---------------------------------------------------------------- the outcome vocabulary
+
+class Status(str, Enum):
+    """What happened to one drafted token."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    UNUSED = "unused"      # drafted after the first rejection: never tested, thrown away
+
+
+class Ending(str, Enum):
+    """How a round's last token was produced."""
+
+    RESIDUAL = "residual"  # first rejection: drawn from norm(max(0, p - q))
+    BIASED_P = "biased_p"  # first rejection: drawn from p, the adjustment skipped (biased)
+    GREEDY = "greedy"      # first rejection under greedy match: argmax p
+    BONUS = "bonus"        # every draft accepted: drawn from p at position gamma + 1
+    PLAIN = "plain"        # the round drafted nothing: one plain target step, drawn from p
+
+    @classmethod
+    def of(cls, drafted: int, rejected: bool, rule: Rule) -> "Ending":
+        if drafted == 0:
+            return cls.PLAIN
+        if not rejected:
+            return cls.BONUS
+        return {Rule.EXACT: cls.RESIDUAL, Rule.GREEDY_MATCH: cls.GREEDY}.get(rule, cls.BIASED_P)
+
+
+Outcome = Status | Ending
+
+# Okabe-Ito: a palette that colour-blind readers can tell apart.
+PALETTE = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
+           "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+           "black": "#000000"}
+
+
+@dataclass(frozen=True)
+class Look:
+    """How one outcome is shown everywhere: colour is never the only cue (symbol, line, marker)."""
+
+    label: str     # what the legend says
+    symbol: str    # the mark after the token, in the app and in the terminal
+    colour: str    # a PALETTE colour
+    marker: str    # Plotly marker symbol (timeline)
+    css: str       # the token's style in the app's text
+    ansi: str      # SGR code for the terminal
+
+
+LOOKS: dict[Outcome, Look] = {
+    Status.ACCEPTED: Look("accepted draft", "✓", PALETTE["green"], "square",
+                          "background:#009E7326;border-bottom:2px solid #009E73;", "32"),
+    Status.REJECTED: Look("rejected draft (struck through)", "✗", PALETTE["vermillion"], "x",
+                          "color:#D55E00;text-decoration:line-through;text-decoration-thickness:2px;opacity:.85;",
+                          "31;9"),
+    Status.UNUSED: Look("unused draft (after a rejection)", "·", PALETTE["grey"], "square-open",
+                        "color:#777;", "90"),
+    Ending.RESIDUAL: Look("resampled from the residual", "↺", PALETTE["blue"], "circle",
+                          "background:#0072B226;border:1px dashed #0072B2;border-radius:3px;", "34"),
+    Ending.BIASED_P: Look("sampled from p (adjustment skipped: biased)", "⚠", PALETTE["purple"], "triangle-up",
+                          "background:#CC79A740;border-bottom:3px double #CC79A7;", "35"),
+    Ending.GREEDY: Look("argmax of p (greedy match)", "=", PALETTE["yellow"], "diamond",
+                        "background:#F0E44260;border-bottom:2px dotted #000;", "33"),
+    Ending.BONUS: Look("bonus token (all drafts accepted)", "★", PALETTE["orange"], "star",
+                       "background:#E69F0033;border-bottom:2px dotted #E69F00;", "36"),
+    Ending.PLAIN: Look("plain target step (nothing drafted)", "○", PALETTE["sky"], "circle-open",
+                       "background:#56B4E926;border-bottom:1px solid #56B4E9;", "94"),
+}
 
 
 @dataclass
@@ -40,27 +110,48 @@ class Dist:
             return None
 
 
-def sparse(dist: torch.Tensor, ids=None, n: int = TOP_N) -> Dist:
-    """Keep `ids` (default: the top-n of `dist`) and the exact mass of the rest.
+def sparse(dist: torch.Tensor, ids: list[int], total: float | None = None) -> Dist:
+    """Keep the probabilities of `ids` and the exact mass of the rest.
 
-    rest = (float64 sum of the whole row) - (exact sum of the kept values, math.fsum): the mass
-    outside the kept ids up to float64 rounding, without materialising a mask over the vocabulary.
+    rest = (float64 sum of the whole row, `total` when the caller has it) - (exact sum of the
+    kept values, math.fsum): the mass outside the kept ids up to float64 rounding, without
+    materialising a mask over the vocabulary.
     """
-    dist = dist.detach().float().cpu()
-    if ids is None:
-        ids = torch.topk(dist, min(n, dist.numel())).indices
-    ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
     probs = dist[ids].tolist()
-    return Dist(ids=ids, probs=probs, rest=max(0.0, float(dist.double().sum()) - math.fsum(probs)))
+    if total is None:
+        total = float(dist.double().sum())
+    return Dist(ids=list(ids), probs=probs, rest=max(0.0, total - math.fsum(probs)))
 
 
-def union_top(p: torch.Tensor, q: torch.Tensor, n: int = TOP_N, also=()) -> list[int]:
-    """Ids of the top-n of p and of q (plus `also`, e.g. the drafted token), ordered by p then q,
-    for a side-by-side p/q view."""
-    k = min(n, p.numel())
-    ids = sorted(set(torch.topk(p, k).indices.tolist()) | set(torch.topk(q, k).indices.tolist()) | set(also))
-    pv, qv = p[ids].tolist(), q[ids].tolist()
-    return [i for _, _, i in sorted(zip(pv, qv, ids), key=lambda t: (-t[0], -t[1]))]
+def keep_top(a: torch.Tensor, b: torch.Tensor, extra: torch.Tensor, n: int = TOP_N
+             ) -> list[tuple[list[int], list[float], list[float]]]:
+    """For each row: the ids to store (the top-n of `a`, the top-n of `b` and the row's `extra`
+    token), ordered by a then b (both descending, ties by id), with a's and b's values there.
+
+    a, b: [R, V] rows of one position (p and q, or the drawn distribution and p); extra: [R].
+    Tokens with no mass in either row are left out (at temperature 0 or under top-k a row has
+    fewer than n tokens worth showing), except `extra`. All rows at once, in a few tensor ops:
+    the decoder calls this every round.
+    """
+    k = min(n, a.shape[-1])
+    extra = extra.long().reshape(-1, 1)
+    cand = torch.cat([a.topk(k).indices, b.topk(k).indices, extra], dim=1).sort(dim=1).values
+    av, bv = a.gather(1, cand), b.gather(1, cand)
+    drop = torch.zeros_like(cand, dtype=torch.bool)
+    drop[:, 1:] = cand[:, 1:] == cand[:, :-1]                      # duplicates
+    drop |= (av <= 0) & (bv <= 0) & (cand != extra)                 # no mass anywhere
+    key_b = torch.where(drop, torch.inf, -bv)
+    order = key_b.sort(dim=1, stable=True).indices                  # by b, ties by id
+    key_a = torch.where(drop, torch.inf, -av).gather(1, order)
+    order = order.gather(1, key_a.sort(dim=1, stable=True).indices)  # then by a
+    counts = (~drop).sum(1).tolist()
+    rows = zip(cand.gather(1, order).tolist(), av.gather(1, order).tolist(), bv.gather(1, order).tolist(), counts)
+    return [(ids[:c], x[:c], y[:c]) for ids, x, y, c in rows]
+
+
+def dist(ids: list[int], probs: list[float], total: float) -> Dist:
+    """A Dist from kept values and the row's float64 total: rest = total - fsum(kept)."""
+    return Dist(ids=ids, probs=probs, rest=max(0.0, total - math.fsum(probs)))
 
 
 @dataclass
@@ -72,7 +163,7 @@ class Position:
     q_draft: float      # q(x): draft probability of the drafted token
     ratio: float        # p(x) / q(x)
     u: float            # the uniform draw it was tested against (drawn even if unused)
-    status: str         # accepted | rejected | unused
+    status: Status
     beta: float         # sum(min(p, q)) over the whole vocabulary: expected acceptance here
     p: Dist             # p and q over the same ids: the union of their top-N
     q: Dist
@@ -87,11 +178,11 @@ class Round:
     gamma: int                  # drafts proposed this round (may be < the setting near the end)
     positions: list[Position]
     n_accepted: int
-    end_rule: str               # residual | target | greedy | bonus (see sampling.END_*)
+    ending: Ending              # how the last token was produced
     end_token: int
     end_dist: Dist              # the distribution the end token was drawn from
     end_p: Dist                 # p at the end position (same ids as end_dist)
-    end_q: Dist | None          # q at the end position (None for a bonus token)
+    end_q: Dist | None          # q at the end position (None when no draft was rejected)
     residual_mass: float | None  # sum(max(0, p - q)) at the rejected position, before normalising
     emitted: list[int]          # tokens this round added to the output (cut at EOS / max_new_tokens)
     draft_seconds: float
@@ -111,8 +202,9 @@ class Stats:
     tokens_per_target_forward: float = 0.0
     target_forwards: int = 0
     draft_forwards: int = 0
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
+    draft_seconds: float = 0.0            # in the drafter (its forwards and sampling)
+    verify_seconds: float = 0.0           # in the target's forwards and the verify step
+                                          # (autoregressive: in its target steps)
     wall_seconds: float = 0.0
     stopped: str = ""           # max_new_tokens | eos
 
@@ -125,7 +217,7 @@ class Generation:
     text: str                   # generated text only
     rounds: list[Round]
     stats: Stats
-    settings: dict              # gamma, max_new_tokens, sampling, seed, skip_adjustment, drafter, mode
+    settings: RunSettings
     models: dict                # target, draft, device, dtype
     token_text: dict[int, str] = field(default_factory=dict)   # id -> text, for every id in the trace
     eos_token_id: int | None = None
@@ -133,6 +225,7 @@ class Generation:
     # -------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["settings"] = self.settings.to_dict()
         d["token_text"] = {str(k): v for k, v in self.token_text.items()}
         return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
 
@@ -143,24 +236,19 @@ class Generation:
     def from_dict(cls, d: dict) -> "Generation":
         if d.get("schema") != SCHEMA:
             raise ValueError("not a specdec trace (missing schema 'specdec.trace')")
-        if d.get("version") != SCHEMA_VERSION:
-            raise ValueError(f"trace schema version {d.get('version')} is not supported "
-                             f"(this specdec reads version {SCHEMA_VERSION})")
+        if d.get("version") not in READS_VERSIONS:
+            raise ValueError(f"trace schema version {d.get('version')!r} is not supported "
+                             f"(this specdec reads versions {', '.join(map(str, READS_VERSIONS))})")
         try:
-            rounds = []
-            for r in d["rounds"]:
-                positions = [Position(**{**pos, "p": Dist(**pos["p"]), "q": Dist(**pos["q"])})
-                             for pos in r["positions"]]
-                rounds.append(Round(**{
-                    **r, "positions": positions, "end_dist": Dist(**r["end_dist"]),
-                    "end_p": Dist(**r["end_p"]),
-                    "end_q": Dist(**r["end_q"]) if r.get("end_q") else None}))
+            rounds = [_round_from_dict(r) for r in d["rounds"]]
             known = {f.name for f in fields(cls)}
             body = {k: v for k, v in d.items() if k in known}
-            body.update(rounds=rounds, stats=Stats(**d["stats"]),
+            body.update(rounds=rounds, stats=Stats(**d["stats"]), settings=RunSettings.from_dict(d["settings"]),
                         token_text={int(k): v for k, v in d.get("token_text", {}).items()})
             return cls(**body)
-        except (KeyError, TypeError) as err:
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"malformed specdec trace: {err}") from None
+        except ValueError as err:   # an unknown status, ending or rule names itself
             raise ValueError(f"malformed specdec trace: {err}") from None
 
     @classmethod
@@ -178,11 +266,63 @@ class Generation:
         return self.token_text.get(token_id, f"<{token_id}>")
 
 
+# Schema 1 called the biased ending "target" and stored no ending for a round that drafted nothing.
+_LEGACY_ENDINGS = {"target": Ending.BIASED_P.value}
+
+
+def _round_from_dict(r: dict) -> Round:
+    r = dict(r)
+    ending = r.pop("ending", None) or _LEGACY_ENDINGS.get(r.get("end_rule"), r.get("end_rule"))
+    r.pop("end_rule", None)
+    if not r["positions"] and ending == Ending.BONUS.value:
+        ending = Ending.PLAIN.value
+    positions = [Position(**{**pos, "status": Status(pos["status"]), "p": Dist(**pos["p"]),
+                             "q": Dist(**pos["q"])}) for pos in r["positions"]]
+    # The decoder keeps every drafted and every drawn token among the stored ids, and p and q over
+    # the same ids: the views rely on it, so a trace that breaks it is refused, not drawn.
+    for i, pos in enumerate(positions):
+        if pos.p.ids != pos.q.ids or pos.draft_token not in pos.p.ids:
+            raise ValueError(f"round {r.get('index')}, draft {i + 1}: the drafted token and p, q over the same "
+                             "ids must be stored")
+    if r["end_token"] not in r["end_dist"]["ids"]:
+        raise ValueError(f"round {r.get('index')}: the drawn token must be among the stored ids")
+    return Round(**{**r, "positions": positions, "ending": Ending(ending), "end_dist": Dist(**r["end_dist"]),
+                    "end_p": Dist(**r["end_p"]), "end_q": Dist(**r["end_q"]) if r.get("end_q") else None})
+
+
+# ---------------------------------------------------------------- the walk every view shares
+
+@dataclass(frozen=True)
+class Event:
+    """One token of a run as the views show it, in emission order."""
+
+    outcome: Outcome
+    token: int
+    round: int
+    position: int | None   # the drafted position, or None for the round's last token
+    emitted: bool          # part of the generated text
+    in_text: bool          # shown in the text: emitted, or the rejected draft where it was proposed
+
+
+def events(gen: Generation) -> Iterator[Event]:
+    """Every drafted token and every round's last token, round by round: the accepted drafts,
+    the rejected one, the unused ones, then the token that ended the round. A round cut short
+    (EOS among the accepted drafts, or max_new_tokens) emits fewer tokens than it decided."""
+    for r in gen.rounds:
+        n_emitted = len(r.emitted)
+        end_emitted = n_emitted > r.n_accepted
+        for i, pos in enumerate(r.positions):
+            emitted = pos.status is Status.ACCEPTED and i < n_emitted
+            shown = emitted or (pos.status is Status.REJECTED and end_emitted)
+            yield Event(pos.status, pos.draft_token, r.index, i, emitted, shown)
+        yield Event(r.ending, r.end_token, r.index, None, end_emitted, end_emitted)
+
+
 def summarize(rounds: list[Round], new_tokens: int, target_forwards: int, draft_forwards: int,
               wall_seconds: float, stopped: str) -> Stats:
     """The run statistics, all derived from the rounds (so an imported trace can be checked)."""
-    tested = [pos for r in rounds for pos in r.positions if pos.status != UNUSED]
-    accepted = sum(pos.status == ACCEPTED for pos in tested)
+    tested = [pos for r in rounds for pos in r.positions if pos.status is not Status.UNUSED]
+    accepted = sum(pos.status is Status.ACCEPTED for pos in tested)
     drafted = sum(len(r.positions) for r in rounds)
     return Stats(
         new_tokens=new_tokens, rounds=len(rounds), drafted=drafted, tested=len(tested),
@@ -201,6 +341,14 @@ def visible_token(text: str) -> str:
     """A token's text with spaces, newlines and tabs made visible (for labels and tables)."""
     shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
     return shown or "∅"
+
+
+def speedup(run: Stats, baseline: Stats) -> float:
+    """How many times faster `run` made tokens than `baseline`: a ratio of token rates, so two
+    runs that stopped at different lengths (EOS) still compare fairly. 0 when either is empty."""
+    if not (run.wall_seconds and baseline.wall_seconds and run.new_tokens and baseline.new_tokens):
+        return 0.0
+    return (run.new_tokens / run.wall_seconds) / (baseline.new_tokens / baseline.wall_seconds)
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:

@@ -101,12 +101,12 @@ def test_default_run_renders_text_timeline_and_step_charts(page):
     wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
     # The text: every generated token is a marked span, with a legend.
     kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")
-    assert kinds and set(kinds) <= {"accepted", "rejected", "residual", "bonus"}
+    assert kinds and set(kinds) <= {"accepted", "rejected", "residual", "bonus", "plain"}
     assert "accepted" in kinds
     assert page.locator("#token-text .legend").count() == 1
     # The timeline: one cell per drafted position plus one end token per round.
     timeline = plot_data(page, "timeline")
-    ends = [t for t in timeline if t["meta"] in ("residual", "target", "bonus", "greedy")]
+    ends = [t for t in timeline if t["meta"] in ("residual", "biased_p", "bonus", "greedy", "plain")]
     n_rounds = sum(len(t["x"]) for t in ends)
     assert n_rounds >= 2
     assert sorted({x for t in ends for x in t["x"]}) == list(range(1, n_rounds + 1))
@@ -177,13 +177,13 @@ def test_skip_adjustment_marks_tokens_sampled_from_p(page):
     run(page, skip=True)
     kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")
     assert "residual" not in kinds
-    assert "target" in kinds, "a T=1, γ=4 run of 64 tokens should reject at least one draft"
+    assert "biased_p" in kinds, "a T=1, γ=4 run of 64 tokens should reject at least one draft"
     names = [t["name"] for t in plot_data(page, "timeline")]
     assert "sampled from p (adjustment skipped: biased)" in names
     assert "resampled from the residual" not in names
     assert "biased" in page.locator("#metrics").inner_text().lower()
     # Open a round that ended by sampling p: the end chart says so, with the warning.
-    r = int(page.locator("#token-text .tok-target[data-round]").first.get_attribute("data-round"))
+    r = int(page.locator("#token-text .tok-biased_p[data-round]").first.get_attribute("data-round"))
     page.evaluate("(r) => document.querySelector('#timeline .js-plotly-plot')"
                   ".emit('plotly_click', {points: [{customdata: [r, -1]}]})", r)
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
@@ -231,3 +231,26 @@ def test_prompt_with_html_is_shown_as_text(page):
     assert prompt_text == evil
     assert page.locator("#token-text b, #token-text img, #token-text script").count() == 0
     assert page.evaluate("() => window.__pwned === undefined")
+
+
+def test_compare_shows_where_the_time_went(page):
+    """With "compare with autoregressive": a stacked time chart for both runs, and the measured and
+    predicted speedups side by side with a sentence. The figure itself is not asserted (speed
+    goals are measured by `python -m specdec bench`, never by timed tests); it is printed."""
+    page.wait_for_selector("#run")
+    page.locator("#compare-ar input[type=checkbox]").check()
+    page.locator("#run").click()
+    wait_done(page)
+    wait_plot(page, "time-chart", ["draft forwards (and drafting)", "target forwards (verify)",
+                                   "everything else (sampling, bookkeeping, trace)"])
+    bars = plot_data(page, "time-chart")
+    assert all(t["y"] == ["speculative", "autoregressive"] for t in bars)
+    assert all(v >= 0 for t in bars for v in t["x"])
+    metrics = page.locator("#metrics").inner_text()
+    assert "measured" in metrics and "predicted from this run's costs" in metrics
+    measured = float(metrics.split("measured speedup ")[1].split("×")[0])
+    predicted = float(metrics.split("α: ")[1].split("×")[0])
+    assert measured > 0 and predicted > 0
+    print(f"page comparison: measured {measured:.2f}×, predicted {predicted:.2f}×")
+    shot(page, "speed.png", "#metrics", "#time-chart")
+    assert page.console_errors == []

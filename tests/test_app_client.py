@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdec.trace import Generation
-from specdec.ui import _bundled_context
+from specdec.ui import MAIN_OUTPUTS, _bundled_context, api_outputs
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
@@ -23,9 +23,14 @@ def client(app_url):
     return gradio_client.Client(app_url, verbose=False)
 
 
+def named(result) -> dict:
+    """The API returns the outputs in `MAIN_OUTPUTS` order (states left out): read them by name."""
+    return dict(zip(api_outputs(MAIN_OUTPUTS), result, strict=True))
+
+
 def generate(client, **changes):
     args = {**GOOD, **changes}
-    return client.predict(*args.values(), api_name="/generate")
+    return named(client.predict(*args.values(), api_name="/generate"))
 
 
 def _path(value) -> str:
@@ -43,61 +48,61 @@ def test_endpoints_are_named(client):
 
 
 def test_generate_returns_a_complete_trace(run_result):
-    status, text = run_result[0], run_result[1]
+    status, text = run_result["status"], run_result["text"]
     assert status.startswith("Done: 12 tokens")
     assert 'class="tok tok-' in text
-    trace = Generation.from_json(Path(_path(run_result[5])).read_text(encoding="utf-8"))
+    trace = Generation.from_json(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
     assert trace.stats.new_tokens == 12
-    assert trace.settings["gamma"] == 4 and trace.settings["seed"] == 3
+    assert trace.settings.gamma == 4 and trace.settings.seed == 3
     assert trace.prompt == GOOD["prompt"]
     # the step viewer's tables (the text view of every chart) come with it
-    pq_table, acc_table, end_table = run_result[8], run_result[10], run_result[12]
+    pq_table, acc_table, end_table = run_result["pq_table"], run_result["acc_table"], run_result["end_table"]
     assert pq_table["headers"][:4] == ["token", "id", "p (target)", "q (draft)"]
     assert pq_table["data"][-1][0] == "everything else"
     assert abs(sum(row[2] for row in pq_table["data"]) - 1) < 1e-4
     assert [row[0] for row in acc_table["data"]][:3] == ["drafted token", "p(x)", "q(x)"]
     assert any(row[-1] == "◀ drawn" for row in end_table["data"]) or end_table["data"]
-    timeline_table = run_result[14]
+    timeline_table = run_result["timeline_table"]
     assert [row[0] for row in timeline_table["data"]] == list(range(1, len(trace.rounds) + 1))
 
 
 def test_same_seed_same_run(client, run_result):
     again = generate(client)
-    a = Generation.from_json(Path(_path(run_result[5])).read_text(encoding="utf-8"))
-    b = Generation.from_json(Path(_path(again[5])).read_text(encoding="utf-8"))
+    a = Generation.from_json(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
+    b = Generation.from_json(Path(_path(again["export_file"])).read_text(encoding="utf-8"))
     assert a.token_ids == b.token_ids
-    assert [r.end_rule for r in a.rounds] == [r.end_rule for r in b.rounds]
+    assert [r.ending for r in a.rounds] == [r.ending for r in b.rounds]
 
 
 def test_import_trace_replays_the_run(client, run_result):
-    exported = _path(run_result[5])
-    out = client.predict(gradio_client.handle_file(exported), api_name="/import_trace")
-    assert out[0].startswith("Imported a trace: 12 tokens")
-    assert out[1] == run_result[1]   # the same marked-up text
-    assert json.loads(out[2]["plot"]) == json.loads(run_result[2]["plot"])   # the same timeline
+    exported = _path(run_result["export_file"])
+    out = named(client.predict(gradio_client.handle_file(exported), api_name="/import_trace"))
+    assert out["status"].startswith("Imported a trace: 12 tokens")
+    assert out["text"] == run_result["text"]   # the same marked-up text
+    assert json.loads(out["timeline"]["plot"]) == json.loads(run_result["timeline"]["plot"])   # the same timeline
 
 
 def test_generate_streams_one_update_per_round(client):
     job = client.submit(*{**GOOD, "max_new_tokens": 24}.values(), api_name="/generate")
     job.result()
-    outputs = job.outputs()
-    statuses = [o[0] for o in outputs]
+    outputs = [named(o) for o in job.outputs()]
+    statuses = [o["status"] for o in outputs]
     assert statuses[-1].startswith("Done: 24 tokens")
-    streamed = [o for o in outputs if isinstance(o[0], str) and o[0].startswith("Round ")]
+    streamed = [o for o in outputs if isinstance(o["status"], str) and o["status"].startswith("Round ")]
     n_rounds = int(statuses[-1].split(" in ")[1].split()[0])
     assert n_rounds >= 2 and 2 <= len(streamed) <= n_rounds   # rounds faster than redraws are merged
-    numbers = [int(o[0].split()[1]) for o in streamed]
+    numbers = [int(o["status"].split()[1]) for o in streamed]
     assert numbers == sorted(set(numbers)) and numbers[-1] == n_rounds
     # every streamed update carries the text and the timeline so far, growing round by round
-    cells = [sum(len(t["x"]) for t in json.loads(o[2]["plot"])["data"]) for o in streamed]
+    cells = [sum(len(t["x"]) for t in json.loads(o["timeline"]["plot"])["data"]) for o in streamed]
     assert cells == sorted(cells) and cells[0] < cells[-1]
-    assert all('class="tok tok-' in o[1] for o in streamed)
+    assert all('class="tok tok-' in o["text"] for o in streamed)
 
 
 def test_compare_with_autoregressive(client):
     out = generate(client, max_new_tokens=6, compare_ar=True)
-    assert "Autoregressive" in out[0] and "speedup" in out[0]
-    assert "measured speedup" in out[3]
+    assert "Autoregressive" in out["status"] and "speedup" in out["status"]
+    assert "measured speedup" in out["metrics"]
 
 
 CONTEXT = _bundled_context()
@@ -127,7 +132,7 @@ def test_bad_import_gives_an_error(client, tmp_path):
         client.predict(gradio_client.handle_file(str(bad)), api_name="/import_trace")
     assert "Not a valid specdec trace" in str(err.value)
     # still serving
-    assert generate(client, max_new_tokens=3)[0].startswith("Done: 3 tokens")
+    assert generate(client, max_new_tokens=3)["status"].startswith("Done: 3 tokens")
 
 
 def test_spaces_gpu_wraps_the_decoder(monkeypatch):
@@ -158,6 +163,6 @@ def test_every_example_runs(example):
 
     prompt, drafter, gamma, temperature = ui.EXAMPLES[example]
     outputs = list(ui.run_generation(prompt, "bundled", drafter, gamma, 6, temperature, 0, 1.0, 0, False, False))
-    assert outputs[-1][0].startswith("Done: 6 tokens")
-    gen = outputs[-1][4]
-    assert gen.settings["drafter"] == drafter and gen.prompt == prompt
+    assert outputs[-1]["status"].startswith("Done: 6 tokens")
+    gen = outputs[-1]["run_state"]
+    assert gen.settings.drafter == drafter and gen.prompt == prompt

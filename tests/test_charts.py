@@ -8,7 +8,9 @@ import pytest
 
 from specdec import SamplingConfig, speculative_generate
 from specdec import charts
-from specdec.trace import Generation, expected_tokens_per_round
+from specdec.trace import Ending, Generation, expected_tokens_per_round
+
+ENDINGS = {e.value for e in Ending}
 from tiny import tiny_pair
 
 
@@ -30,15 +32,15 @@ def skipped(pair):
 
 def _round_with(gen: Generation, rule: str):
     for r in gen.rounds:
-        if r.end_rule == rule:
+        if r.ending == rule:
             return r
     pytest.skip(f"no round ended by {rule}")
 
 
 def test_fixture_has_rejections_and_bonus(gen, skipped):
-    rules = {r.end_rule for r in gen.rounds}
+    rules = {r.ending for r in gen.rounds}
     assert {"residual", "bonus"} <= rules
-    assert "target" in {r.end_rule for r in skipped.rounds}
+    assert "biased_p" in {r.ending for r in skipped.rounds}
 
 
 def test_timeline_counts_match_the_trace(gen):
@@ -47,13 +49,13 @@ def test_timeline_counts_match_the_trace(gen):
     for status in ("accepted", "rejected", "unused"):
         expected = sum(pos.status == status for r in gen.rounds for pos in r.positions)
         assert len(by_kind[status].x) == expected if expected else status not in by_kind
-    ends = sum(len(by_kind[k].x) for k in charts.END_KINDS if k in by_kind)
+    ends = sum(len(by_kind[k].x) for k in ENDINGS if k in by_kind)
     assert ends == len(gen.rounds)
     # customdata points back to (round, position) and the cell sits in that column/row.
     for t in fig.data:
         for x, y, (r, i) in zip(t.x, t.y, t.customdata):
             assert x == r + 1
-            assert y == (i + 1 if i >= 0 else charts._end_slot(gen))
+            assert y == (i + 1 if i >= 0 else max(len(r.positions) for r in gen.rounds) + 1)
             if i >= 0:
                 assert gen.rounds[r].positions[i].status == t.meta
 
@@ -94,20 +96,24 @@ def test_pq_bars_equal_the_trace(gen):
     assert [row[5] for row in rows].count("◀ drafted") == 1
 
 
-def test_draft_from_the_tail_gets_its_own_bar(gen):
-    """A draft outside the kept top tokens is shown with its exact p(x), q(x), taken out of the rest."""
-    g = Generation.from_dict(gen.to_dict())
-    pos = g.rounds[0].positions[0]
-    k = pos.p.ids.index(pos.draft_token)
-    for d in (pos.p, pos.q):   # move the drafted token into the tail, as the decoder does for rare drafts
-        d.rest += d.probs.pop(k)
-    pos.p.ids.pop(k)
-    pos.q.ids = list(pos.p.ids)
-    p, q = charts.pq_figure(g, 0, 0).data
-    assert p.y[-2] == pos.p_draft and q.y[-2] == pos.q_draft
-    assert p.y[-1] == pytest.approx(pos.p.rest - pos.p_draft) and q.y[-1] == pytest.approx(pos.q.rest - pos.q_draft)
-    assert sum(p.y) == pytest.approx(1, abs=1e-5)
-    assert list(p.marker.line.width)[-2] > 0
+def test_drafted_token_always_has_its_own_bar(gen):
+    """The decoder keeps every drafted token among the stored ids, so its bars are its exact p(x),
+    q(x); a trace with the drafted token moved into the tail is refused at import, not drawn."""
+    for r in gen.rounds:
+        for i, pos in enumerate(r.positions):
+            p, q = charts.pq_figure(gen, r.index, i).data
+            k = pos.p.ids.index(pos.draft_token)
+            assert p.y[k] == pos.p_draft and q.y[k] == pos.q_draft
+            assert list(p.marker.line.width)[k] > 0
+            assert sum(p.y) == pytest.approx(1, abs=1e-5)
+    d = gen.to_dict()
+    pos = d["rounds"][0]["positions"][0]
+    k = pos["p"]["ids"].index(pos["draft_token"])
+    for side in ("p", "q"):   # move the drafted token into the tail
+        pos[side]["rest"] += pos[side]["probs"].pop(k)
+        pos[side]["ids"].pop(k)
+    with pytest.raises(ValueError, match="drafted token"):
+        Generation.from_dict(d)
 
 
 def test_acceptance_figure_shows_threshold_u_and_verdict(gen):
@@ -141,7 +147,7 @@ def test_residual_figure(gen):
 
 
 def test_skip_adjustment_figure_warns(skipped):
-    r = _round_with(skipped, "target")
+    r = _round_with(skipped, "biased_p")
     fig = charts.end_figure(skipped, r.index)
     assert fig.data[0].name == "p (used instead of the residual: biased)"
     assert list(fig.data[0].y) == r.end_dist.probs + [r.end_dist.rest]
@@ -163,10 +169,10 @@ def test_text_html_marks_every_token(gen, skipped):
     out = charts.text_html(gen)
     emitted = sum(len(r.emitted) for r in gen.rounds)
     assert out.count('data-kind="accepted" data-round') + sum(
-        out.count(f'data-kind="{k}" data-round') for k in charts.END_KINDS) == emitted
-    assert out.count('data-kind="rejected" data-round') == sum(r.end_rule == "residual" for r in gen.rounds)
+        out.count(f'data-kind="{k}" data-round') for k in ENDINGS) == emitted
+    assert out.count('data-kind="rejected" data-round') == sum(r.ending == "residual" for r in gen.rounds)
     assert "line-through" in out and "✓" in out   # second cue besides colour
-    assert 'data-kind="target" data-round' in charts.text_html(skipped)
+    assert 'data-kind="biased_p" data-round' in charts.text_html(skipped)
     assert 'data-kind="residual" data-round' not in charts.text_html(skipped)
 
 
@@ -217,7 +223,8 @@ def test_round_without_drafts(pair):
         pytest.skip("every round drafted something")
     assert charts.pq_figure(gen, empty.index, None).data == ()
     assert charts.acceptance_figure(gen, empty.index, 0).data == ()
-    assert charts.end_figure(gen, empty.index).data[0].name == "p at position γ+1 (bonus)"
+    assert charts.end_figure(gen, empty.index).data[0].name == "p (plain target step)"
+    assert empty.ending == "plain"
     assert charts.pq_rows(gen, empty.index, None) == []
     fig = charts.timeline_figure(gen)
-    assert sum(len(t.x) for t in fig.data if t.meta in charts.END_KINDS) == len(gen.rounds)
+    assert sum(len(t.x) for t in fig.data if t.meta in ENDINGS) == len(gen.rounds)

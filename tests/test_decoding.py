@@ -11,7 +11,9 @@ from specdec import Generation, SamplingConfig, autoregressive_generate, specula
 from specdec.drafters import KVCache, NgramDrafter
 from specdec.models import ModelPair
 from specdec.sampling import logits_to_probs
-from specdec.trace import ACCEPTED, REJECTED, UNUSED
+from specdec.trace import Status
+
+ACCEPTED, REJECTED, UNUSED = Status.ACCEPTED, Status.REJECTED, Status.UNUSED
 from tiny import tiny_model, tiny_pair
 
 SIGNIFICANCE = 0.001
@@ -198,7 +200,7 @@ def test_statistics_follow_from_the_rounds():
         st = [pos.status for pos in r.positions]
         assert st == [ACCEPTED] * r.n_accepted + ([REJECTED] + [UNUSED] * (r.gamma - r.n_accepted - 1)
                                                   if r.n_accepted < r.gamma else [])
-        assert r.end_rule == ("residual" if r.n_accepted < r.gamma else "bonus")
+        assert r.ending == ("residual" if r.n_accepted < r.gamma else "bonus" if r.gamma else "plain")
         assert abs(sum(r.end_dist.probs) + r.end_dist.rest - 1) < 1e-5
 
 
@@ -264,3 +266,24 @@ def test_callback_sees_every_round():
                                on_round=lambda r, g: seen.append((r.index, len(g.token_ids))))
     assert [i for i, _ in seen] == list(range(len(gen.rounds)))
     assert seen[-1][1] == 20 and all(a[1] < b[1] for a, b in itertools.pairwise(seen))
+
+
+def test_keep_top_matches_a_plain_reference():
+    """The batched id selection equals the obvious per-row version: top-n of each row plus the
+    extra token, ordered by a then b (ties by id), tokens with no mass in either row left out."""
+    from specdec.trace import keep_top
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(50):
+        rows, vocab, n = 3, 30, 5
+        a = torch.rand(rows, vocab, generator=g) * (torch.rand(rows, vocab, generator=g) < 0.3)
+        b = torch.rand(rows, vocab, generator=g) * (torch.rand(rows, vocab, generator=g) < 0.3)
+        if trial % 5 == 0:   # one-hot rows, as at temperature 0
+            a = torch.zeros(rows, vocab).scatter_(1, torch.randint(0, vocab, (rows, 1), generator=g), 1.0)
+        extra = torch.randint(0, vocab, (rows,), generator=g)
+        for r, (ids, av, bv) in enumerate(keep_top(a, b, extra, n=n)):
+            top = set(torch.topk(a[r], n).indices.tolist()) | set(torch.topk(b[r], n).indices.tolist())
+            want = {i for i in top if a[r, i] > 0 or b[r, i] > 0} | {int(extra[r])}
+            want = sorted(want, key=lambda i: (-float(a[r, i]), -float(b[r, i]), i))
+            assert ids == want
+            assert av == a[r, ids].tolist() and bv == b[r, ids].tolist()

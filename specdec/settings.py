@@ -1,0 +1,85 @@
+"""The settings of one run, typed and checked in one place.
+
+`RunSettings` is what a run was asked to do: the decoder reads it, the trace stores it, the app,
+the CLI and the bench build it. Its limits (`MAX_GAMMA`, `MAX_NEW_TOKENS`) are defined here once;
+`validate` turns a bad value into a message a user can act on (ValueError).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from .sampling import Rule, SamplingConfig
+
+MAX_GAMMA = 16
+MAX_NEW_TOKENS = 1024
+
+SPECULATIVE = "speculative"
+AUTOREGRESSIVE = "autoregressive"
+
+# The drafters a run can name: key -> what the app and the CLI call it. `drafters.make_drafter`
+# builds one from its key; adding a drafter means one line here and one class there.
+DRAFTERS = {
+    "model": "small draft model",
+    "ngram": "n-gram prompt lookup (no model)",
+}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    mode: str = SPECULATIVE            # speculative | autoregressive (the target alone)
+    gamma: int = 4                     # drafts per round (ignored when autoregressive)
+    max_new_tokens: int = 64
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    seed: int = 0
+    rule: Rule = Rule.EXACT            # how drafts are verified (SKIP_ADJUSTMENT is the biased toggle)
+    drafter: str = "model"
+
+    @property
+    def skip_adjustment(self) -> bool:
+        return self.rule is Rule.SKIP_ADJUSTMENT
+
+    @property
+    def speculative(self) -> bool:
+        return self.mode == SPECULATIVE
+
+    def with_(self, **changes) -> "RunSettings":
+        return replace(self, **changes)
+
+    def validate(self) -> "RunSettings":
+        """Raise ValueError with a message a user can act on; return self when all is well."""
+        if self.mode not in (SPECULATIVE, AUTOREGRESSIVE):
+            raise ValueError(f"unknown mode {self.mode!r}: choose {SPECULATIVE!r} or {AUTOREGRESSIVE!r}")
+        if not _whole(self.gamma) or not 1 <= self.gamma <= MAX_GAMMA:
+            raise ValueError(f"gamma (drafts per round) must be a whole number from 1 to {MAX_GAMMA}, "
+                             f"got {self.gamma!r}")
+        if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, "
+                             f"got {self.max_new_tokens!r}")
+        if not _whole(self.seed) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be a whole number from 0 to 2^63 - 1, got {self.seed!r}")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(map(repr, DRAFTERS))}")
+        if not isinstance(self.rule, Rule):
+            raise ValueError(f"unknown verify rule {self.rule!r}")
+        self.sampling.validate()
+        return self
+
+    # -------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rule"] = self.rule.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunSettings":
+        """Read the settings of a stored trace (also the dict that schema-1 traces carried)."""
+        d = dict(d)
+        rule = d.get("rule") or (Rule.SKIP_ADJUSTMENT.value if d.get("skip_adjustment") else Rule.EXACT.value)
+        return cls(mode=d.get("mode", SPECULATIVE), gamma=d.get("gamma", 1), max_new_tokens=d.get("max_new_tokens", 1), sampling=SamplingConfig(**d.get("sampling", {})),
+                   seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", "model"))
+
+
+def _whole(x) -> bool:
+    """An int and not a bool (True is an int in Python): forms convert their numbers first."""
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -1,0 +1,26 @@
+() => {
+  const hook = () => {
+    const gd = document.querySelector('#timeline .js-plotly-plot');
+    if (!gd || !gd.on || gd.__specdecHooked === gd._fullLayout) return;
+    gd.__specdecHooked = gd._fullLayout;
+    if (gd.removeAllListeners) gd.removeAllListeners('plotly_click');
+    gd.on('plotly_click', (ev) => {
+      const pt = ev && ev.points && ev.points[0];
+      if (!pt || !pt.customdata) return;
+      const box = document.querySelector('#timeline-click textarea, #timeline-click input');
+      if (!box) return;
+      box.value = `${pt.customdata[0]}:${pt.customdata[1]}:${Date.now()}`;
+      box.dispatchEvent(new Event('input', {bubbles: true}));
+    });
+  };
+  setInterval(hook, 700);
+  // Keyboard: left / right arrow (outside text fields and sliders) step through the rounds.
+  document.addEventListener('keydown', (ev) => {
+    if (ev.altKey || ev.ctrlKey || ev.metaKey || ev.defaultPrevented) return;
+    const t = ev.target;
+    if (t && (t.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(t.tagName))) return;
+    const id = ev.key === 'ArrowLeft' ? 'prev-round' : ev.key === 'ArrowRight' ? 'next-round' : null;
+    const btn = id && document.querySelector(`#${id}`);
+    if (btn) { ev.preventDefault(); btn.click(); }
+  });
+}
