@@ -1,9 +1,9 @@
 """specdec: an exact, traced speculative decoder over Hugging Face transformers models."""
 
-from .sampling import SamplingConfig, Rule, residual, output_distribution, verify
-from .trace import Generation, Round, Position, Dist, Stats
-from .models import ModelPair, ModelLoadError, load_pair, PRESETS
-from .decoding import speculative_generate, autoregressive_generate
+from .decoding import autoregressive_generate, speculative_generate
+from .models import PRESETS, ModelLoadError, ModelPair, load_pair
+from .sampling import Rule, SamplingConfig, output_distribution, residual, verify
+from .trace import Dist, Generation, Position, Round, Stats
 
 __all__ = ["SamplingConfig", "Rule", "residual", "output_distribution", "verify", "Generation",
            "Round", "Position", "Dist", "Stats", "ModelPair", "ModelLoadError", "load_pair", "PRESETS",

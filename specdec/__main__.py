@@ -1,6 +1,13 @@
-"""Command line: `python -m specdec {generate,bench,lab,train,card,bench-app}`.
+"""The one command line: `python -m specdec <command>` (or `specdec <command>` once installed).
 
-Bad arguments get one clear line on stderr and exit code 2.
+Every subcommand is declared on ONE argparse parser. A module that owns a command gives it
+`add_arguments(parser)` and a runner `(args) -> int`; `generate`, `train` and `card` are thin
+enough to live here. One exit-code policy for every command:
+
+  0  success
+  1  a check the command ran failed (e.g. bench's greedy outputs disagree), or an unexpected crash
+  2  bad arguments, or a library error the user can act on (ValueError, ModelLoadError, OSError):
+     ONE line `specdec: error: ...` on stderr, never the whole usage or a traceback
 """
 
 from __future__ import annotations
@@ -8,32 +15,50 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-# How each token's fate is shown: a colour (ANSI) AND a symbol, so it reads without colour too.
-STYLES = {
-    "accepted": ("\033[32m", "", "accepted draft"),
-    "rejected": ("\033[31;9m", "✗", "rejected draft (struck through)"),
-    "residual": ("\033[33m", "↻", "resampled from the residual"),
-    "target": ("\033[35m", "!", "sampled from p, adjustment skipped (biased)"),
-    "greedy": ("\033[33m", "↻", "argmax of p after a rejection"),
-    "bonus": ("\033[36m", "+", "bonus token from p"),
-}
+from . import bench, lab, ui_bench  # noqa: E402  (after the environment: transformers reads it on import)
+from .models import ModelLoadError  # noqa: E402
+from .sampling import Rule, SamplingConfig  # noqa: E402
+from .settings import DRAFTERS, MAX_GAMMA, MAX_NEW_TOKENS, RunSettings  # noqa: E402
+from .trace import LOOKS, Generation, events, expected_tokens_per_round, speedup  # noqa: E402
+
+PROG = "python -m specdec"
 RESET = "\033[0m"
 
 
+class UsageError(Exception):
+    """A bad command line: argparse's message, reported by `main` as one line."""
+
+
 class Parser(argparse.ArgumentParser):
-    def error(self, message):   # one line, exit 2 (argparse prints the whole usage otherwise)
-        print(f"specdec: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
+    def error(self, message):   # argparse would print the whole usage and exit by itself
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def fail(message: str) -> int:
     print(f"specdec: error: {message}", file=sys.stderr)
     return 2
 
+
+# ---------------------------------------------------------------- argument types
+
+def prompt_text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the prompt is empty: type at least one word")
+    return text
+
+
+def folder(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder")
+    return text
+
+
+# ---------------------------------------------------------------- generate: how a run is shown
 
 def use_colour(mode: str) -> bool:
     if mode == "always":
@@ -43,41 +68,28 @@ def use_colour(mode: str) -> bool:
     return sys.stdout.isatty()
 
 
-def render_tokens(gen, colour: bool) -> str:
+def mark(outcome, text: str, colour: bool) -> str:
+    """One piece of text followed by its outcome's symbol (the app's symbols), in its colour if asked."""
+    look = LOOKS[outcome]
+    return f"\033[{look.ansi}m{text}{look.symbol}{RESET}" if colour else f"{text}{look.symbol}"
+
+
+def render_tokens(gen: Generation, colour: bool) -> str:
     """The generated text with every token marked: accepted drafts, rejected drafts (where they
     were proposed), and how each round's last token was produced."""
-    out = []
-
-    def piece(kind: str, token: int) -> None:
-        code, symbol, _ = STYLES[kind]
-        text = gen.token(token)
-        out.append(f"{code}{symbol}{text}{RESET}" if colour else f"{symbol}{text}" if symbol else text)
-
-    for r in gen.rounds:
-        for i, tok in enumerate(r.emitted):
-            if i < r.n_accepted:
-                piece("accepted", tok)
-            else:
-                if r.n_accepted < r.gamma:
-                    piece("rejected", r.positions[r.n_accepted].draft_token)
-                piece(r.end_rule, tok)
-    return "".join(out)
+    return "".join(mark(ev.outcome, gen.token(ev.token), colour) for ev in events(gen) if ev.in_text)
 
 
-def legend(colour: bool) -> str:
-    items = []
-    for kind in ("accepted", "rejected", "residual", "target", "bonus"):
-        code, symbol, label = STYLES[kind]
-        mark = symbol or "plain"
-        items.append(f"{code}{mark}{RESET} {label}" if colour else f"{mark} {label}")
+def legend(gen: Generation, colour: bool) -> str:
+    """What the marks in this run's text mean, in the order of LOOKS."""
+    shown = {ev.outcome for ev in events(gen) if ev.in_text}
+    items = [f"{mark(outcome, '', colour)} {look.label}" for outcome, look in LOOKS.items() if outcome in shown]
     return "legend: " + " | ".join(items)
 
 
-def stats_lines(gen) -> list[str]:
-    from .trace import expected_tokens_per_round
-
+def stats_lines(gen: Generation) -> list[str]:
     s = gen.stats
-    gamma = gen.settings.get("gamma", 0)
+    gamma = gen.settings.gamma
     return [
         f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {s.stopped}",
         f"acceptance rate alpha = accepted/tested = {s.accepted}/{s.tested} = {s.acceptance_rate:.3f}"
@@ -90,150 +102,150 @@ def stats_lines(gen) -> list[str]:
     ]
 
 
-def cmd_generate(args) -> int:
-    from . import SamplingConfig, autoregressive_generate, load_pair, speculative_generate
-    from .models import ModelLoadError
+def settings_of(args) -> RunSettings:
+    """The run the command line asks for, checked (ValueError) before any model loads."""
+    return RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                       sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                       rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
+                       drafter=args.drafter).validate()
 
+
+def run_generate(args) -> int:
+    from .decoding import autoregressive_generate, speculative_generate
+    from .models import load_pair
+
+    settings = settings_of(args)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.threads:
         import torch
-        torch.set_num_threads(args.threads)
-    from .decoding import check_settings
-
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    try:
-        if not args.prompt.strip():
-            raise ValueError("the prompt is empty: type at least one word")
-        check_settings(args.gamma, args.max_new_tokens, sampling, args.drafter)   # before loading models
-        pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
-        gen = speculative_generate(pair, args.prompt, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                                   sampling=sampling, seed=args.seed, skip_adjustment=args.skip_adjustment,
-                                   drafter=args.drafter)
-    except (ValueError, ModelLoadError) as err:
-        return fail(str(err))
+        torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
+    pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
+    gen = speculative_generate(pair, args.prompt, settings=settings)
     colour = use_colour(args.color)
-    print(f"{pair.label}  [{pair.device}]  gamma={args.gamma} T={args.temperature} top-k={args.top_k} "
-          f"top-p={args.top_p} seed={args.seed} drafter={args.drafter}"
-          + ("  SKIP ADJUSTMENT (biased)" if args.skip_adjustment else ""))
-    print(legend(colour))
+    s = settings.sampling
+    print(f"{pair.label}  [{pair.device}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
+          f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
+          + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
+    print(legend(gen, colour))
     print()
     print(gen.prompt + render_tokens(gen, colour))
     print()
     for line in stats_lines(gen):
         print(line)
     if args.compare_ar:
-        ar = autoregressive_generate(pair, args.prompt, max_new_tokens=args.max_new_tokens,
-                                     sampling=sampling, seed=args.seed)
-        speed_spec = gen.stats.new_tokens / gen.stats.wall_seconds
-        speed_ar = ar.stats.new_tokens / ar.stats.wall_seconds
+        ar = autoregressive_generate(pair, args.prompt, max_new_tokens=settings.max_new_tokens,
+                                     sampling=settings.sampling, seed=settings.seed)
         print(f"autoregressive: {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.3f} s "
-              f"({ar.stats.target_forwards} target forwards); speedup x{speed_spec / speed_ar:.2f}")
+              f"({ar.stats.target_forwards} target forwards); speedup x{speedup(gen.stats, ar.stats):.2f}")
     if args.json:
         try:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(gen.to_json(indent=1))
+            Path(args.json).write_text(gen.to_json(indent=1), encoding="utf-8")
         except OSError as err:
             return fail(f"cannot write {args.json}: {err.strerror}")
         print(f"trace written to {args.json}")
     return 0
 
 
-def cmd_bench(args) -> int:
-    from . import load_pair
-    from .bench import report
-    from .models import ModelLoadError
+def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", required=True, type=prompt_text)
+    p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{MAX_GAMMA})")
+    p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{MAX_NEW_TOKENS}")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-adjustment", action="store_true",
+                   help="on rejection sample from p instead of the residual (biased, for teaching)")
+    p.add_argument("--drafter", choices=list(DRAFTERS), default="model",
+                   help="; ".join(f"{key}: {label}" for key, label in DRAFTERS.items()))
+    p.add_argument("--json", help="write the trace to this file")
+    p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="auto: colour on a terminal unless NO_COLOR is set; the symbols are always shown")
+    p.add_argument("--preset", default=None, help="model pair preset (default: the bundled pair)")
+    p.add_argument("--target", help="target model: folder or hub id (with --draft)")
+    p.add_argument("--draft", help="draft model: folder or hub id (with --target)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
-    try:
-        pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
-    except ModelLoadError as err:
-        return fail(str(err))
-    print(report(pair, gamma=args.gamma, threads=args.threads))
-    return 0
 
+# ---------------------------------------------------------------- train and card
 
-def cmd_train(args) -> int:
+def run_train(args) -> int:
+    from .cards import write_cards
     from .training import TrainConfig, tiny_config, train
 
-    cfg = tiny_config(args.out, args.corpus_dir) if args.tiny else TrainConfig(out_dir=args.out, corpus_dir=args.corpus_dir)
+    cfg = tiny_config(args.out, args.corpus_dir) if args.tiny else TrainConfig(out_dir=args.out,
+                                                                             corpus_dir=args.corpus_dir)
     if args.seed is not None:
         cfg.seed = args.seed
-    run = train(cfg, only=args.only)
-    if not args.no_card and not args.only:
-        from .cards import write_cards
+    run = train(cfg, log=lambda msg: print(msg, flush=True))
+    if not args.no_card:
         write_cards(args.out, quick=args.tiny)
     print(f"trained in {run['total_seconds'] / 60:.1f} min")
     return 0
 
 
-def cmd_card(args) -> int:
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="assets/models")
+    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run, not a usable model")
+    p.add_argument("--corpus-dir", type=folder, default=None,
+                   help="train on the .txt files in this folder instead of the registry corpus")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-card", action="store_true", help="skip measuring and writing the model cards")
+
+
+def run_card(args) -> int:
     from .cards import write_cards
 
     write_cards(args.out, quick=args.quick)
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m specdec", description="Exact, traced speculative decoding.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+def add_card_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="assets/models", help="the folder holding specdec-target and specdec-draft")
+    p.add_argument("--quick", action="store_true", help="write the cards without measuring (a smoke test)")
 
-    def models(p):
-        p.add_argument("--preset", default=None, help="model pair preset (default: the bundled pair)")
-        p.add_argument("--target", help="target model: folder or hub id (with --draft)")
-        p.add_argument("--draft", help="draft model: folder or hub id (with --target)")
-        p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
-    g = sub.add_parser("generate", help="generate with speculative decoding and show every round")
-    g.add_argument("--prompt", required=True)
-    g.add_argument("--gamma", type=int, default=4, help="drafted tokens per round (1-16)")
-    g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--skip-adjustment", action="store_true",
-                   help="on rejection sample from p instead of the residual (biased, for teaching)")
-    g.add_argument("--drafter", choices=["model", "ngram"], default="model")
-    g.add_argument("--json", help="write the trace to this file")
-    g.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare")
-    g.add_argument("--color", choices=["auto", "always", "never"], default="auto")
-    models(g)
-    g.set_defaults(func=cmd_generate)
+# ---------------------------------------------------------------- the parser and the policy
 
-    b = sub.add_parser("bench", help="measure cost ratio, acceptance rate and speedup")
-    b.add_argument("--gamma", type=int, default=4)
-    models(b)
-    b.set_defaults(func=cmd_bench)
+# name -> (help, add_arguments, run): the whole command line in one table.
+COMMANDS = {
+    "generate": ("generate with speculative decoding and show every round", add_generate_arguments, run_generate),
+    "bench": ("measure cost ratio, acceptance rate and speedup", bench.add_arguments, bench.run),
+    "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", lab.add_arguments, lab.run_cli),
+    "bench-app": ("time the app's work: first round, whole run, step switch", ui_bench.add_arguments, ui_bench.run),
+    "train": ("train the bundled pair from scratch (about 45 minutes on 2 cores)", add_train_arguments, run_train),
+    "card": ("measure the trained pair and write its model cards", add_card_arguments, run_card),
+}
 
-    t = sub.add_parser("train", help="train the bundled pair from scratch (about 35 minutes on 2 cores)")
-    t.add_argument("--out", default="assets/models")
-    t.add_argument("--tiny", action="store_true", help="a seconds-long smoke run, not a usable model")
-    t.add_argument("--corpus-dir", default=None, help="train on these .txt files instead of the registry corpus")
-    t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--only", choices=["draft", "target"], default=None)
-    t.add_argument("--no-card", action="store_true", help="skip measuring and writing the model cards")
-    t.set_defaults(func=cmd_train)
 
-    c = sub.add_parser("card", help="measure the trained pair and write its model cards")
-    c.add_argument("--out", default="assets/models")
-    c.add_argument("--quick", action="store_true")
-    c.set_defaults(func=cmd_card)
-
-    # Listed for --help only: `main` hands these two their own arguments before argparse runs.
-    sub.add_parser("lab", help="the exactness lab: Monte Carlo of the verify step (lab --help)")
-    sub.add_parser("bench-app", help="time the app's handlers: first round, 64 tokens, step switch")
+def build_parser() -> Parser:
+    parser = Parser(prog=PROG, description="Exact, traced speculative decoding.",
+                    epilog="Exit status: 0 success, 1 a failed check, 2 bad arguments (one line on stderr).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for name, (help_text, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        add_arguments(p)
+        p.set_defaults(run=run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    # These two own their arguments (argparse's REMAINDER would swallow their --options).
-    if argv[:1] == ["lab"]:
-        from .lab import cli_main
-        return cli_main(argv[1:])
-    if argv[:1] == ["bench-app"]:
-        from .ui_bench import main as bench_app
-        return bench_app(argv[1:]) or 0
-    args = build_parser().parse_args(argv)
-    return args.func(args) or 0
+    """Parse, run, and turn every error a user can act on into one line and exit status 2."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except UsageError as err:
+        return fail(str(err))
+    except BrokenPipeError:   # the reader went away (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 1
+    except (ValueError, ModelLoadError, OSError) as err:
+        return fail(str(err))
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

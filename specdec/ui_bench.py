@@ -1,8 +1,9 @@
 """How fast the app feels, measured server-side on the bundled pair (`python -m specdec bench-app`).
 
-Calls the Run handler generator directly (no browser, no HTTP): time until the first round is
-yielded, time for a whole run, and the server-side time to switch the step viewer to another
-round (building the figures and serialising them as Gradio would).
+No browser, no HTTP. The run goes through the library the way the app's Run handler drives it
+(`speculative_generate` with a per-round callback): the time until the first round is decoded
+and the time for the whole run. The step viewer's switch to another round goes through the
+app's own handler, with its figures and tables serialised as Gradio would send them.
 """
 
 from __future__ import annotations
@@ -12,74 +13,109 @@ import os
 import statistics
 import time
 
+# ---------------------------------------------------------------- the one place that knows ui's shape
 
-def _serialise(outputs) -> None:
-    """What Gradio does with Plotly figures before sending them: JSON."""
+def switch_step(gen, round_index: int) -> dict:
+    """What the app computes when the step viewer moves to `round_index` (0-based), by output name.
+
+    Assumes `ui.show_step(gen, round_number, position)` (1-based round, position None = the
+    round's most telling draft) returns {output name: value}: the handler behind the round slider,
+    which redraws the text and timeline with that round outlined as well as the step view
+    (`ui.step_view`). Point this function elsewhere if ui's handlers change shape.
+    """
+    from . import ui
+
+    return ui.show_step(gen, round_index + 1, None)
+
+
+def serialise(values: dict) -> None:
+    """What Gradio does with figures and tables before sending them: JSON."""
+    import pandas as pd
     import plotly.graph_objects as go
 
-    for out in outputs:
-        if isinstance(out, go.Figure):
-            out.to_json()
+    for value in values.values():
+        if isinstance(value, go.Figure):
+            value.to_json()
+        elif isinstance(value, pd.DataFrame):
+            value.to_json(orient="split")
 
 
-def main(argv=None) -> dict:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    parser = argparse.ArgumentParser(prog="specdec bench-app", description=__doc__.splitlines()[0])
+# ---------------------------------------------------------------- measurements
+
+def timed_run(pair, prompt: str, settings) -> tuple[float, float, object]:
+    """(seconds until the first round is decoded, seconds for the whole run, the Generation)."""
+    from .decoding import speculative_generate
+
+    first: list[float] = []
+    t0 = time.perf_counter()
+
+    def on_round(_round, _gen) -> None:
+        if not first:
+            first.append(time.perf_counter() - t0)
+
+    gen = speculative_generate(pair, prompt, settings=settings, on_round=on_round)
+    total = time.perf_counter() - t0
+    return (first[0] if first else total), total, gen
+
+
+def step_switch_ms(gen) -> list[float]:
+    """Milliseconds to switch the step viewer to each round of `gen`, serialisation included.
+    One untimed switch first: a running app has imported gradio and plotly's validators already."""
+    serialise(switch_step(gen, 0))
+    times = []
+    for r in range(len(gen.rounds)):
+        t0 = time.perf_counter()
+        serialise(switch_step(gen, r))
+        times.append(1000 * (time.perf_counter() - t0))
+    return times
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default="To be, or not to be")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
-    from . import ui
-    from .models import BUNDLED
-
-    t = time.perf_counter()
-    ui.get_pair(BUNDLED)
-    load_s = time.perf_counter() - t
-
-    first, total, rounds = [], [], 0
-    gen = None
-    for k in range(args.repeats):
-        t0 = time.perf_counter()
-        t_first = None
-        last = None
-        for out in ui.run_generation(args.prompt, BUNDLED, "model", args.gamma, args.max_new_tokens, 1.0, 0, 1.0,
-                                     args.seed + k, False, False):
-            if t_first is None and isinstance(out[0], str) and out[0].startswith("Round"):
-                _serialise(out)
-                t_first = time.perf_counter() - t0
-            last = out
-        total.append(time.perf_counter() - t0)
-        first.append(t_first if t_first is not None else total[-1])
-        gen = last[4]
-        rounds = len(gen.rounds)
-
-    switch = []
-    for r in range(1, rounds + 1):
-        t0 = time.perf_counter()
-        _serialise(ui.show_step(gen, r, None))
-        switch.append(time.perf_counter() - t0)
-
-    result = {
-        "load_pair_s": load_s,
-        "first_round_s_median": statistics.median(first),
-        "run_s_median": statistics.median(total),
-        "tokens": args.max_new_tokens, "rounds": rounds,
-        "step_switch_ms_median": 1000 * statistics.median(switch),
-        "step_switch_ms_max": 1000 * max(switch),
-    }
-    print(f"specdec app benchmark (bundled pair, CPU, {args.repeats} runs, γ={args.gamma}, T=1)")
-    print(f"  load the pair (once per process):      {load_s:7.2f} s")
-    print(f"  Run → first round yielded (median):    {result['first_round_s_median']:7.3f} s")
-    print(f"  whole {args.max_new_tokens}-token run, streamed (median): {result['run_s_median']:7.2f} s"
-          f"  ({rounds} rounds)")
-    print(f"  switch the step viewer (server side):  {result['step_switch_ms_median']:7.1f} ms median, "
-          f"{result['step_switch_ms_max']:.1f} ms max over {len(switch)} rounds")
-    return result
+    parser.add_argument("--repeats", type=int, default=3, help="runs to take the median of")
+    parser.add_argument("--seed", type=int, default=0, help="run k uses seed + k")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1, the app's default; SPECDEC_THREADS sets the app's)")
 
 
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace) -> int:
+    """Print the three numbers; bad values raise ValueError before any model loads."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import torch
+
+    from .models import BUNDLED, load_pair
+    from .settings import RunSettings
+
+    if not args.prompt.strip():
+        raise ValueError("the prompt is empty: type at least one word")
+    if args.repeats < 1 or args.threads < 1:
+        raise ValueError(f"--repeats and --threads must be >= 1, got {args.repeats} and {args.threads}")
+    settings = [RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed + k).validate()
+                for k in range(args.repeats)]
+    torch.set_num_threads(args.threads)   # this process is the benchmark: the global count is ours
+
+    t0 = time.perf_counter()
+    pair = load_pair(preset=BUNDLED)
+    load_s = time.perf_counter() - t0
+
+    first, total = [], []
+    for s in settings:
+        t_first, t_total, gen = timed_run(pair, args.prompt, s)
+        first.append(t_first)
+        total.append(t_total)
+    switch = step_switch_ms(gen)   # the last run's rounds
+
+    print(f"specdec app benchmark (bundled pair, {pair.device}, {args.threads} torch thread(s), "
+          f"{args.repeats} runs, γ={args.gamma}, T=1)")
+    rows = [("load the pair (once per process)", f"{load_s:7.2f} s"),
+            ("Run → first round decoded (median)", f"{statistics.median(first):7.3f} s"),
+            (f"whole {args.max_new_tokens}-token run (median)",
+             f"{statistics.median(total):7.3f} s  ({len(gen.rounds)} rounds)"),
+            ("switch the step viewer (server side)", f"{statistics.median(switch):7.1f} ms median, "
+                                                     f"{max(switch):.1f} ms max over {len(switch)} rounds")]
+    for label, value in rows:
+        print(f"  {label + ':':<40}{value}")
+    return 0

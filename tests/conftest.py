@@ -7,7 +7,6 @@ installs it, so in CI they always run.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,8 +19,9 @@ import torch
 
 torch.set_num_threads(1)
 
+# No sys.path edits: pytest puts this folder on the path for conftest (so `import tiny` works),
+# and `specdec` is importable from an editable install (.ci/run) or from `python -m pytest` here.
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # tests/tiny.py
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")        # tests never reach a model hub
 # One thread: the models are tiny, and with the app server and chromium sharing 2 cores,

@@ -1,7 +1,11 @@
-"""The command line as a user runs it: a real subprocess on the bundled pair."""
+"""The command line as a user runs it: a real subprocess per subcommand, on the bundled pair.
 
-import json
+One exit-code policy for every subcommand: 0 on success; 2 and exactly ONE line
+`specdec: error: ...` on stderr for bad arguments (argparse's and the library's ValueError alike).
+"""
+
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,15 +13,30 @@ from pathlib import Path
 import pytest
 
 from specdec import Generation
+from specdec.__main__ import COMMANDS, main
+from specdec.trace import LOOKS, Ending, Stats, Status, speedup
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
 
 
-def run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=ROOT, env=ENV,
+def run(*args, timeout=120, env=ENV):
+    return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
+
+def one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specdec: error:"), stderr
+    return lines[0]
+
+
+def text_block(stdout: str) -> str:
+    """The marked text: between the legend's blank line and the statistics' blank line."""
+    return stdout.split("\n\n")[1]
+
+
+# ---------------------------------------------------------------- generate
 
 def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     out = tmp_path / "trace.json"
@@ -27,18 +46,33 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     assert "legend:" in r.stdout and "acceptance rate alpha" in r.stdout
     assert "tokens per target forward" in r.stdout and "speedup" in r.stdout
     gen = Generation.from_json(out.read_text())
-    assert len(gen.token_ids) == 40 and gen.settings["gamma"] == 4
+    assert len(gen.token_ids) == 40 and gen.settings.gamma == 4
     assert f"= {gen.stats.acceptance_rate:.3f}" in r.stdout
     assert "\033[" not in r.stdout     # NO_COLOR: symbols only
+    text = text_block(r.stdout)
+    assert text.startswith(gen.prompt)
+    assert LOOKS[Status.ACCEPTED].symbol in text or gen.stats.accepted == 0
     if any(rd.n_accepted < rd.gamma for rd in gen.rounds):
-        assert "✗" in r.stdout and "↻" in r.stdout
+        assert LOOKS[Status.REJECTED].symbol in text and LOOKS[Ending.RESIDUAL].symbol in text
+    assert sum(text.count(look.symbol) for look in LOOKS.values()) >= len(gen.token_ids)   # every token marked
+    # Every outcome in the text is explained by the legend, with the label the app uses.
+    legend = r.stdout.splitlines()[1]
+    for outcome, look in LOOKS.items():
+        assert (look.symbol in text) == (f"{look.symbol} {look.label}" in legend), outcome
+    # The speedup printed is trace.speedup (a ratio of token rates), up to the printed rounding.
+    m = re.search(r"autoregressive: (\d+) tokens in (\d+\.\d+) s .*speedup x(\d+\.\d+)", r.stdout)
+    assert m, r.stdout
+    expected = speedup(gen.stats, Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])))
+    assert abs(float(m[3]) - expected) <= 0.01 + 0.01 * expected, (m[0], expected)
 
 
 def test_colour_and_symbols_with_skip_adjustment():
     r = run("generate", "--prompt", "ROMEO.\n", "--max-new-tokens", "48", "--skip-adjustment",
             "--color", "always", "--seed", "1")
     assert r.returncode == 0, r.stderr
-    assert "SKIP ADJUSTMENT (biased)" in r.stdout and "\033[35m!" in r.stdout
+    biased = LOOKS[Ending.BIASED_P]
+    assert "SKIP ADJUSTMENT (biased)" in r.stdout
+    assert re.search(rf"\033\[{re.escape(biased.ansi)}m[^\033]*{biased.symbol}\033\[0m", r.stdout), r.stdout
 
 
 @pytest.mark.parametrize("args, words", [
@@ -56,3 +90,83 @@ def test_bad_arguments_exit_2_with_one_line(args, words):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specdec: error:") and words in lines[0], r.stderr
+
+
+# ---------------------------------------------------------------- every other subcommand, by subprocess
+
+@pytest.mark.parametrize("args, words", [
+    (["bench", "--gammas", "0"], "gamma"),
+    (["lab", "--samples", "0"], "samples"),
+    (["bench-app", "--gamma", "99"], "gamma"),
+    (["train", "--corpus-dir", "/no/such/folder"], "not a folder"),
+    (["card", "--out", "/no/such/folder"], "specdec-target"),
+    (["translate"], "invalid choice"),
+    ([], "required"),
+])
+def test_every_subcommand_reports_bad_arguments_in_one_line(args, words):
+    r = run(*args)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert words in one_error_line(r.stderr)
+
+
+def test_help_lists_every_subcommand():
+    r = run("--help")
+    assert r.returncode == 0 and r.stderr == ""
+    for name in COMMANDS:
+        assert name in r.stdout
+
+
+def test_lab_succeeds():
+    r = run("lab", "--preset", "over-confident", "--samples", "20000", "--seed", "0")
+    assert r.returncode == 0, r.stderr
+    assert "exact (residual)" in r.stdout and "not rejected" in r.stdout
+
+
+def test_bench_app_succeeds_with_exit_0():
+    """It used to exit 1 after a successful run (its result dict went to sys.exit)."""
+    r = run("bench-app", "--repeats", "1", "--max-new-tokens", "12", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "first round decoded" in r.stdout and "switch the step viewer" in r.stdout
+    assert r.stderr == ""
+
+
+def test_bench_quick_succeeds(tmp_path):
+    r = run("bench", "--quick", "--out", str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "results.json").exists()
+
+
+def test_train_then_card_succeed(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(12):
+        (corpus / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
+    out = tmp_path / "models"
+    r = run("train", "--tiny", "--no-card", "--out", str(out), "--corpus-dir", str(corpus), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not (out / "specdec-target" / "README.md").exists()      # --no-card
+    r = run("card", "--quick", "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "specdec-target" / "README.md").exists() and (out / "specdec-draft" / "README.md").exists()
+
+
+# ---------------------------------------------------------------- the policy, in process (fast)
+
+@pytest.mark.parametrize("argv, words", [
+    (["lab", "--p", "0.5,0.5"], "both --p and --q"),
+    (["lab", "--preset", "nope"], "invalid choice"),
+    (["lab", "--p", "1,x", "--q", "1,1"], "comma-separated numbers"),
+    (["lab", "--p", "1,1", "--q", "0,0"], "q has no mass"),
+    (["lab", "--threads", "0"], "--threads"),
+    (["lab", "--what"], "unrecognized arguments"),
+    (["bench-app", "--repeats", "0"], "--repeats"),
+    (["bench-app", "--prompt", " "], "empty"),
+    (["bench-app", "--max-new-tokens", "0"], "max new tokens"),
+    (["generate", "--prompt", "x", "--threads", "0"], "--threads"),
+    (["generate", "--prompt", "x", "--seed", "-1"], "seed"),
+    (["train", "--seed", "x"], "invalid int"),
+])
+def test_bad_values_are_one_line_and_exit_2(argv, words, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert words in one_error_line(captured.err) and captured.out == ""

@@ -1,8 +1,6 @@
 """The bundled pair loads offline like any hub model; hub presets fail fast offline."""
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 import torch

@@ -6,8 +6,15 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specdec.sampling import (Rule, SamplingConfig, acceptance_probability, logits_to_probs,
-                              output_distribution, residual, verify)
+from specdec.sampling import (
+    Rule,
+    SamplingConfig,
+    acceptance_probability,
+    logits_to_probs,
+    output_distribution,
+    residual,
+    verify,
+)
 
 SIGNIFICANCE = 0.001
 
@@ -90,7 +97,8 @@ def test_warpers_match_transformers_meaning():
     assert torch.allclose(t2, torch.softmax(logits / 2, -1))
     p = torch.softmax(logits, -1)            # [0.636, 0.234, 0.086, ...]
     tp = logits_to_probs(logits, SamplingConfig(top_p=0.8))
-    assert (tp > 0).tolist() == [True, True, False, False, False] and math.isclose(float(tp[0]), float(p[0] / p[:2].sum()), rel_tol=1e-5)
+    assert (tp > 0).tolist() == [True, True, False, False, False]
+    assert math.isclose(float(tp[0]), float(p[0] / p[:2].sum()), rel_tol=1e-5)
 
 
 @pytest.mark.parametrize("bad", [dict(temperature=-1), dict(temperature=float("nan")), dict(top_k=-3),
@@ -177,8 +185,10 @@ def test_sample_follows_probs_and_never_draws_zero_probability_tokens():
     assert counts[[0, 2, 6]].sum() == 0
     support = torch.tensor([1, 3, 5])
     observed = counts[support].double()
-    assert chisquare(observed.numpy(), (p[support].double() / p[support].sum() * observed.sum()).numpy()).pvalue > SIGNIFICANCE
+    expected = (p[support].double() / p[support].sum() * observed.sum()).numpy()
+    assert chisquare(observed.numpy(), expected).pvalue > SIGNIFICANCE
     assert int(sample(torch.tensor([0.0, 0.0, 1.0]), g)) == 2   # one-hot: always that token
     # Control: a sampler that ignores p (uniform over the support) fails the same test.
     wrong = torch.bincount(support[torch.randint(0, 3, (100_000,), generator=g)], minlength=7)[support].double()
-    assert chisquare(wrong.numpy(), (p[support].double() / p[support].sum() * wrong.sum()).numpy()).pvalue < SIGNIFICANCE
+    expected = (p[support].double() / p[support].sum() * wrong.sum()).numpy()
+    assert chisquare(wrong.numpy(), expected).pvalue < SIGNIFICANCE
