@@ -7,16 +7,20 @@ Speculative sampling is exact when that emitted token follows p. The closed form
 (`sampling.emission_parts`) says it does for the exact rule and by how much the shortcuts miss;
 the Monte Carlo here checks both against each other with TV distance and a chi-square test.
 
-No gradio here: the UI (`lab_ui`) and the CLI (`cli_main`) are thin layers over these functions.
+No gradio here: the UI (`lab_ui`) and the `lab` subcommand (`add_arguments`, `run_cli`, wired
+by `specdec.__main__`) are thin layers over these functions.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import math
-import sys
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -25,14 +29,19 @@ from .sampling import Rule, acceptance_probability, emission_parts, output_distr
 from .trace import visible_token
 
 RULES: tuple[Rule, ...] = (Rule.EXACT, Rule.SKIP_ADJUSTMENT, Rule.ACCEPT_ALL, Rule.GREEDY_MATCH)
-RULE_LABELS = {
-    Rule.EXACT: "exact (residual)",
-    Rule.SKIP_ADJUSTMENT: "skip adjustment (sample p on rejection)",
-    Rule.ACCEPT_ALL: "accept every draft",
-    Rule.GREEDY_MATCH: "greedy match",
+
+
+class RuleName(NamedTuple):
+    short: str     # table columns, hover labels, the acceptance chart's axis
+    long: str      # the summary table, legends and panel titles
+
+
+RULE_NAMES: dict[Rule, RuleName] = {
+    Rule.EXACT: RuleName("exact", "exact (residual)"),
+    Rule.SKIP_ADJUSTMENT: RuleName("skip adjustment", "skip adjustment (sample p on rejection)"),
+    Rule.ACCEPT_ALL: RuleName("accept all", "accept every draft"),
+    Rule.GREEDY_MATCH: RuleName("greedy match", "greedy match"),
 }
-RULE_SHORT = {Rule.EXACT: "exact", Rule.SKIP_ADJUSTMENT: "skip adjustment",
-              Rule.ACCEPT_ALL: "accept all", Rule.GREEDY_MATCH: "greedy match"}
 MIN_TOKENS, MAX_TOKENS = 2, 20
 MAX_SAMPLES = 1_000_000
 CHUNK = 1 << 16            # rows per verify call: bounds memory to ~20 MB at V = 20 (and stays cache-friendly)
@@ -118,21 +127,22 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = 1e-6
     return tokens, p / p.sum(), q / q.sum(), notes
 
 
-def display_token(text: str) -> str:
-    """Make a token's text visible in a table: spaces, newlines and tabs get symbols."""
-    return visible_token(text)
-
-
 OTHER = "(everything else)"
+
+
+TAIL_NAMES = ("(rest where p ≥ q)", "(rest where p < q)")
 
 
 def from_position(gen, round_index: int, position_index: int, max_tokens: int = MAX_TOKENS
                   ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(tokens, p, q) at one drafted position of a `trace.Generation`.
+    """(tokens, p, q) at one drafted position of a `trace.Generation`, exact.
 
-    The position's kept ids (the union of p's and q's top tokens) become named tokens; one more
-    token, "(everything else)", carries the exact remaining mass p.rest and q.rest. When more
-    than max_tokens - 1 ids are kept, the ones with least max(p, q) are folded into it too.
+    The position's kept ids become named tokens, and the rest of the vocabulary two more: the
+    tokens where p >= q and those where p < q (the trace stores the tail split that way). When
+    more ids are kept than fit, the ones with least max(p, q) join the part of their own sign.
+    Within a part min(p, q) and max(0, p - q) add up, so beta, the residual and every rule's
+    closed form on these tokens equal those on the model's full rows. A schema-1 trace stored
+    one lumped tail: it becomes "(everything else)", and beta is then only approximate.
     """
     try:
         rnd = gen.rounds[round_index]
@@ -142,23 +152,29 @@ def from_position(gen, round_index: int, position_index: int, max_tokens: int = 
                          f"position {position_index})") from None
     if round_index < 0 or position_index < 0:
         raise ValueError("round and position indices must be >= 0")
-    ids = list(pos.p.ids)
-    p_of = dict(zip(pos.p.ids, pos.p.probs))
-    q_of = dict(zip(pos.q.ids, pos.q.probs))
-    ids += [i for i in pos.q.ids if i not in p_of]
-    ids.sort(key=lambda i: -max(p_of.get(i, 0.0), q_of.get(i, 0.0)))
-    keep, fold = ids[:max_tokens - 1], ids[max_tokens - 1:]
-    names, seen = [], set()
-    for i in keep:
-        name = display_token(gen.token(i))
-        if name in seen or name == OTHER:
+    split = pos.p.split is not None and pos.q.split is not None
+    tails = ([list(pos.p.split), list(pos.q.split)] if split else [[pos.p.rest], [pos.q.rest]])
+    tail_names = TAIL_NAMES if split else (OTHER,)
+    rows = sorted(zip(pos.p.ids, pos.p.probs, pos.q.probs), key=lambda t: -max(t[1], t[2]))
+    keep, fold = rows[:max_tokens - len(tail_names)], rows[max_tokens - len(tail_names):]
+    for _, a, b in fold:
+        part = 0 if (a >= b or not split) else 1
+        tails[0][part] += a
+        tails[1][part] += b
+    names, seen = [], set(tail_names)
+    for i, _, _ in keep:
+        name = visible_token(gen.token(i))
+        if name in seen:
             name = f"{name} #{i}"
         seen.add(name)
         names.append(name)
-    p = [p_of.get(i, 0.0) for i in keep] + [pos.p.rest + sum(p_of.get(i, 0.0) for i in fold)]
-    q = [q_of.get(i, 0.0) for i in keep] + [pos.q.rest + sum(q_of.get(i, 0.0) for i in fold)]
-    p, q = np.clip(np.array(p, dtype=np.float64), 0, None), np.clip(np.array(q, dtype=np.float64), 0, None)
-    return names + [OTHER], p, q
+    p = [a for _, a, _ in keep] + tails[0]
+    q = [b for _, _, b in keep] + tails[1]
+    shown = [k for k in range(len(keep), len(p)) if p[k] > 0 or q[k] > 0]   # drop an empty part
+    order = list(range(len(keep))) + shown
+    names = names + [tail_names[k - len(keep)] for k in shown]
+    p, q = np.array([p[k] for k in order], dtype=np.float64), np.array([q[k] for k in order], dtype=np.float64)
+    return names, np.clip(p, 0, None), np.clip(q, 0, None)
 
 
 def drafted_positions(gen) -> list[tuple[int, int]]:
@@ -226,30 +242,62 @@ def checkpoints(n: int, start: int = 10) -> list[int]:
     return sorted(set(out)) + [n]
 
 
+def _find_omp_set_num_threads():
+    """OpenMP's `omp_set_num_threads` from the runtime torch loaded, or None (no OpenMP build, or
+    a platform where the process's symbols cannot be searched)."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        return None
+    try:
+        fn = ctypes.CDLL(None).omp_set_num_threads
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    return fn
+
+
+_OMP_SET_NUM_THREADS = _find_omp_set_num_threads()
+
+
+def limit_this_thread(threads: int) -> None:
+    """Give torch's intra-op work `threads` OpenMP threads in the CALLING thread only.
+
+    Not `torch.set_num_threads`: besides the caller's OpenMP setting it stores a process-wide
+    count that every thread takes on its first torch call (checked with torch 2.13: after one
+    thread set 1, a thread started even after that one had ended reported 1). From a request
+    handler that would override SPECDEC_THREADS for every later request. OpenMP's own
+    `omp_set_num_threads` changes only the calling thread's setting. Where it cannot be found the
+    thread keeps the process's count.
+    """
+    torch.get_num_threads()   # torch sets up this thread on its first call: let it, then override
+    if _OMP_SET_NUM_THREADS is not None:
+        _OMP_SET_NUM_THREADS(int(threads))
+
+
+def _in_own_thread(fn, threads: int):
+    """fn() in a fresh thread limited to `threads` (see limit_this_thread); the limit dies with it."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-lab",
+                            initializer=limit_this_thread, initargs=(threads,)) as pool:
+        return pool.submit(fn).result()
+
+
 def simulate_many(p, q, rule: Rule, n: int, seed: int, at: list[int] | None = None,
                   chunk: int = CHUNK, threads: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
     """n single-position trials for each of C cases at once, through `sampling.verify`.
 
-    p, q: [C, V] (rows may be zero-padded to a common V). Each trial drafts x ~ q (inverse CDF),
-    draws u ~ U[0, 1), and calls verify with p [B, 2, V] (row 1, the bonus row, is unused),
-    q [B, 1, V], drafts [B, 1], u [B, 1]; the emitted token is x when accepted, else the end
-    token. All randomness comes from one torch.Generator seeded with `seed`.
+    p, q: [C, V] (rows may be zero-padded to a common V). Each trial drafts x ~ q (the decoder's
+    sampler), draws u ~ U[0, 1), and calls verify with p [B, 2, V] (row 1, the bonus row, is
+    unused), q [B, 1, V], drafts [B, 1], u [B, 1]; the emitted token is x when accepted, else the
+    end token. All randomness comes from one torch.Generator seeded with `seed`.
 
     Returns (counts [C, K, V] cumulative counts after each of the K sample counts in `at`
     (default [n]), accepted [C] number of accepted drafts over all n trials).
 
-    threads: torch intra-op threads while simulating (None = leave as is). One by default: these
-    are small memory-bound ops, and on a shared 2-core CPU a second thread made them 3-10x
-    slower (measured). The setting is OpenMP's per-thread one and is restored afterwards.
+    threads: torch intra-op threads for the simulation, which then runs in a thread of its own
+    (None: in the calling thread, as it is). One by default: these are small memory-bound ops,
+    and on a shared 2-core CPU two threads made them 3-20x slower (measured).
     """
-    if threads is None:
-        return _simulate(p, q, rule, n, seed, at, chunk)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return _simulate(p, q, rule, n, seed, at, chunk)
-    finally:
-        torch.set_num_threads(before)
+    work = partial(_simulate, p, q, rule, n, seed, at, chunk)
+    return work() if threads is None else _in_own_thread(work, threads)
 
 
 def _simulate(p, q, rule, n, seed, at, chunk):
@@ -282,8 +330,7 @@ def _simulate(p, q, rule, n, seed, at, chunk):
         else:
             p_b = p_rows.expand(C, m, 2, V).reshape(C * m, 2, V)
             q_b = q_rows.expand(C, m, 1, V).reshape(C * m, 1, V)
-        verdict = verify(p_b, q_b,
-                         drafts.reshape(C * m, 1), u, generator=gen, rule=rule)
+        verdict = verify(p_b, q_b, drafts.reshape(C * m, 1), u, generator=gen, rule=rule)
         acc = verdict.accepted[:, 0].reshape(C, m)
         emitted = torch.where(acc, drafts, verdict.end_token.reshape(C, m))
         accepted += acc.sum(-1)
@@ -339,7 +386,7 @@ def proportion_interval(k, n, z: float = 1.959963984540054) -> tuple[np.ndarray,
 
 @dataclass
 class RuleResult:
-    """Everything the lab shows for one rule."""
+    """Everything the lab shows for one rule: the charts and tables read it, never recompute it."""
 
     rule: Rule
     n: int
@@ -355,9 +402,10 @@ class RuleResult:
     chi2: float
     pvalue: float
     acceptance_observed: float
+    acceptance_low: float           # 95% Wilson interval of the observed acceptance rate
+    acceptance_high: float
     acceptance_predicted: float
-    curve_n: list[int] = field(default_factory=list)
-    curve_tv: list[float] = field(default_factory=list)
+    curve_tv: list[float]           # TV(empirical, p) after each of LabResult.curve_n samples
 
     @property
     def rejects_p(self) -> bool:
@@ -373,34 +421,41 @@ class LabResult:
     seed: int
     beta: float                     # sum(min(p, q)) = 1 - TV(p, q)
     results: dict[Rule, RuleResult]
+    curve_n: list[int]              # sample counts at which every rule's convergence curve is read
+    noise_floor: np.ndarray         # expected TV of an exact sampler after each of curve_n samples
+    notes: list[str]                # what validation changed, e.g. "p summed to 2; normalised to 1"
     seconds: float = 0.0
 
 
-def run(tokens, p, q, n: int, seed: int, rules=RULES) -> LabResult:
+def run(tokens, p, q, n: int, seed: int, rules=RULES, threads: int = 1) -> LabResult:
     """Validate, then simulate every rule with the same seed (common random numbers: the same
     drafts and uniforms meet each rule), and compute every number the lab shows."""
-    tokens, p, q, _ = validate(tokens, p, q)
+    tokens, p, q, notes = validate(tokens, p, q)
     n = int(n)
     if not 1 <= n <= MAX_SAMPLES:
         raise ValueError(f"number of samples must be between 1 and {MAX_SAMPLES:,}, got {n}")
     start = time.perf_counter()
     at = checkpoints(n)
-    results = {}
-    for rule in rules:
-        rule = Rule(rule)
-        cum, acc = simulate_many(p[None], q[None], rule, n, seed, at=at)
-        counts = cum[0, -1]
-        freq = counts / n
-        lo, hi = proportion_interval(counts, n)
-        a, r = parts(p, q, rule)
-        chi2, pv = chi_square(counts, p)
-        results[rule] = RuleResult(
-            rule=rule, n=n, counts=counts, frequencies=freq, low=lo, high=hi,
-            accepted_part=a, rejected_part=r, output=a + r, bias=tv(a + r, p), tv=tv(freq, p),
-            chi2=chi2, pvalue=pv, acceptance_observed=float(acc[0]) / n,
-            acceptance_predicted=min(1.0, float(a.sum())),
-            curve_n=list(at), curve_tv=[tv(c / m, p) for c, m in zip(cum[0], at)])
-    return LabResult(tokens, p, q, n, int(seed), beta(p, q), results, time.perf_counter() - start)
+    results = {Rule(rule): _rule_result(p, q, Rule(rule), n, seed, at, threads) for rule in rules}
+    return LabResult(tokens, p, q, n, int(seed), beta(p, q), results, curve_n=at, noise_floor=noise_floor(p, at),
+                     notes=notes, seconds=time.perf_counter() - start)
+
+
+def _rule_result(p, q, rule: Rule, n: int, seed: int, at: list[int], threads: int) -> RuleResult:
+    cumulative, accepted = simulate_many(p[None], q[None], rule, n, seed, at=at, threads=threads)
+    counts, accepted = cumulative[0, -1], int(accepted[0])
+    frequencies = counts / n
+    low, high = proportion_interval(counts, n)
+    acceptance_low, acceptance_high = proportion_interval(accepted, n)
+    accepted_part, rejected_part = parts(p, q, rule)
+    chi2, pvalue = chi_square(counts, p)
+    return RuleResult(
+        rule=rule, n=n, counts=counts, frequencies=frequencies, low=low, high=high,
+        accepted_part=accepted_part, rejected_part=rejected_part, output=closed_form(p, q, rule),
+        bias=bias(p, q, rule), tv=tv(frequencies, p), chi2=chi2, pvalue=pvalue,
+        acceptance_observed=accepted / n, acceptance_low=float(acceptance_low),
+        acceptance_high=float(acceptance_high), acceptance_predicted=predicted_acceptance(p, q, rule),
+        curve_tv=[tv(c / m, p) for c, m in zip(cumulative[0], at)])
 
 
 # ---------------------------------------------------------------- tables (the charts' fallbacks)
@@ -419,7 +474,7 @@ def summary_table(lab: LabResult) -> tuple[list[str], list[list]]:
                f"matches p? (α = {ALPHA})", "acceptance predicted", "acceptance observed"]
     rows = []
     for rule, r in lab.results.items():
-        rows.append([RULE_LABELS[rule], _fmt(r.bias), _fmt(r.tv), _fmt(r.chi2, 2), _fmt(r.pvalue),
+        rows.append([RULE_NAMES[rule].long, _fmt(r.bias), _fmt(r.tv), _fmt(r.chi2, 2), _fmt(r.pvalue),
                      "rejected" if r.rejects_p else "not rejected",
                      _fmt(r.acceptance_predicted), _fmt(r.acceptance_observed)])
     return headers, rows
@@ -428,7 +483,7 @@ def summary_table(lab: LabResult) -> tuple[list[str], list[list]]:
 def decomposition_table(lab: LabResult) -> tuple[list[str], list[list]]:
     headers = ["token", "p", "q"]
     for rule in lab.results:
-        s = RULE_SHORT[rule]
+        s = RULE_NAMES[rule].short
         headers += [f"{s}: accepted draft", f"{s}: after rejection", f"{s}: total"]
     rows = []
     for j, t in enumerate(lab.tokens):
@@ -440,7 +495,7 @@ def decomposition_table(lab: LabResult) -> tuple[list[str], list[list]]:
 
 
 def histogram_table(lab: LabResult) -> tuple[list[str], list[list]]:
-    headers = ["token", "p"] + [f"{RULE_SHORT[r]}: observed [95% interval]" for r in lab.results]
+    headers = ["token", "p"] + [f"{RULE_NAMES[r].short}: observed [95% interval]" for r in lab.results]
     rows = []
     for j, t in enumerate(lab.tokens):
         rows.append([t, _fmt(lab.p[j])] + [
@@ -449,23 +504,18 @@ def histogram_table(lab: LabResult) -> tuple[list[str], list[list]]:
 
 
 def convergence_table(lab: LabResult) -> tuple[list[str], list[list]]:
-    first = next(iter(lab.results.values()))
     headers = ["samples", "noise floor (expected TV of an exact sampler)"] + \
-              [f"{RULE_SHORT[r]}: TV" for r in lab.results]
-    floor = noise_floor(lab.p, first.curve_n)
-    rows = [[m, _fmt(float(floor[i]))] + [_fmt(r.curve_tv[i]) for r in lab.results.values()]
-            for i, m in enumerate(first.curve_n)]
+              [f"{RULE_NAMES[r].short}: TV" for r in lab.results]
+    rows = [[m, _fmt(float(lab.noise_floor[i]))] + [_fmt(r.curve_tv[i]) for r in lab.results.values()]
+            for i, m in enumerate(lab.curve_n)]
     rows.append(["bias (limit)", "0"] + [_fmt(r.bias) for r in lab.results.values()])
     return headers, rows
 
 
 def acceptance_table(lab: LabResult) -> tuple[list[str], list[list]]:
     headers = ["rule", "predicted", "observed", "95% interval"]
-    rows = []
-    for rule, r in lab.results.items():
-        lo, hi = proportion_interval(r.acceptance_observed * r.n, r.n)
-        rows.append([RULE_LABELS[rule], _fmt(r.acceptance_predicted), _fmt(r.acceptance_observed),
-                     f"[{_fmt(float(lo))}, {_fmt(float(hi))}]"])
+    rows = [[RULE_NAMES[rule].long, _fmt(r.acceptance_predicted), _fmt(r.acceptance_observed),
+             f"[{_fmt(r.acceptance_low)}, {_fmt(r.acceptance_high)}]"] for rule, r in lab.results.items()]
     return headers, rows
 
 
@@ -478,7 +528,7 @@ def format_table(headers, rows) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- benchmark and CLI
+# ---------------------------------------------------------------- benchmark and the `lab` subcommand
 
 def benchmark_vocab(v: int, n: int = MAX_SAMPLES, seed: int = 0, repeats: int = 3, threads: int = 1) -> float:
     """Best-of-`repeats` seconds for n samples of the exact rule on a fixed random (p, q) of size v."""
@@ -494,68 +544,53 @@ def benchmark_vocab(v: int, n: int = MAX_SAMPLES, seed: int = 0, repeats: int = 
     return best
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):          # one clear line on stderr, exit status 2
-        raise _UsageError(message)
-
-
-class _UsageError(Exception):
-    pass
-
-
-def _floats(text: str) -> list[float]:
+def _numbers(text: str) -> list[float]:
+    """argparse type: "0.5,0.3,0.2" -> [0.5, 0.3, 0.2]."""
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise _UsageError(f"expected comma-separated numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
-def cli_main(argv: list[str]) -> int:
-    """`python -m specdec lab ...`: print a table per rule (TV, chi-square, p-value, acceptance)."""
-    ap = _Parser(prog="specdec lab", description="Monte Carlo test of the speculative verify step.")
-    ap.add_argument("--preset", default="over-confident", help=f"one of: {', '.join(PRESETS)}")
-    ap.add_argument("--p", help="target distribution, comma-separated (overrides the preset)")
-    ap.add_argument("--q", help="draft distribution, comma-separated (with --p)")
-    ap.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
-    ap.add_argument("--samples", type=int, default=100_000, help=f"1 to {MAX_SAMPLES:,}")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--bench", action="store_true", help=f"print samples/second for {MAX_SAMPLES:,} samples")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for --bench (default 1)")
-    try:
-        args = ap.parse_args(argv)
-        if args.threads < 1:
-            raise _UsageError("--threads must be >= 1")
-        if args.bench:
-            for v in (8, 20):
-                s = benchmark_vocab(v, threads=args.threads)
-                print(f"exact rule, V = {v:>2}: {MAX_SAMPLES:,} samples in {s:.3f} s "
-                      f"= {MAX_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
-            return 0
-        if (args.p is None) != (args.q is None):
-            raise _UsageError("give both --p and --q, or neither")
-        if args.p is not None:
-            p, q = _floats(args.p), _floats(args.q)
-            tokens = args.tokens.split(",") if args.tokens else [f"t{i}" for i in range(len(p))]
-            name = "custom"
-        else:
-            tokens, p, q = preset(args.preset)
-            name = args.preset
-        if not 1 <= args.samples <= MAX_SAMPLES:
-            raise _UsageError(f"--samples must be between 1 and {MAX_SAMPLES:,}, got {args.samples}")
-        tokens, p, q, notes = validate(tokens, p, q)
-        lab = run(tokens, p, q, args.samples, args.seed)
-    except (_UsageError, ValueError) as err:
-        print(f"specdec lab: error: {err}", file=sys.stderr)
-        return 2
-    for note in notes:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `lab` subcommand's options."""
+    parser.add_argument("--preset", default="over-confident", choices=list(PRESETS), metavar="NAME",
+                        help=f"one of: {', '.join(map(repr, PRESETS))}")
+    parser.add_argument("--p", type=_numbers, help="target distribution, comma-separated (overrides the preset)")
+    parser.add_argument("--q", type=_numbers, help="draft distribution, comma-separated (with --p)")
+    parser.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
+    parser.add_argument("--samples", type=int, default=100_000, help=f"1 to {MAX_SAMPLES:,}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bench", action="store_true", help=f"print samples/second for {MAX_SAMPLES:,} samples")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the Monte Carlo (default 1: fastest for these small ops)")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
+    chi-square, p-value, acceptance). Bad values raise ValueError (the CLI prints one line)."""
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.bench:
+        for v in (8, 20):
+            s = benchmark_vocab(v, threads=args.threads)
+            print(f"exact rule, V = {v:>2}: {MAX_SAMPLES:,} samples in {s:.3f} s "
+                  f"= {MAX_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
+        return 0
+    if (args.p is None) != (args.q is None):
+        raise ValueError("give both --p and --q, or neither")
+    if args.p is not None:
+        p, q, name = args.p, args.q, "custom"
+        tokens = args.tokens.split(",") if args.tokens else [f"t{i}" for i in range(len(p))]
+    else:
+        tokens, p, q = preset(args.preset)
+        name = args.preset
+    lab = run(tokens, p, q, args.samples, args.seed, threads=args.threads)
+    for note in lab.notes:
         print(f"note: {note}")
-    print(f"{name}: {len(tokens)} tokens, {lab.n:,} samples, seed {lab.seed}, "
+    print(f"{name}: {len(lab.tokens)} tokens, {lab.n:,} samples, seed {lab.seed}, "
           f"beta = sum(min(p, q)) = {lab.beta:.4f}   ({lab.seconds:.2f} s)\n")
     print(format_table(*decomposition_table(lab)))
     print()
     print(format_table(*summary_table(lab)))
     return 0
-
-
-if __name__ == "__main__":    # pragma: no cover
-    raise SystemExit(cli_main(sys.argv[1:]))

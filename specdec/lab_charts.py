@@ -1,8 +1,10 @@
 """Plotly figures of the exactness lab: pure functions, a `lab.LabResult` in, a Figure out.
 
-Colours are Okabe–Ito (colour-blind safe) and every rule also has its own marker, dash and bar
-pattern, so the charts read in greyscale too. Every trace of a rule carries
-`meta={"rule": <rule value>, "role": ...}` so tests (and the browser) can find it.
+Colours come from `trace.PALETTE` (Okabe–Ito, colour-blind safe) and every rule also has its own
+marker, dash and bar pattern, so the charts read in greyscale too. Every number drawn is read from
+the `LabResult` (frequencies, intervals, noise floor, closed forms), never recomputed here.
+Every trace of a rule carries `meta={"rule": <rule value>, "role": ...}` so tests (and the
+browser) can find it.
 """
 
 from __future__ import annotations
@@ -11,20 +13,17 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .lab import RULE_LABELS, RULE_SHORT, LabResult, noise_floor
+from .lab import RULE_NAMES, LabResult
 from .sampling import Rule
+from .trace import PALETTE
 
-# Okabe & Ito (2008), "Color Universal Design".
-OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
-             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
-             "grey": "#999999"}
 STYLE = {
-    Rule.EXACT: dict(color=OKABE_ITO["blue"], symbol="circle", dash="solid", pattern=""),
-    Rule.SKIP_ADJUSTMENT: dict(color=OKABE_ITO["vermillion"], symbol="square", dash="dash", pattern="/"),
-    Rule.ACCEPT_ALL: dict(color=OKABE_ITO["green"], symbol="diamond", dash="dot", pattern="x"),
-    Rule.GREEDY_MATCH: dict(color=OKABE_ITO["purple"], symbol="triangle-up", dash="dashdot", pattern="."),
+    Rule.EXACT: dict(color=PALETTE["blue"], symbol="circle", dash="solid", pattern=""),
+    Rule.SKIP_ADJUSTMENT: dict(color=PALETTE["vermillion"], symbol="square", dash="dash", pattern="/"),
+    Rule.ACCEPT_ALL: dict(color=PALETTE["green"], symbol="diamond", dash="dot", pattern="x"),
+    Rule.GREEDY_MATCH: dict(color=PALETTE["purple"], symbol="triangle-up", dash="dashdot", pattern="."),
 }
-TARGET = dict(color=OKABE_ITO["black"], symbol="line-ew-open")
+TARGET = dict(color=PALETTE["black"], symbol="line-ew-open")
 # Legends sit below the plot area (a wrapped legend on top would cover the title).
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=60),
               legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
@@ -39,7 +38,7 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
     rows = (len(rules) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=0.16,
                         horizontal_spacing=0.05,
-                        subplot_titles=[f"{RULE_LABELS[r]}: TV to p = {lab.results[r].bias:.4f}" for r in rules])
+                        subplot_titles=[f"{RULE_NAMES[r].long}: TV to p = {lab.results[r].bias:.4f}" for r in rules])
     for k, rule in enumerate(rules):
         r, st = lab.results[rule], STYLE[rule]
         row, col = k // cols + 1, k % cols + 1
@@ -47,13 +46,13 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
                     marker=dict(color=st["color"], line=dict(color=st["color"], width=1)),
                     legendgroup="accepted", showlegend=k == 0, row=row, col=col,
                     meta={"rule": rule.value, "role": "accepted"},
-                    hovertemplate="%{x}: %{y:.4f} as accepted draft<extra>" + RULE_SHORT[rule] + "</extra>")
+                    hovertemplate="%{x}: %{y:.4f} as accepted draft<extra>" + RULE_NAMES[rule].short + "</extra>")
         fig.add_bar(x=lab.tokens, y=r.rejected_part, name="emitted after a rejection: (1 − β)·resample",
                     marker=dict(color="white", line=dict(color=st["color"], width=1.5),
                                 pattern=dict(shape="/", fgcolor=st["color"])),
                     legendgroup="rejected", showlegend=k == 0, row=row, col=col,
                     meta={"rule": rule.value, "role": "rejected"},
-                    hovertemplate="%{x}: %{y:.4f} after a rejection<extra>" + RULE_SHORT[rule] + "</extra>")
+                    hovertemplate="%{x}: %{y:.4f} after a rejection<extra>" + RULE_NAMES[rule].short + "</extra>")
         fig.add_scatter(x=lab.tokens, y=lab.p, mode="markers", name="target p",
                         marker=dict(symbol=TARGET["symbol"], size=22, color=TARGET["color"],
                                     line=dict(width=3, color=TARGET["color"])),
@@ -72,12 +71,12 @@ def histogram_figure(lab: LabResult) -> go.Figure:
     fig = go.Figure()
     for rule, r in lab.results.items():
         st = STYLE[rule]
-        fig.add_bar(x=lab.tokens, y=r.frequencies, name=RULE_LABELS[rule],
+        fig.add_bar(x=lab.tokens, y=r.frequencies, name=RULE_NAMES[rule].long,
                     marker=dict(color=st["color"], pattern=dict(shape=st["pattern"], fgcolor="white")),
                     error_y=dict(type="data", symmetric=False, array=np.maximum(r.high - r.frequencies, 0),
                                  arrayminus=np.maximum(r.frequencies - r.low, 0), color="#333333", thickness=1),
                     meta={"rule": rule.value, "role": "observed"},
-                    hovertemplate="%{x}: %{y:.4f}<extra>" + RULE_SHORT[rule] + "</extra>")
+                    hovertemplate="%{x}: %{y:.4f}<extra>" + RULE_NAMES[rule].short + "</extra>")
     fig.add_scatter(x=lab.tokens, y=lab.p, mode="markers", name="target p",
                     marker=dict(symbol=TARGET["symbol"], size=28, color=TARGET["color"],
                                 line=dict(width=3, color=TARGET["color"])),
@@ -92,25 +91,24 @@ def convergence_figure(lab: LabResult) -> go.Figure:
     sampler follows the noise floor (∝ 1/√N); a biased rule levels off at its bias
     TV(output distribution, p), drawn dashed in the rule's colour."""
     fig = go.Figure()
-    first = next(iter(lab.results.values()))
-    ns = np.asarray(first.curve_n, dtype=float)
-    fig.add_scatter(x=ns, y=noise_floor(lab.p, ns), mode="lines", name="noise floor of an exact sampler (∝ 1/√N)",
-                    line=dict(color=OKABE_ITO["grey"], width=2, dash="longdash"), meta={"role": "noise"})
+    ns = np.asarray(lab.curve_n, dtype=float)
+    fig.add_scatter(x=ns, y=lab.noise_floor, mode="lines", name="noise floor of an exact sampler (∝ 1/√N)",
+                    line=dict(color=PALETTE["grey"], width=2, dash="longdash"), meta={"role": "noise"})
     for rule, r in lab.results.items():
         st = STYLE[rule]
         y = np.maximum(np.asarray(r.curve_tv, dtype=float), 1e-12)     # log axis: no zeros
-        fig.add_scatter(x=ns, y=y, mode="lines+markers", name=RULE_LABELS[rule],
+        fig.add_scatter(x=ns, y=y, mode="lines+markers", name=RULE_NAMES[rule].long,
                         line=dict(color=st["color"], width=2), marker=dict(symbol=st["symbol"], size=8),
                         legendgroup=rule.value, meta={"rule": rule.value, "role": "observed"},
-                        hovertemplate="N = %{x:,}: TV = %{y:.4g}<extra>" + RULE_SHORT[rule] + "</extra>")
+                        hovertemplate="N = %{x:,}: TV = %{y:.4g}<extra>" + RULE_NAMES[rule].short + "</extra>")
     for rule, r in lab.results.items():
         if r.bias > 1e-6:          # exact (bias 0) has no level to draw on a log axis
             st = STYLE[rule]
             fig.add_scatter(x=[ns[0], ns[-1]], y=[r.bias, r.bias], mode="lines",
-                            name=f"{RULE_SHORT[rule]}: bias {r.bias:.4f} (closed form)",
+                            name=f"{RULE_NAMES[rule].short}: bias {r.bias:.4f} (closed form)",
                             line=dict(color=st["color"], dash="dash", width=1.5), legendgroup=rule.value,
                             meta={"rule": rule.value, "role": "bias"},
-                            hovertemplate="bias = %{y:.4f}<extra>" + RULE_SHORT[rule] + "</extra>")
+                            hovertemplate="bias = %{y:.4f}<extra>" + RULE_NAMES[rule].short + "</extra>")
     fig.update_layout(title="Convergence: TV(empirical, p) against samples", height=560,
                       **{**LAYOUT, "margin": dict(l=60, r=20, t=60, b=170)})
     fig.update_xaxes(type="log", title_text="samples N")
@@ -121,24 +119,23 @@ def convergence_figure(lab: LabResult) -> go.Figure:
 def acceptance_figure(lab: LabResult) -> go.Figure:
     """Acceptance rate per rule: predicted (closed form; β = Σ min(p, q) = 1 − TV(p, q) for the
     ratio test) as an outlined bar, observed as a marker with its 95% interval."""
-    from .lab import proportion_interval
-
     rules = list(lab.results)
-    names = [RULE_SHORT[r] for r in rules]
+    names = [RULE_NAMES[r].short for r in rules]
     pred = [lab.results[r].acceptance_predicted for r in rules]
     obs = np.array([lab.results[r].acceptance_observed for r in rules])
-    lo, hi = proportion_interval(obs * lab.n, lab.n)
+    lo = np.array([lab.results[r].acceptance_low for r in rules])
+    hi = np.array([lab.results[r].acceptance_high for r in rules])
     fig = go.Figure()
     fig.add_bar(x=names, y=pred, name="predicted (closed form)",
                 marker=dict(color=[STYLE[r]["color"] for r in rules], opacity=0.35,
                             line=dict(color=[STYLE[r]["color"] for r in rules], width=2)),
                 meta={"role": "predicted"}, hovertemplate="%{x}: predicted %{y:.4f}<extra></extra>")
     fig.add_scatter(x=names, y=obs, mode="markers", name="observed (95% interval)",
-                    marker=dict(color=OKABE_ITO["black"], symbol="x-thin-open", size=14, line=dict(width=3)),
+                    marker=dict(color=PALETTE["black"], symbol="x-thin-open", size=14, line=dict(width=3)),
                     error_y=dict(type="data", symmetric=False, array=np.maximum(hi - obs, 0),
-                                   arrayminus=np.maximum(obs - lo, 0)),
+                                 arrayminus=np.maximum(obs - lo, 0)),
                     meta={"role": "observed"}, hovertemplate="%{x}: observed %{y:.4f}<extra></extra>")
-    fig.add_hline(y=lab.beta, line=dict(color=OKABE_ITO["grey"], dash="dash"),
+    fig.add_hline(y=lab.beta, line=dict(color=PALETTE["grey"], dash="dash"),
                   annotation_text=f"β = Σ min(p, q) = 1 − TV(p, q) = {lab.beta:.4f}",
                   annotation_position="top left")
     fig.update_layout(title="Acceptance rate: observed against predicted", yaxis=dict(range=[0, 1.08]),

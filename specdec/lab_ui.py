@@ -1,18 +1,37 @@
 """The "Exactness lab" tab: layout and callbacks only; the math is in `lab`, the figures in `lab_charts`.
 
-The app calls `build_lab_tab(run_state, selection)` inside its `gr.Tab("Exactness lab")`.
+The app calls `build_lab_tab(run_state, selection)` inside its `gr.Tab("Exactness lab")`. The
+callbacks are plain functions returning {output name: value} (testable without a page); the tab
+maps each name to its component, so every Gradio handler returns {component: value}.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import gradio as gr
 import pandas as pd
 
 from . import lab, lab_charts
+from .trace import visible_token
 
 COLUMNS = ["token", "p", "q"]
 DEFAULT_PRESET = "over-confident"
 DEFAULT_SAMPLES = 100_000
+
+# Each chart with its table fallback: name -> (label, figure builder, table builder).
+VIEWS = {
+    "decomposition": ("The proof: where each emitted token comes from (closed form)",
+                      lab_charts.decomposition_figure, lab.decomposition_table),
+    "histogram": ("Monte Carlo: emitted tokens against p", lab_charts.histogram_figure, lab.histogram_table),
+    "convergence": ("Convergence: TV(empirical, p) against samples",
+                    lab_charts.convergence_figure, lab.convergence_table),
+    "acceptance": ("Acceptance rate: observed against β", lab_charts.acceptance_figure, lab.acceptance_table),
+}
+# Output names, in the order the API returns them (gradio_client gives a tuple in this order).
+PRESET_OUTPUTS = ["table", "status"]
+FROM_RUN_OUTPUTS = ["table", "status", "preset"]
+RUN_OUTPUTS = ["status", "table", "summary"] + [n for name in VIEWS for n in (name, f"{name}_table")]
 
 INTRO = """
 ### Is the verify step exact? Test one drafted position a million times.
@@ -65,14 +84,15 @@ def parse_frame(df) -> tuple[list[str], list[float], list[float]]:
     return tokens, cols["p"], cols["q"]
 
 
-def load_preset(name):
+def load_preset(name) -> dict:
     if not name:
-        return gr.update(), gr.update()
+        return {}
     tokens, p, q = lab.preset(name)
-    return _frame(tokens, p, q), f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**."
+    return dict(table=_frame(tokens, p, q),
+                status=f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**.")
 
 
-def take_from_run(gen, selection):
+def take_from_run(gen, selection) -> dict:
     """Fill p and q from the drafted position shown in the Decode tab's step viewer (or the first one)."""
     places = lab.drafted_positions(gen)
     if not places:
@@ -83,15 +103,15 @@ def take_from_run(gen, selection):
     tokens, p, q = lab.from_position(gen, r, i)
     pos = gen.rounds[r].positions[i]
     msg = (f"Taken from the last run: round {r + 1}, drafted position {i + 1} "
-           f"(draft {lab.display_token(gen.token(pos.draft_token))!r}, {pos.status}, β = {pos.beta:.4f}). "
-           f"{len(tokens) - 1} tokens plus “{lab.OTHER}” carrying the remaining mass. Press **Run the lab**.")
-    return _frame(tokens, p, q), msg, gr.update(value=None)
+           f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
+           f"{len(tokens)} rows: its top tokens, and the rest of the vocabulary in two rows, where p ≥ q and "
+           "where p < q, so β and every rule's closed form here equal the model's. Press **Run the lab**.")
+    return dict(table=_frame(tokens, p, q), status=msg, preset=None)   # the table no longer shows a preset
 
 
-def run_lab(df, samples, seed):
+def run_lab(df, samples, seed) -> dict:
     try:
         tokens, p, q = parse_frame(df)
-        tokens, p, q, notes = lab.validate(tokens, p, q)
         if samples is None or seed is None:
             raise ValueError("set the number of samples and the seed")
         if float(samples) != int(samples) or float(seed) != int(seed) or int(seed) < 0:
@@ -100,52 +120,62 @@ def run_lab(df, samples, seed):
     except ValueError as err:
         raise _error(str(err)) from None
     exact = result.results[lab.Rule.EXACT]
-    verdicts = ", ".join(f"{lab.RULE_SHORT[r]}: {'rejected' if x.rejects_p else 'not rejected'}"
+    verdicts = ", ".join(f"{lab.RULE_NAMES[r].short}: {'rejected' if x.rejects_p else 'not rejected'}"
                          for r, x in result.results.items())
-    status = (f"{result.n:,} trials per rule, seed {result.seed}, {len(tokens)} tokens, "
+    status = (f"{result.n:,} trials per rule, seed {result.seed}, {len(result.tokens)} tokens, "
               f"β = Σ min(p, q) = {result.beta:.4f} (observed under the exact rule: {exact.acceptance_observed:.4f}). "
               f"Chi-square test of “emitted tokens follow p” at α = {lab.ALPHA}: {verdicts}. "
-              f"({result.seconds:.2f} s)" + "".join(f"\n\nNote: {n}." for n in notes))
-    return (status, _frame(tokens, p, q), _table(lab.summary_table(result)),
-            lab_charts.decomposition_figure(result), _table(lab.decomposition_table(result)),
-            lab_charts.histogram_figure(result), _table(lab.histogram_table(result)),
-            lab_charts.convergence_figure(result), _table(lab.convergence_table(result)),
-            lab_charts.acceptance_figure(result), _table(lab.acceptance_table(result)))
+              f"({result.seconds:.2f} s)" + "".join(f"\n\nNote: {n}." for n in result.notes))
+    out = dict(status=status, table=_frame(result.tokens, result.p, result.q),
+               summary=_table(lab.summary_table(result)))
+    for name, (_, figure, table) in VIEWS.items():
+        out[name] = figure(result)
+        out[f"{name}_table"] = _table(table(result))
+    return out
 
 
 def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
     """Lay out the lab inside the caller's current container (the app's "Exactness lab" tab)."""
     tokens, p, q = lab.preset(DEFAULT_PRESET)
+    v = SimpleNamespace()   # every component an output name refers to
     gr.Markdown(INTRO, elem_id="lab-intro")
     with gr.Row():
         with gr.Column(scale=2):
-            table = gr.Dataframe(_frame(tokens, p, q), headers=COLUMNS, datatype=["str", "number", "number"],
-                                 interactive=True,
-                                 label="p (target) and q (draft) — edit cells, add or remove rows",
-                                 elem_id="lab-dist")
+            v.table = gr.Dataframe(_frame(tokens, p, q), headers=COLUMNS, datatype=["str", "number", "number"],
+                                   interactive=True,
+                                   label="p (target) and q (draft) — edit cells, add or remove rows",
+                                   elem_id="lab-dist")
         with gr.Column(scale=1):
-            preset = gr.Dropdown(list(lab.PRESETS), value=DEFAULT_PRESET, label="Preset", elem_id="lab-preset")
+            v.preset = gr.Dropdown(list(lab.PRESETS), value=DEFAULT_PRESET, label="Preset", elem_id="lab-preset")
             from_run = gr.Button("Take from the last run (Decode tab)", elem_id="lab-from-run")
             samples = gr.Number(DEFAULT_SAMPLES, label=f"samples per rule (up to {lab.MAX_SAMPLES:,})",
                                 precision=0, minimum=1, maximum=lab.MAX_SAMPLES, elem_id="lab-samples")
             seed = gr.Number(0, label="seed", precision=0, minimum=0, elem_id="lab-seed")
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
-    status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
-    summary = gr.Dataframe(interactive=False,
-                           label="Per rule: TV distance, chi-square test, acceptance rate", elem_id="lab-summary")
-    plots, tables = [], []
-    for key, label in [("decomposition", "The proof: where each emitted token comes from (closed form)"),
-                       ("histogram", "Monte Carlo: emitted tokens against p"),
-                       ("convergence", "Convergence: TV(empirical, p) against samples"),
-                       ("acceptance", "Acceptance rate: observed against β")]:
-        plots.append(gr.Plot(label=label, elem_id=f"lab-{key}"))
-        with gr.Accordion(f"Numbers behind this chart ({key})", open=False):
-            tables.append(gr.Dataframe(interactive=False, elem_id=f"lab-{key}-table"))
+    v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
+    v.summary = gr.Dataframe(interactive=False,
+                             label="Per rule: TV distance, chi-square test, acceptance rate", elem_id="lab-summary")
+    for name, (label, _, _) in VIEWS.items():
+        setattr(v, name, gr.Plot(label=label, elem_id=f"lab-{name}"))
+        with gr.Accordion(f"Numbers behind this chart ({name})", open=False):
+            setattr(v, f"{name}_table", gr.Dataframe(interactive=False, elem_id=f"lab-{name}-table"))
 
-    preset.input(load_preset, [preset], [table, status], api_name="lab_preset")
-    from_run.click(take_from_run, [run_state, selection], [table, status, preset], api_name="lab_from_run")
-    outputs = [status, table, summary]
-    for plot, tab in zip(plots, tables):
-        outputs += [plot, tab]
-    run_btn.click(run_lab, [table, samples, seed], outputs, api_name="lab_run",
-                  show_progress_on=[status])
+    def named(result: dict) -> dict:
+        return {getattr(v, name): value for name, value in result.items()}
+
+    def outputs(names: list[str]) -> list:
+        return [getattr(v, name) for name in names]
+
+    def on_preset(name):
+        return named(load_preset(name))
+
+    def on_from_run(gen, chosen):
+        return named(take_from_run(gen, chosen))
+
+    def on_run(df, n_samples, seed_value):
+        return named(run_lab(df, n_samples, seed_value))
+
+    v.preset.input(on_preset, [v.preset], outputs(PRESET_OUTPUTS), api_name="lab_preset")
+    from_run.click(on_from_run, [run_state, selection], outputs(FROM_RUN_OUTPUTS), api_name="lab_from_run")
+    run_btn.click(on_run, [v.table, samples, seed], outputs(RUN_OUTPUTS), api_name="lab_run",
+                  show_progress_on=[v.status])

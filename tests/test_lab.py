@@ -1,4 +1,4 @@
-"""The exactness lab: closed forms against Monte Carlo through `sampling.verify`, statistics, CLI.
+"""The exactness lab: closed forms against Monte Carlo through `sampling.verify`, statistics, CLI, tab.
 
 Every threshold is stated where it is used; seeds are fixed, so a run is reproducible, and each
 test can fail (the last tests check that the same machinery catches a broken rule).
@@ -6,14 +6,18 @@ test can fail (the last tests check that the same machinery catches a broken rul
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
 from specdec import lab
+from specdec.__main__ import main
 from specdec.sampling import Rule
-from specdec.trace import Dist, Generation, Position, Round, Stats
+from specdec.settings import RunSettings
+from specdec.trace import Dist, Ending, Generation, Position, Round, Stats, Status
 
 N_RANDOM = 200
 MC_SAMPLES = 10_000          # trials per (case, rule) in the closed-form vs Monte Carlo check
@@ -122,9 +126,9 @@ def test_convergence_exact_falls_biased_levels_off():
     tokens, p, q = lab.preset("over-confident")
     res = lab.run(tokens, p, q, 100_000, seed=1)
     ex, skip = res.results[Rule.EXACT], res.results[Rule.SKIP_ADJUSTMENT]
-    assert ex.curve_n[-1] == 100_000 and ex.curve_n == sorted(ex.curve_n)
+    assert res.curve_n[-1] == 100_000 and res.curve_n == sorted(res.curve_n)
     # exact: at 10^5 samples within 3x the expected noise floor; falls by > 10x from N = 100.
-    i100 = ex.curve_n.index(100)
+    i100 = res.curve_n.index(100)
     assert ex.curve_tv[-1] < 3 * lab.noise_floor(p, 100_000)
     assert ex.curve_tv[-1] < ex.curve_tv[i100] / 10
     # skip adjustment: levels off at its closed-form bias (0.135), within 0.01.
@@ -190,13 +194,13 @@ def _generation():
     ids = list(range(25))
     p_probs = [0.5, 0.2] + [0.01] * 23
     q_probs = [0.1, 0.6] + [0.005] * 23
-    pos = Position(draft_token=1, p_draft=0.2, q_draft=0.6, ratio=1 / 3, u=0.5, status="rejected", beta=0.4,
+    pos = Position(draft_token=1, p_draft=0.2, q_draft=0.6, ratio=1 / 3, u=0.5, status=Status.REJECTED, beta=0.4,
                    p=Dist(ids, p_probs, rest=1 - sum(p_probs)), q=Dist(ids, q_probs, rest=1 - sum(q_probs)))
-    rnd = Round(index=0, start=0, gamma=1, positions=[pos], n_accepted=0, end_rule="residual", end_token=0,
+    rnd = Round(index=0, start=0, gamma=1, positions=[pos], n_accepted=0, ending=Ending.RESIDUAL, end_token=0,
                 end_dist=Dist([0], [1.0], 0.0), end_p=Dist([0], [0.5], 0.5), end_q=Dist([0], [0.1], 0.9),
                 residual_mass=0.4, emitted=[0], draft_seconds=0.0, verify_seconds=0.0)
     return Generation(prompt="x", prompt_ids=[0], token_ids=[0], text=" the", rounds=[rnd], stats=Stats(),
-                      settings={}, models={}, token_text={0: " the", 1: " the", 2: "\n"})
+                      settings=RunSettings(gamma=1), models={}, token_text={0: " the", 1: " the", 2: "\n"})
 
 
 def test_from_position_keeps_exact_mass():
@@ -215,20 +219,21 @@ def test_from_position_keeps_exact_mass():
 
 
 def test_cli(capsys):
-    assert lab.cli_main(["--preset", "over-confident", "--samples", "20000", "--seed", "0"]) == 0
+    """`specdec lab` through the one CLI: tables on success, one line and exit 2 on bad values."""
+    assert main(["lab", "--preset", "over-confident", "--samples", "20000", "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "exact (residual)" in out and "not rejected" in out and "chi-square" in out
-    assert lab.cli_main(["--p", "0.5,0.3,0.2", "--q", "0.2,0.3,0.5", "--samples", "1000"]) == 0
+    assert main(["lab", "--p", "0.5,0.3,0.2", "--q", "0.2,0.3,0.5", "--samples", "1000"]) == 0
     for bad in (["--samples", "0"], ["--p", "0.5,0.5"], ["--preset", "nope"], ["--p", "1,x", "--q", "1,1"],
                 ["--p", "1,1", "--q", "0,0"], ["--what"]):
-        assert lab.cli_main(bad) == 2
+        assert main(["lab", *bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("specdec lab: error:"), (bad, err)
+        assert len(err) == 1 and err[0].startswith("specdec: error:"), (bad, err)
 
 
 def test_cli_bench_prints_rate(capsys, monkeypatch):
     monkeypatch.setattr(lab, "benchmark_vocab", lambda v, threads=1: 0.5)
-    assert lab.cli_main(["--bench"]) == 0
+    assert main(["lab", "--bench"]) == 0
     out = capsys.readouterr().out
     assert "V = 20: 1,000,000 samples in 0.500 s = 2,000,000 samples/s" in out
 
@@ -248,7 +253,8 @@ def test_ui_callbacks_without_a_browser():
 
     from specdec import lab_ui
 
-    frame, msg = lab_ui.load_preset("disjoint")
+    out = lab_ui.load_preset("disjoint")
+    frame, msg = out["table"], out["status"]
     assert list(frame.columns) == lab_ui.COLUMNS and "Preset **disjoint**" in msg
     tokens, p, q = lab_ui.parse_frame(frame)
     assert tokens == list(lab.preset("disjoint")[0]) and sum(q) == pytest.approx(1)
@@ -258,7 +264,110 @@ def test_ui_callbacks_without_a_browser():
         lab_ui.run_lab(pd.DataFrame({"token": ["a", "b"], "p": [1, -1], "q": [1, 1]}), 100, 0)
     with pytest.raises(gr.Error, match="Decode tab first"):
         lab_ui.take_from_run(None, (None, None))
-    frame, msg, _ = lab_ui.take_from_run(_generation(), (None, None))   # falls back to the first position
+    taken = lab_ui.take_from_run(_generation(), (None, None))   # falls back to the first position
+    frame, msg = taken["table"], taken["status"]
     assert frame["token"].iloc[-1] == lab.OTHER and "round 1, drafted position 1" in msg
+    assert "rejected, β = 0.4000" in msg and taken["preset"] is None
     out = lab_ui.run_lab(frame, 2000, 0)
-    assert "2,000 trials per rule" in out[0] and len(out[2]) == len(lab.RULES)
+    assert "2,000 trials per rule" in out["status"] and len(out["summary"]) == len(lab.RULES)
+    assert list(out) == lab_ui.RUN_OUTPUTS
+
+
+def test_tab_handlers_return_component_dicts():
+    """Each registered handler returns {component: value} for components among its outputs, in the
+    order the API reports them."""
+    gr = pytest.importorskip("gradio")
+    from specdec import lab_ui
+
+    with gr.Blocks() as demo:
+        lab_ui.build_lab_tab(gr.State(None), gr.State((None, None)))
+    handlers = {f.api_name: f for f in demo.fns.values()}
+    assert set(handlers) == {"lab_preset", "lab_from_run", "lab_run"}
+    preset = handlers["lab_preset"].fn("under-confident")
+    assert list(preset) == handlers["lab_preset"].outputs
+    taken = handlers["lab_from_run"].fn(_generation(), (0, 0))
+    assert list(taken) == handlers["lab_from_run"].outputs
+    ran = handlers["lab_run"].fn(next(iter(preset.values())), 1000, 0)
+    assert list(ran) == handlers["lab_run"].outputs
+    status = handlers["lab_run"].outputs[0]
+    assert "1,000 trials per rule" in ran[status]
+
+
+def _in_new_thread(fn):
+    box = []
+    t = threading.Thread(target=lambda: box.append(fn()))
+    t.start()
+    t.join()
+    return box[0]
+
+
+def test_a_lab_run_from_a_handler_thread_leaves_every_thread_count_alone(monkeypatch):
+    """The app runs the lab in a request thread. torch.set_num_threads there (even restored
+    afterwards) changes the count that every thread set up meanwhile takes, so the lab tab could
+    override SPECDEC_THREADS for everyone. The lab limits only a worker thread of its own."""
+    seen = {}
+    simulate = lab._simulate
+
+    def spy(*args):
+        seen["lab"] = torch.get_num_threads()
+        seen["thread started during the run"] = _in_new_thread(torch.get_num_threads)
+        return simulate(*args)
+
+    monkeypatch.setattr(lab, "_simulate", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)          # the app's process-wide count (SPECDEC_THREADS=2)
+    try:
+        def handler():
+            seen["result"] = lab.run(*lab.preset("p == q"), 1000, seed=0)
+            seen["handler after"] = torch.get_num_threads()
+
+        _in_new_thread(handler)
+        assert seen["result"].n == 1000
+        assert torch.get_num_threads() == 2
+        assert _in_new_thread(torch.get_num_threads) == 2
+        assert seen["thread started during the run"] == 2 and seen["handler after"] == 2
+        if lab._OMP_SET_NUM_THREADS is not None:      # OpenMP builds: the lab's own worker used 1
+            assert seen["lab"] == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_result_carries_what_charts_and_tables_show():
+    """run() computes every number once with the tested functions; tables read them back."""
+    tokens, p, q = lab.preset("over-confident")
+    res = lab.run(tokens, p, q, 5000, seed=4)
+    assert res.notes == [] and np.allclose(res.noise_floor, lab.noise_floor(p, res.curve_n))
+    for rule, r in res.results.items():
+        assert np.array_equal(r.output, lab.closed_form(p, q, rule))
+        assert r.bias == lab.bias(p, q, rule)
+        assert r.acceptance_predicted == lab.predicted_acceptance(p, q, rule)
+        lo, hi = lab.proportion_interval(round(r.acceptance_observed * res.n), res.n)
+        assert (r.acceptance_low, r.acceptance_high) == (float(lo), float(hi))
+        assert r.acceptance_low <= r.acceptance_observed <= r.acceptance_high
+        assert len(r.curve_tv) == len(res.curve_n)
+    _, rows = lab.acceptance_table(res)
+    exact = res.results[Rule.EXACT]
+    assert rows[0][3] == f"[{lab._fmt(exact.acceptance_low)}, {lab._fmt(exact.acceptance_high)}]"
+    _, rows = lab.convergence_table(res)
+    assert rows[-2][1] == lab._fmt(float(res.noise_floor[-1]))
+    assert lab.run(["a", "b"], [2, 2], [1, 3], 100, seed=0).notes[0].startswith("p summed to 4")
+
+
+def test_take_from_run_is_exact_on_real_runs(bundled):
+    """From a real trace, the lab's table has the position's beta (computed at decode time on the
+    model's full rows) to 1e-6, and the exact rule's closed form on it reproduces the stored p."""
+    from specdec import SamplingConfig, speculative_generate
+    from specdec.sampling import Rule
+
+    checked = 0
+    for temperature, top_k in ((0.7, 0), (1.0, 0), (1.3, 40)):
+        gen = speculative_generate(bundled, "KING LEAR.\nBlow, winds,", gamma=4, max_new_tokens=32, seed=1,
+                                   sampling=SamplingConfig(temperature=temperature, top_k=top_k))
+        for r, i in lab.drafted_positions(gen):
+            tokens, p, q = lab.from_position(gen, r, i)
+            pos = gen.rounds[r].positions[i]
+            assert len(tokens) <= lab.MAX_TOKENS
+            assert abs(lab.beta(p, q) - pos.beta) < 1e-6
+            assert np.abs(lab.closed_form(p, q, Rule.EXACT) - p).max() < 1e-6
+            checked += 1
+    assert checked > 20

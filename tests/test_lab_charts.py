@@ -8,6 +8,7 @@ import pytest
 
 from specdec import lab, lab_charts
 from specdec.sampling import Rule
+from specdec.trace import PALETTE
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_histogram_one_trace_per_rule_with_intervals(result):
         assert np.all(np.asarray(t.error_y.array) >= 0) and np.all(np.asarray(t.error_y.arrayminus) >= 0)
     assert np.allclose(_by_role(fig, "p")[0].y, result.p)
     colours = {t.marker.color for t in obs}
-    assert colours <= set(lab_charts.OKABE_ITO.values()) and len(colours) == len(obs)
+    assert colours <= set(PALETTE.values()) and len(colours) == len(obs)
 
 
 def test_convergence_log_log_with_bias_lines(result):
@@ -60,6 +61,8 @@ def test_convergence_log_log_with_bias_lines(result):
     assert abs(bias[Rule.SKIP_ADJUSTMENT.value].y[0] - result.results[Rule.SKIP_ADJUSTMENT].bias) < 1e-12
     assert all(t.line.dash == "dash" for t in bias.values())
     assert len({t.marker.symbol for t in obs}) == len(obs)      # distinct markers per rule
+    noise = _by_role(fig, "noise")[0]                           # drawn from the result, not recomputed
+    assert list(noise.x) == result.curve_n and np.array_equal(noise.y, result.noise_floor)
 
 
 def test_acceptance_predicted_and_observed(result):
@@ -68,6 +71,11 @@ def test_acceptance_predicted_and_observed(result):
     assert len(pred.x) == len(obs.x) == len(lab.RULES)
     assert abs(pred.y[0] - result.beta) < 1e-6                 # exact: beta = sum(min(p, q))
     assert np.allclose(obs.y, [result.results[r].acceptance_observed for r in lab.RULES])
+    # the error bars are the result's own 95% intervals
+    assert np.allclose(np.asarray(obs.y) + np.asarray(obs.error_y.array),
+                       [result.results[r].acceptance_high for r in lab.RULES])
+    assert np.allclose(np.asarray(obs.y) - np.asarray(obs.error_y.arrayminus),
+                       [result.results[r].acceptance_low for r in lab.RULES])
 
 
 def test_tables_back_every_chart(result):
