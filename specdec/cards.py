@@ -72,11 +72,13 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
   MLP {shape['mlp']}, context {info['config']['context']}, tied embeddings; {info['params'] / 1e6:.2f} M parameters,
   stored as fp16 safetensors ({size_mb:.1f} MB).
 - Optimisation: AdamW (lr {info['config']['lr']}, betas 0.9/0.95, weight decay 0.1), warm-up
-  {info['config']['warmup']} steps then cosine to 10 %, {info['config']['steps']} steps of {info['config']['batch_size']} x
-  {info['config']['context']} tokens ({info['tokens_seen']:,} tokens seen), seed {info['config']['seed']}.
+  {info['config']['warmup']} steps then cosine to 10 %, {info['config']['steps']} steps of
+  {info['config']['batch_size']} x {info['config']['context']} tokens ({info['tokens_seen']:,} tokens seen),
+  seed {info['config']['seed']}.
 - Hardware: {info['device']} ({info.get('threads', '?')} torch threads), torch {info['torch']}; wall time
   {info['train_seconds'] / 60:.1f} min (the machine was shared with other work, so this is an upper bound).
-- Reproduce: `python -m specdec train` (both models; this pair took {info['train_seconds'] / 60:.0f} min: both models train together).
+- Reproduce: `python -m specdec train` (both models train together; this one took
+  {info['train_seconds'] / 60:.0f} min).
 
 | step | train loss | validation loss | minutes |
 |---:|---:|---:|---:|
@@ -88,9 +90,11 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
 
 | measure | value |
 |---|---|
-| acceptance rate α at T = 1, γ = {a['gamma']} ({a['runs']} runs: {len(bench.PROMPTS)} prompts x {len(bench.SEEDS)} seeds, {a['tested']} drafts tested) | {a['alpha']:.3f} |
+| acceptance rate α at T = 1, γ = {a['gamma']} ({a['runs']} runs: {len(bench.PROMPTS)} prompts x \
+{len(bench.SEEDS)} seeds, {a['tested']} drafts tested) | {a['alpha']:.3f} |
 | tokens per target forward (same runs) | {a['tokens_per_target_forward']:.2f} |
-| one draft decode step / one target decode step (KV cache), c | {c['draft_step_ms']:.2f} ms / {c['target_step_ms']:.2f} ms = {c['c']:.3f} |
+| one draft decode step / one target decode step (KV cache), c | {c['draft_step_ms']:.2f} ms / \
+{c['target_step_ms']:.2f} ms = {c['c']:.3f} |
 | one target forward over γ + 1 = {c['gamma'] + 1} tokens / one target decode step | {c['verify_over_step']:.2f} |
 
 Measured on {measures['machine']}.

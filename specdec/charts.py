@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from .speed import explain, time_split
 from .trace import LOOKS, PALETTE, Ending, Generation, Status, events, expected_tokens_per_round, visible_token
@@ -18,12 +19,17 @@ from .trace import LOOKS, PALETTE, Ending, Generation, Status, events, expected_
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"
 P_COLOUR, Q_COLOUR = PALETTE["blue"], PALETTE["orange"]
-OTHER_LABEL = "everything else"
 
 
-def show_token(text: str) -> str:
-    """A token as a readable, escaped label: spaces and newlines made visible."""
-    return html.escape(visible_token(text), quote=True)
+def plotly_text(text: str) -> str:
+    """Text for a Plotly label. Plotly reads <tags> and only a few entities (&amp; &lt; &gt;, not
+    &quot;), so escape exactly those three: quotes stay quotes."""
+    return html.escape(text, quote=False)
+
+
+def show_token(gen: Generation, token_id: int) -> str:
+    """A token as a Plotly label: whitespace and EOS made visible, markup escaped."""
+    return plotly_text(gen.label(token_id))
 
 
 def _labels(gen: Generation, ids: list[int]) -> list[str]:
@@ -31,7 +37,7 @@ def _labels(gen: Generation, ids: list[int]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
     for i in ids:
-        label = show_token(gen.token(i))
+        label = show_token(gen, i)
         if label in seen:
             label = f"{label} #{i}"
         seen[label] = i
@@ -90,7 +96,8 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
     chunks: dict[int, list[str]] = {}
     for ev in events(gen):
         if ev.in_text:
-            chunks.setdefault(ev.round, []).append(_span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round))
+            span = _span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round)
+            chunks.setdefault(ev.round, []).append(span)
     for r, chunk in chunks.items():
         outline = "outline:2px solid #000;outline-offset:1px;" if r == selected_round else ""
         parts.append(f'<span class="round" data-round="{r}" style="{outline}">{"".join(chunk)}</span>')
@@ -114,7 +121,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
         c["x"].append(ev.round + 1)
         c["y"].append(top if ev.position is None else ev.position + 1)
         c["custom"].append([ev.round, -1 if ev.position is None else ev.position])
-        c["text"].append(f"<b>{show_token(gen.token(ev.token))}</b><br>" + html.escape(event_title(gen, ev)))
+        c["text"].append(f"<b>{show_token(gen, ev.token)}</b><br>" + plotly_text(event_title(gen, ev)))
     for outcome, c in cells.items():
         if not c["x"]:
             continue
@@ -148,9 +155,9 @@ def timeline_rows(gen: Generation | None) -> list[list]:
     drafts: dict[int, list[str]] = {}
     for ev in events(gen):
         if ev.position is not None:
-            drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + visible_token(gen.token(ev.token)))
+            drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + gen.label(ev.token))
     return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
-             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", visible_token(gen.token(r.end_token)),
+             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", gen.label(r.end_token),
              visible_token("".join(gen.token(t) for t in r.emitted)), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
@@ -173,40 +180,72 @@ def _position(gen: Generation, round_index: int, position: int | None):
     return r, r.positions[position]
 
 
-def pq_view(pos) -> tuple[list[int], list[float], list[float], float, float]:
-    """(ids, p, q, p_rest, q_rest) of a drafted position. The decoder always keeps the drafted
-    token among the ids, so its bars are exactly the trace's p(x) and q(x)."""
-    return list(pos.p.ids), list(pos.p.probs), list(pos.q.probs), pos.p.rest, pos.q.rest
+TAIL_LABELS = ("rest where p ≥ q", "rest where p < q")
+LEGACY_TAIL = ("everything else",)
+
+
+def tail_labels(d) -> tuple[str, ...]:
+    return TAIL_LABELS if d.split is not None else LEGACY_TAIL
+
+
+def _scale_buttons(log: bool, axes: tuple[str, ...]) -> list[dict]:
+    """Two buttons on the figure itself that switch its probability axes (no server round trip)."""
+    def args(kind):
+        return [{f"{a}.type": kind for a in axes}]
+    return [dict(type="buttons", direction="right", x=1.0, xanchor="right", y=1.18, yanchor="bottom",
+                 showactive=True, active=1 if log else 0, pad=dict(r=2, t=2), font=dict(size=11),
+                 buttons=[dict(label="linear", method="relayout", args=args("linear")),
+                          dict(label="log", method="relayout", args=args("log"))])]
+
+
+def _needs_log(values: list[float], marked: list[float]) -> bool:
+    """Start on a log scale when a marked bar (the drafted or the drawn token) would be under 2 %
+    of the tallest bar: on a linear axis it would not be seen."""
+    top = max(values, default=0.0)
+    shown = [v for v in marked if v > 0]
+    return bool(shown) and top > 0 and min(shown) < 0.02 * top
 
 
 def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> go.Figure:
-    """p and q side by side over the union of their top tokens, plus an 'everything else' bar
-    of exact height Dist.rest; the drafted token is outlined and named in the title."""
-    fig = go.Figure()
+    """p and q side by side over the stored top tokens (left), and the rest of the vocabulary in
+    its own panel (right: the two tail parts, split by the sign of p − q, with their exact mass).
+    The drafted token is outlined and labelled with its p and q; the axis starts on a log scale
+    when its bars would be too small to see, and two buttons switch the scale."""
     if gen is None or not gen.rounds:
-        return _empty(fig, "No run yet")
+        return _empty(go.Figure(), "No run yet")
     r, pos = _position(gen, round_index, position)
     if pos is None:
-        return _empty(fig, f"Round {r.index + 1} drafted nothing (the drafter had no proposal): "
-                           "see how the round ended")
-    ids, p, q, p_rest, q_rest = pq_view(pos)
-    labels = _labels(gen, ids) + [OTHER_LABEL]
-    drafted = ids.index(pos.draft_token)
+        return _empty(go.Figure(), f"Round {r.index + 1} drafted nothing (the drafter had no proposal): "
+                                   "see how the round ended")
+    labels = _labels(gen, pos.p.ids)
+    drafted = pos.p.ids.index(pos.draft_token)
+    tails = tail_labels(pos.p)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.82, 0.18], horizontal_spacing=0.06,
+                        subplot_titles=("top tokens", "rest of the vocabulary"))
     widths = [3 if k == drafted else 0 for k in range(len(labels))]
-    for name, values, colour, shape in (("p (target)", p + [p_rest], P_COLOUR, ""),
-                                        ("q (draft)", q + [q_rest], Q_COLOUR, "/")):
+    for name, d, colour, shape in (("p (target)", pos.p, P_COLOUR, ""), ("q (draft)", pos.q, Q_COLOUR, "/")):
         fig.add_trace(go.Bar(
-            x=labels, y=values, name=name,
-            marker=dict(color=colour, line=dict(color=HIGHLIGHT, width=widths), pattern=dict(shape=[shape] * len(labels))),
-            hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>"))
-    title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen.token(pos.draft_token))}</b>"
+            x=labels, y=list(d.probs), name=name, legendgroup=name, offsetgroup=name,
+            marker=dict(color=colour, line=dict(color=HIGHLIGHT, width=widths), pattern=dict(shape=shape)),
+            hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Bar(
+            x=list(tails), y=d.buckets(), name=name, legendgroup=name, offsetgroup=name, showlegend=False,
+            marker=dict(color=colour, pattern=dict(shape=shape)),
+            hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>"), row=1, col=2)
+    log = _needs_log(pos.p.probs + pos.q.probs, [pos.p_draft, pos.q_draft])
+    axis_type = "log" if log else "linear"
+    fig.update_yaxes(type=axis_type, title_text="probability", row=1, col=1)
+    fig.update_yaxes(type=axis_type, row=1, col=2)
+    fig.update_xaxes(tickangle=-45, row=1, col=1)
+    # On a log axis the arrow points down from the top of the panel (bar heights are exponents there).
+    fig.add_annotation(x=labels[drafted], xref="x", y=0.95 if log else max(pos.p_draft, pos.q_draft),
+                       yref="y domain" if log else "y", text=f"drafted: p = {_g(pos.p_draft)}, q = {_g(pos.q_draft)}",
+                       showarrow=True, arrowhead=2, ay=-30, bgcolor="rgba(255,255,255,0.8)")
+    title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b>"
              f" — p(x) = {_g(pos.p_draft)}, q(x) = {_g(pos.q_draft)}, β = Σmin(p, q) = {pos.beta:.3f}")
-    fig.update_layout(barmode="group", height=360, margin=dict(l=50, r=10, t=50, b=90),
-                      title=dict(text=title, font=dict(size=13)), yaxis=dict(title="probability", range=[0, 1.02]),
-                      xaxis=dict(tickangle=-45), legend=dict(orientation="h", y=1.0, x=1, xanchor="right",
-                                                             yanchor="bottom"))
-    fig.add_annotation(x=labels[drafted], y=max(pos.p_draft, pos.q_draft), text="drafted",
-                       showarrow=True, arrowhead=2, ay=-30)
+    fig.update_layout(barmode="group", height=400, margin=dict(l=50, r=10, t=95, b=90),
+                      title=dict(text=title, font=dict(size=13)), updatemenus=_scale_buttons(log, ("yaxis", "yaxis2")),
+                      legend=dict(orientation="h", y=1.1, x=0, yanchor="bottom"))
     return fig
 
 
@@ -216,10 +255,11 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
-    ids, p, q, p_rest, q_rest = pq_view(pos)
-    rows = [[gen.token(i), i, round(a, 6), round(b, 6), round(min(a, b), 6), "◀ drafted" if i == pos.draft_token else ""]
-            for i, a, b in zip(ids, p, q)]
-    rows.append([OTHER_LABEL, None, round(p_rest, 6), round(q_rest, 6), None, ""])
+    rows = [[gen.label(i), i, round(a, 6), round(b, 6), round(min(a, b), 6),
+             "◀ drafted" if i == pos.draft_token else ""]
+            for i, a, b in zip(pos.p.ids, pos.p.probs, pos.q.probs)]
+    rows += [[name, None, round(a, 6), round(b, 6), round(min(a, b), 6), ""]
+             for name, a, b in zip(tail_labels(pos.p), pos.p.buckets(), pos.q.buckets())]
     return rows
 
 
@@ -250,11 +290,15 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
                              text=[f"u = {pos.u:.3f}"], textposition="middle right",
                              marker=dict(symbol="line-ns", size=40, line=dict(width=4, color=HIGHLIGHT)),
                              hovertemplate="u = %{x:.4f}<extra></extra>"))
+    if gen.settings.sampling.greedy:
+        fig.add_annotation(text="Temperature 0: p and q are one-hot, so min(1, p/q) is 0 or 1 and u, though drawn, "
+                                "cannot change the outcome.", xref="paper", yref="paper", x=0, y=-0.55,
+                           xanchor="left", showarrow=False, font=dict(size=11))
     fig.update_layout(
-        barmode="overlay", height=220, margin=dict(l=50, r=10, t=60, b=40),
+        barmode="overlay", height=240, margin=dict(l=50, r=10, t=60, b=70),
         title=dict(text=f"Test: p(x)/q(x) = {_g(pos.p_draft)}/{_g(pos.q_draft)} = {_g(pos.ratio)} → {verdict}",
                    font=dict(size=13)),
-        xaxis=dict(range=[0, 1.02]), yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.35))
+        xaxis=dict(range=[0, 1.02]), yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.3))
     return fig
 
 
@@ -264,18 +308,19 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
-    return [["drafted token", gen.token(pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
+    return [["drafted token", gen.label(pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
             ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
-            ["min(1, p/q)", round(min(1.0, pos.ratio), 6)], ["u", round(pos.u, 6)],
-            ["β = Σ min(p, q)", round(pos.beta, 6)], ["verdict", pos.status]]
+            ["min(1, p/q): chance this draft passes", round(min(1.0, pos.ratio), 6)], ["u", round(pos.u, 6)],
+            ["β = Σ min(p, q): chance a draft from q passes here", round(pos.beta, 6)], ["verdict", pos.status.value]]
 
 
 def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
-    """How the round's last token was drawn.
+    """How the round's last token was drawn, over the stored ids and the tail (its two parts when
+    a draft was rejected).
 
     residual: p − q with the negative part clamped (faded), the normalised residual (= end_dist);
     biased p (adjustment skipped): p used as-is, with a warning that this is biased;
-    bonus / plain step / greedy: the distribution used. The drawn token is outlined in every case
+    bonus / plain step / greedy: the distribution used. The drawn token is outlined and labelled
     (the decoder always keeps it among the stored ids).
     """
     fig = go.Figure()
@@ -283,30 +328,32 @@ def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
         return _empty(fig, "No run yet", height=360)
     r = gen.rounds[round_index]
     d = r.end_dist
-    labels = _labels(gen, d.ids) + [OTHER_LABEL]
+    tails = list(tail_labels(d))
+    labels = _labels(gen, d.ids) + tails
     drawn = d.ids.index(r.end_token)
     widths = [3 if k == drawn else 0 for k in range(len(labels))]
-    token = show_token(gen.token(r.end_token))
+    token = show_token(gen, r.end_token)
     look = LOOKS[r.ending]
+    values = list(d.probs) + d.buckets()
     if r.ending is Ending.RESIDUAL:
-        diff = [p - q for p, q in zip(r.end_p.probs, r.end_q.probs)]
-        fig.add_trace(go.Bar(x=labels[:-1], y=[max(0.0, v) for v in diff], name="max(0, p − q)",
+        diff = [a - b for a, b in zip(r.end_p.probs + r.end_p.buckets(), r.end_q.probs + r.end_q.buckets())]
+        fig.add_trace(go.Bar(x=labels, y=[max(0.0, v) for v in diff], name="max(0, p − q)",
                              marker=dict(color=LOOKS[Status.REJECTED].colour),
                              hovertemplate="%{x}<br>max(0, p − q) = %{y:.4f}<extra></extra>"))
-        fig.add_trace(go.Bar(x=labels[:-1], y=[min(0.0, v) for v in diff], name="p − q < 0 (clamped to 0)",
+        fig.add_trace(go.Bar(x=labels, y=[min(0.0, v) for v in diff], name="p − q < 0 (clamped to 0)",
                              marker=dict(color=FADED), hovertemplate="%{x}<br>p − q = %{y:.4f} → 0<extra></extra>"))
-        fig.add_trace(go.Bar(x=labels, y=list(d.probs) + [d.rest], name="normalised residual (sampled)",
+        fig.add_trace(go.Bar(x=labels, y=values, name="normalised residual (sampled)",
                              marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
                                          pattern=dict(shape="x")),
                              hovertemplate="%{x}<br>residual = %{y:.4f}<extra></extra>"))
         title = (f"Round {r.index + 1}: draft {r.n_accepted + 1} rejected → resampled <b>{token}</b> from "
                  f"norm(max(0, p − q)); mass of max(0, p − q) = {_fmt(r.residual_mass, 3)}")
     elif r.ending is Ending.BIASED_P:
-        fig.add_trace(go.Bar(x=labels, y=list(d.probs) + [d.rest], name="p (used instead of the residual: biased)",
+        fig.add_trace(go.Bar(x=labels, y=values, name="p (used instead of the residual: biased)",
                              marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
                                          pattern=dict(shape="\\")),
                              hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
-        fig.add_trace(go.Bar(x=labels[:-1], y=list(r.end_q.probs), name="q (ignored)",
+        fig.add_trace(go.Bar(x=labels, y=list(r.end_q.probs) + r.end_q.buckets(), name="q (ignored)",
                              marker=dict(color=FADED), hovertemplate="%{x}<br>q = %{y:.4f}<extra></extra>"))
         title = (f"{look.symbol} BIASED: round {r.index + 1}: draft {r.n_accepted + 1} rejected → sampled "
                  f"<b>{token}</b> from p, not from the residual (adjustment skipped)")
@@ -317,7 +364,7 @@ def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
     else:
         name = {Ending.BONUS: "p at position γ+1 (bonus)", Ending.PLAIN: "p (plain target step)",
                 Ending.GREEDY: "argmax of p (greedy match)"}[r.ending]
-        fig.add_trace(go.Bar(x=labels, y=list(d.probs) + [d.rest], name=name,
+        fig.add_trace(go.Bar(x=labels, y=values, name=name,
                              marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
                                          pattern=dict(shape=".")),
                              hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
@@ -327,9 +374,14 @@ def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
                                f"<b>{token}</b> from p",
                  Ending.GREEDY: f"Round {r.index + 1}: draft {r.n_accepted + 1} did not match → "
                                 f"<b>{token}</b>, the argmax of p"}[r.ending]
-    fig.add_annotation(x=labels[drawn], y=d.probs[drawn], text="drawn", showarrow=True, arrowhead=2, ay=-30)
-    fig.update_layout(barmode="group", height=420, margin=dict(l=50, r=10, t=80, b=40),
-                      title=dict(text=title, font=dict(size=13)), yaxis=dict(title="probability"),
+    log = _needs_log(values, [d.probs[drawn]])
+    fig.add_annotation(x=labels[drawn], y=d.probs[drawn] if not log else 0.95, yref="y" if not log else "y domain",
+                       text=f"drawn: {_g(d.probs[drawn])}", showarrow=True, arrowhead=2, ay=-30,
+                       bgcolor="rgba(255,255,255,0.8)")
+    fig.update_layout(barmode="group", height=440, margin=dict(l=50, r=10, t=95, b=40),
+                      title=dict(text=title, font=dict(size=13)),
+                      yaxis=dict(title="probability", type="log" if log else "linear"),
+                      updatemenus=_scale_buttons(log, ("yaxis",)),
                       xaxis=dict(tickangle=-45), legend=dict(orientation="h", y=-0.45, x=0))
     return fig
 
@@ -342,10 +394,11 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
     for k, i in enumerate(r.end_dist.ids):
         p = r.end_p.prob(i)
         q = r.end_q.prob(i) if r.end_q is not None else None
-        rows.append([gen.token(i), i, _r(p), _r(q), _r(None if q is None or p is None else p - q),
+        rows.append([gen.label(i), i, _r(p), _r(q), _r(None if q is None or p is None else p - q),
                      round(r.end_dist.probs[k], 6), "◀ drawn" if i == r.end_token else ""])
-    rows.append([OTHER_LABEL, None, _r(r.end_p.rest), _r(r.end_q.rest if r.end_q else None), None,
-                 round(r.end_dist.rest, 6), ""])
+    q_tail = r.end_q.buckets() if r.end_q is not None else [None] * len(r.end_dist.buckets())
+    for name, d, p, q in zip(tail_labels(r.end_dist), r.end_dist.buckets(), r.end_p.buckets(), q_tail):
+        rows.append([name, None, _r(p), _r(q), _r(None if q is None else p - q), round(d, 6), ""])
     return rows
 
 

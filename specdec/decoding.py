@@ -15,13 +15,13 @@ token texts come from the pair's cache.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from . import trace as tr
 from .drafters import KVCache, align_logits, make_drafter
-from .sampling import Rule, SamplingConfig, acceptance_probability, logits_to_probs, sample, verify
+from .sampling import Rule, SamplingConfig, logits_to_probs, sample, verify
 from .settings import AUTOREGRESSIVE, RunSettings
 from .trace import Ending, Generation, Position, Round, Status
 
@@ -183,27 +183,35 @@ def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, ru
     rejected = bool(verdict.rejected)
     p_mass = p.double().sum(-1).tolist()
     q_mass = q.double().sum(-1).tolist()
-    betas = acceptance_probability(p[:g], q).tolist()
+    betas = torch.minimum(p[:g], q).double().sum(-1).tolist()   # min is exact in float32; sum in float64
     p_draft, q_draft, ratio, u = verdict.p_draft.tolist(), verdict.q_draft.tolist(), verdict.ratio.tolist(), u.tolist()
     kept = tr.keep_top(p[:g], q, torch.tensor(drafts, dtype=torch.long)) if g else []
+    p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, [ids for ids, _, _ in kept]) if g else ([], [])
     positions = []
     for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept)):
         status = Status.ACCEPTED if i < n else (Status.REJECTED if i == n else Status.UNUSED)
         positions.append(Position(
             draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i], status=status,
-            beta=betas[i], p=tr.dist(ids, pv, p_mass[i]), q=tr.dist(ids, qv, q_mass[i])))
+            beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i])))
     end_dist = verdict.end_dist.float().cpu().reshape(1, -1)
     end_token = int(verdict.end_token)
     ending = Ending.of(g, rejected, rule)
     # Kept ids at the end position: top of the drawn distribution and of p, and the drawn token.
     (ids, dv, pv), = tr.keep_top(end_dist, p[n:n + 1], torch.tensor([end_token]))
+    end_total = float(end_dist.double().sum())
     residual_mass = None
     if ending is Ending.RESIDUAL:
         residual_mass = float((p[n].double() - q[n].double()).clamp_min(0).sum())
+    if rejected:   # the tail split by the sign of p - q, as at a drafted position
+        (d_tail,), (p_tail,), (q_tail,) = tr.tail_split([end_dist, p[n:n + 1], q[n:n + 1]], p[n:n + 1],
+                                                        q[n:n + 1], [ids])
+        end_parts = (tr.dist(ids, dv, end_total, d_tail), tr.dist(ids, pv, p_mass[n], p_tail),
+                     tr.dist(ids, q[n, ids].tolist(), q_mass[n], q_tail))
+    else:
+        end_parts = (tr.dist(ids, dv, end_total), tr.dist(ids, pv, p_mass[n]), None)
     return Round(
         index=index, start=start, gamma=g, positions=positions, n_accepted=n, ending=ending,
-        end_token=end_token, end_dist=tr.dist(ids, dv, float(end_dist.double().sum())),
-        end_p=tr.dist(ids, pv, p_mass[n]), end_q=tr.sparse(q[n], ids, q_mass[n]) if rejected else None,
+        end_token=end_token, end_dist=end_parts[0], end_p=end_parts[1], end_q=end_parts[2],
         residual_mass=residual_mass, emitted=list(emitted), draft_seconds=draft_s, verify_seconds=verify_s)
 
 

@@ -183,7 +183,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         draft_model = _load_model(draft, dtype, device, offline)
     except ModelLoadError:
         raise
-    except (OSError, ValueError, EnvironmentError) as err:
+    except (OSError, ValueError) as err:
         text = str(err).splitlines()[0] if str(err) else type(err).__name__
         if "safetensors" in text.lower():
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None

@@ -17,7 +17,6 @@ from enum import Enum
 
 import torch
 
-
 # ---------------------------------------------------------------- logits -> probabilities
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def validate(self) -> "SamplingConfig":
+    def validate(self) -> SamplingConfig:
         """Raise ValueError with a message a user can act on."""
         t, k, p = self.temperature, self.top_k, self.top_p
         if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or t > 100:
@@ -54,8 +53,7 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     top-p) so that "top-p 0.9" here means exactly what it means there. Greedy gives the
     one-hot of the argmax, which is what `generate(do_sample=False)` picks (first index on ties).
     """
-    from transformers.generation.logits_process import (
-        TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     logits = logits.float()
     shape = logits.shape

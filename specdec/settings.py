@@ -43,10 +43,10 @@ class RunSettings:
     def speculative(self) -> bool:
         return self.mode == SPECULATIVE
 
-    def with_(self, **changes) -> "RunSettings":
+    def with_(self, **changes) -> RunSettings:
         return replace(self, **changes)
 
-    def validate(self) -> "RunSettings":
+    def validate(self) -> RunSettings:
         """Raise ValueError with a message a user can act on; return self when all is well."""
         if self.mode not in (SPECULATIVE, AUTOREGRESSIVE):
             raise ValueError(f"unknown mode {self.mode!r}: choose {SPECULATIVE!r} or {AUTOREGRESSIVE!r}")
@@ -72,11 +72,12 @@ class RunSettings:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunSettings":
+    def from_dict(cls, d: dict) -> RunSettings:
         """Read the settings of a stored trace (also the dict that schema-1 traces carried)."""
         d = dict(d)
         rule = d.get("rule") or (Rule.SKIP_ADJUSTMENT.value if d.get("skip_adjustment") else Rule.EXACT.value)
-        return cls(mode=d.get("mode", SPECULATIVE), gamma=d.get("gamma", 1), max_new_tokens=d.get("max_new_tokens", 1), sampling=SamplingConfig(**d.get("sampling", {})),
+        return cls(mode=d.get("mode", SPECULATIVE), gamma=d.get("gamma", 1), max_new_tokens=d.get("max_new_tokens", 1),
+                   sampling=SamplingConfig(**d.get("sampling", {})),
                    seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", "model"))
 
 

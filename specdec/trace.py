@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Iterator
 
 import torch
 
@@ -44,7 +44,7 @@ class Ending(str, Enum):
     PLAIN = "plain"        # the round drafted nothing: one plain target step, drawn from p
 
     @classmethod
-    def of(cls, drafted: int, rejected: bool, rule: Rule) -> "Ending":
+    def of(cls, drafted: int, rejected: bool, rule: Rule) -> Ending:
         if drafted == 0:
             return cls.PLAIN
         if not rejected:
@@ -96,11 +96,23 @@ LOOKS: dict[Outcome, Look] = {
 @dataclass
 class Dist:
     """A distribution over the vocabulary kept sparse: probs of `ids`, plus `rest`, the exact
-    remaining mass (summed in float64 over every other token), so ids + rest always add to the total."""
+    remaining mass (summed in float64 over every other token), so ids + rest always add to the total.
+
+    `split` cuts `rest` in two by the sign of p - q at the same position: [mass of the tail tokens
+    with p >= q, mass of those with p < q] (p and q of one position share the cut). Within each
+    part min(p, q) and max(0, p - q) are additive, so beta, TV and the residual mass computed on
+    the stored view equal those on the full rows. One lumped rest would not keep them exact (min
+    is not additive). None where no q exists (a bonus or plain step) or in a schema-1 trace.
+    """
 
     ids: list[int]
     probs: list[float]
     rest: float
+    split: list[float] | None = None
+
+    def buckets(self) -> list[float]:
+        """The tail as stored: [p >= q part, p < q part], or [rest] when there is no split."""
+        return list(self.split) if self.split is not None else [self.rest]
 
     def prob(self, token: int) -> float | None:
         """Probability of `token`, or None when it is not among the kept ids."""
@@ -108,19 +120,6 @@ class Dist:
             return self.probs[self.ids.index(token)]
         except ValueError:
             return None
-
-
-def sparse(dist: torch.Tensor, ids: list[int], total: float | None = None) -> Dist:
-    """Keep the probabilities of `ids` and the exact mass of the rest.
-
-    rest = (float64 sum of the whole row, `total` when the caller has it) - (exact sum of the
-    kept values, math.fsum): the mass outside the kept ids up to float64 rounding, without
-    materialising a mask over the vocabulary.
-    """
-    probs = dist[ids].tolist()
-    if total is None:
-        total = float(dist.double().sum())
-    return Dist(ids=list(ids), probs=probs, rest=max(0.0, total - math.fsum(probs)))
 
 
 def keep_top(a: torch.Tensor, b: torch.Tensor, extra: torch.Tensor, n: int = TOP_N
@@ -149,9 +148,38 @@ def keep_top(a: torch.Tensor, b: torch.Tensor, extra: torch.Tensor, n: int = TOP
     return [(ids[:c], x[:c], y[:c]) for ids, x, y, c in rows]
 
 
-def dist(ids: list[int], probs: list[float], total: float) -> Dist:
-    """A Dist from kept values and the row's float64 total: rest = total - fsum(kept)."""
+def dist(ids: list[int], probs: list[float], total: float, split: tuple[float, float] | None = None) -> Dist:
+    """A Dist from kept values: with `split` (the two tail parts, see `Dist`), rest is their sum;
+    without, rest = the row's float64 total - fsum(kept)."""
+    if split is not None:
+        return Dist(ids=ids, probs=probs, rest=split[0] + split[1], split=[split[0], split[1]])
     return Dist(ids=ids, probs=probs, rest=max(0.0, total - math.fsum(probs)))
+
+
+def tail_split(rows: list[torch.Tensor], p: torch.Tensor, q: torch.Tensor, kept: list[list[int]]
+               ) -> list[list[tuple[float, float]]]:
+    """For each tensor of `rows` ([R, V]), per row r: its mass over the tokens NOT in kept[r],
+    split by the sign of p[r] - q[r]: (part where p >= q, part where p < q), summed in float64."""
+    mask = torch.zeros(p.shape, dtype=torch.bool)
+    for r, ids in enumerate(kept):
+        mask[r, ids] = True
+    ge = (p >= q) & ~mask
+    lt = (p < q) & ~mask
+    out = []
+    for x in rows:
+        x = x.double()
+        out.append(list(zip((x * ge).sum(-1).tolist(), (x * lt).sum(-1).tolist())))
+    return out
+
+
+def beta_of(p: Dist, q: Dist) -> float:
+    """beta = sum(min(p, q)) over the stored view of one position (exact with a split tail)."""
+    return math.fsum(min(a, b) for a, b in zip(p.probs + p.buckets(), q.probs + q.buckets()))
+
+
+def residual_mass_of(p: Dist, q: Dist) -> float:
+    """sum(max(0, p - q)) over the stored view of one position (exact with a split tail)."""
+    return math.fsum(max(0.0, a - b) for a, b in zip(p.probs + p.buckets(), q.probs + q.buckets()))
 
 
 @dataclass
@@ -233,7 +261,7 @@ class Generation:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Generation":
+    def from_dict(cls, d: dict) -> Generation:
         if d.get("schema") != SCHEMA:
             raise ValueError("not a specdec trace (missing schema 'specdec.trace')")
         if d.get("version") not in READS_VERSIONS:
@@ -252,7 +280,7 @@ class Generation:
             raise ValueError(f"malformed specdec trace: {err}") from None
 
     @classmethod
-    def from_json(cls, text: str) -> "Generation":
+    def from_json(cls, text: str) -> Generation:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
@@ -264,6 +292,12 @@ class Generation:
     # -------------------------------------------------------------- helpers for readers
     def token(self, token_id: int) -> str:
         return self.token_text.get(token_id, f"<{token_id}>")
+
+    def label(self, token_id: int) -> str:
+        """A token as charts and tables name it: whitespace made visible, EOS as ⟨eos⟩."""
+        if token_id == self.eos_token_id:
+            return "⟨eos⟩"
+        return visible_token(self.token(token_id))
 
 
 # Schema 1 called the biased ending "target" and stored no ending for a round that drafted nothing.

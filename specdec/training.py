@@ -52,6 +52,7 @@ class TrainConfig:
     context: int = 256          # training block = max_position_embeddings
     batch_size: int = 16
     steps: int = 1500           # both models train for this many steps, on the same batches
+    distill_steps: int = 600    # then the draft alone, toward the final (frozen) target
     lr: float = 3e-3
     warmup: int = 100
     eval_every: int = 300
@@ -71,7 +72,7 @@ class TrainConfig:
 def tiny_config(out_dir: str, corpus_dir: str | None = None) -> TrainConfig:
     """A config that trains in seconds: for the smoke test, not for use."""
     return TrainConfig(
-        out_dir=out_dir, vocab_size=300, context=64, batch_size=4, steps=6, warmup=2, eval_every=5,
+        out_dir=out_dir, vocab_size=300, context=64, batch_size=4, steps=6, distill_steps=3, warmup=2, eval_every=5,
         eval_batches=2, corpus_dir=corpus_dir,
         draft=ModelShape("specdec-draft", 1, 32, 2, 64),
         target=ModelShape("specdec-target", 2, 32, 2, 64),
@@ -267,6 +268,45 @@ def train_pair(cfg: TrainConfig, train_ids, val_ids, eos_id: int, device: str,
     return {k: m.float().cpu().eval() for k, m in models.items()}, stats
 
 
+def distill_draft(target, draft, cfg: TrainConfig, train_ids, val_ids, device: str, log=print) -> dict:
+    """Phase two: the draft alone, toward the final target (frozen), for `cfg.distill_steps`.
+
+    During the joint phase the draft chases a target that keeps moving; here it learns the one
+    it will be paired with. Its own seeded batch stream (seed + 1), so this phase gives the same
+    draft whether it follows `train_pair` in one process or runs on the saved models.
+    """
+    target, draft = target.to(device).eval(), draft.to(device).train()
+    for param in target.parameters():
+        param.requires_grad_(False)
+    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    stream = batches(train_ids, cfg, torch.Generator().manual_seed(cfg.seed + 1))
+    steps, vocab = cfg.distill_steps, cfg.vocab_size
+    t0 = time.perf_counter()
+    history = []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg, steps)
+        x, _ = (t.to(device) for t in next(stream))
+        with torch.no_grad():
+            teacher = torch.log_softmax(target(x).logits.float().reshape(-1, vocab), -1)
+        student = torch.log_softmax(draft(x).logits.float().reshape(-1, vocab), -1)
+        loss = torch.nn.functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == steps:
+            val = evaluate(draft, val_ids.to(device), cfg)
+            beta = agreement(target, draft.eval(), val_ids.to(device), cfg)
+            draft.train()
+            elapsed = time.perf_counter() - t0
+            history.append({"step": step + 1, "train_loss": round(loss.item(), 4), "val_loss": round(val, 4),
+                            "val_beta": round(beta, 4), "seconds": round(elapsed, 1)})
+            log(f"distill step {step + 1}/{steps}  draft KL {loss.item():.3f} val {val:.3f}  mean beta {beta:.3f}"
+                f"  elapsed {elapsed / 60:.1f} min")
+    return {"history": history, "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def save_model(model, tokenizer, folder: Path, cfg: TrainConfig) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     to_save = model.half() if cfg.save_fp16 else model
@@ -301,6 +341,14 @@ def train(cfg: TrainConfig, log=print) -> dict:
            "validation_works": val_names, "train_tokens": len(train_ids), "val_tokens": len(val_ids),
            "device": device, "torch": torch.__version__, "threads": torch.get_num_threads()}
     models, stats = train_pair(cfg, train_ids, val_ids, tokenizer.eos_token_id, device, log)
+    if cfg.distill_steps:
+        phase = distill_draft(models["target"], models["draft"], cfg, train_ids, val_ids, device, log)
+        models["draft"] = models["draft"].float().cpu().eval()
+        draft = stats["draft"]
+        draft["distill_history"] = phase["history"]
+        draft["val_loss"] = phase["history"][-1]["val_loss"]
+        draft["train_seconds"] = round(draft["train_seconds"] + phase["seconds"], 1)
+        draft["loss"] = "KL(p || q) to the target, during its training and then to the final target"
     for k, shape in (("target", cfg.target), ("draft", cfg.draft)):
         save_model(models[k], tokenizer, out / shape.name, cfg)
         (out / shape.name / "training.json").write_text(json.dumps({**run, **stats[k]}, indent=2))

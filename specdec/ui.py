@@ -154,7 +154,7 @@ def position_choices(gen: Generation | None, round_index: int) -> list[tuple[str
     if gen is None or not gen.rounds:
         return []
     r = gen.rounds[round_index]
-    return [(f"{i + 1} {LOOKS[pos.status].symbol} {charts.show_token(gen.token(pos.draft_token))}", i)
+    return [(f"{i + 1} {LOOKS[pos.status].symbol} {gen.label(pos.draft_token)}", i)
             for i, pos in enumerate(r.positions)]
 
 

@@ -4,8 +4,6 @@ export/import and escaping. Saves the README screenshots to assets/screenshots/.
 from __future__ import annotations
 
 import json
-
-
 from pathlib import Path
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "assets" / "screenshots"

@@ -6,12 +6,11 @@ import html
 
 import pytest
 
-from specdec import SamplingConfig, speculative_generate
-from specdec import charts
+from specdec import SamplingConfig, charts, speculative_generate
 from specdec.trace import Ending, Generation, expected_tokens_per_round
+from tiny import tiny_pair
 
 ENDINGS = {e.value for e in Ending}
-from tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")
@@ -82,17 +81,18 @@ def test_pq_bars_equal_the_trace(gen):
     pos = r.positions[i]
     assert pos.draft_token in pos.p.ids   # vocab 8: every token is kept
     fig = charts.pq_figure(gen, r.index, i)
-    p, q = fig.data
-    assert p.name == "p (target)" and q.name == "q (draft)"
-    assert list(p.y) == pos.p.probs + [pos.p.rest]
-    assert list(q.y) == pos.q.probs + [pos.q.rest]
-    assert p.x[-1] == charts.OTHER_LABEL and p.y[-1] == pos.p.rest
+    p, p_tail, q, q_tail = fig.data   # top tokens and the tail's two parts, in their own panel
+    assert p.name == p_tail.name == "p (target)" and q.name == q_tail.name == "q (draft)"
+    assert list(p.y) == pos.p.probs and list(q.y) == pos.q.probs
+    assert list(p_tail.y) == pos.p.split and list(q_tail.y) == pos.q.split
+    assert list(p_tail.x) == list(charts.TAIL_LABELS) and sum(p_tail.y) == pytest.approx(pos.p.rest)
     # the drafted token, and only it, is outlined
     k = pos.p.ids.index(pos.draft_token)
     widths = list(p.marker.line.width)
     assert widths[k] > 0 and sum(w > 0 for w in widths) == 1
     rows = charts.pq_rows(gen, r.index, i)
-    assert rows[-1][0] == charts.OTHER_LABEL and rows[-1][2] == round(pos.p.rest, 6)
+    assert [row[0] for row in rows[-2:]] == list(charts.TAIL_LABELS)
+    assert [row[2] for row in rows[-2:]] == [round(v, 6) for v in pos.p.split]
     assert [row[5] for row in rows].count("◀ drafted") == 1
 
 
@@ -101,11 +101,11 @@ def test_drafted_token_always_has_its_own_bar(gen):
     q(x); a trace with the drafted token moved into the tail is refused at import, not drawn."""
     for r in gen.rounds:
         for i, pos in enumerate(r.positions):
-            p, q = charts.pq_figure(gen, r.index, i).data
+            p, p_tail, q, _ = charts.pq_figure(gen, r.index, i).data
             k = pos.p.ids.index(pos.draft_token)
             assert p.y[k] == pos.p_draft and q.y[k] == pos.q_draft
             assert list(p.marker.line.width)[k] > 0
-            assert sum(p.y) == pytest.approx(1, abs=1e-5)
+            assert sum(p.y) + sum(p_tail.y) == pytest.approx(1, abs=1e-5)
     d = gen.to_dict()
     pos = d["rounds"][0]["positions"][0]
     k = pos["p"]["ids"].index(pos["draft_token"])
@@ -134,10 +134,11 @@ def test_residual_figure(gen):
     names = [t.name for t in fig.data]
     assert names == ["max(0, p − q)", "p − q < 0 (clamped to 0)", "normalised residual (sampled)"]
     pos_part, neg_part, res = fig.data
-    diff = [p - q for p, q in zip(r.end_p.probs, r.end_q.probs)]
+    diff = [p - q for p, q in zip(r.end_p.probs + r.end_p.buckets(), r.end_q.probs + r.end_q.buckets())]
     assert list(pos_part.y) == [max(0.0, d) for d in diff]
     assert list(neg_part.y) == [min(0.0, d) for d in diff]
-    assert list(res.y) == r.end_dist.probs + [r.end_dist.rest]
+    assert list(res.y) == r.end_dist.probs + r.end_dist.buckets()
+    assert sum(r.end_dist.buckets()) == pytest.approx(r.end_dist.rest)
     k = r.end_dist.ids.index(r.end_token)
     assert list(res.marker.line.width)[k] > 0
     # the residual is zero wherever p <= q
@@ -150,7 +151,7 @@ def test_skip_adjustment_figure_warns(skipped):
     r = _round_with(skipped, "biased_p")
     fig = charts.end_figure(skipped, r.index)
     assert fig.data[0].name == "p (used instead of the residual: biased)"
-    assert list(fig.data[0].y) == r.end_dist.probs + [r.end_dist.rest]
+    assert list(fig.data[0].y) == r.end_dist.probs + r.end_dist.buckets()
     assert r.end_dist.probs == r.end_p.probs   # the distribution used is p itself
     assert "BIASED" in fig.layout.title.text
     assert any("skipped" in a.text for a in fig.layout.annotations)

@@ -1,7 +1,7 @@
 """The decoder end to end on real (tiny, random) transformers models and on the bundled pair."""
 
-import dataclasses
 import itertools
+import math
 
 import pytest
 import torch
@@ -12,9 +12,9 @@ from specdec.drafters import KVCache, NgramDrafter
 from specdec.models import ModelPair
 from specdec.sampling import logits_to_probs
 from specdec.trace import Status
+from tiny import tiny_model, tiny_pair
 
 ACCEPTED, REJECTED, UNUSED = Status.ACCEPTED, Status.REJECTED, Status.UNUSED
-from tiny import tiny_model, tiny_pair
 
 SIGNIFICANCE = 0.001
 PROMPT = [1, 2, 3]
@@ -287,3 +287,33 @@ def test_keep_top_matches_a_plain_reference():
             want = sorted(want, key=lambda i: (-float(a[r, i]), -float(b[r, i]), i))
             assert ids == want
             assert av == a[r, ids].tolist() and bv == b[r, ids].tolist()
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (1.0, 0, 1.0), (1.3, 0, 1.0),
+                                                        (1.0, 50, 1.0), (1.0, 0, 0.9), (1.3, 40, 0.95)])
+def test_stored_tail_keeps_beta_and_residual_exact(bundled, temperature, top_k, top_p):
+    """The tail is stored as two parts split by the sign of p - q, so beta = sum(min(p, q)) and
+    the residual mass sum(max(0, p - q)) on the stored view equal their values on the full rows
+    (pos.beta and r.residual_mass are computed on the full rows at decode time)."""
+    from specdec.trace import beta_of, residual_mass_of
+
+    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+    checked = 0
+    for seed in range(3):
+        gen = speculative_generate(bundled, "ROMEO.\nBut soft,", gamma=4, max_new_tokens=48, seed=seed,
+                                   sampling=sampling)
+        gen = type(gen).from_json(gen.to_json())   # what an export and an import keep
+        for r in gen.rounds:
+            for pos in r.positions:
+                assert pos.p.split is not None and pos.q.split is not None
+                assert abs(beta_of(pos.p, pos.q) - pos.beta) < 1e-6
+                p_total = math.fsum(pos.p.probs) + pos.p.rest   # the full row's float64 total
+                assert abs(residual_mass_of(pos.p, pos.q) - (p_total - pos.beta)) < 1e-6
+                checked += 1
+            if r.residual_mass is not None:
+                assert abs(residual_mass_of(r.end_p, r.end_q) - r.residual_mass) < 1e-6
+    assert checked > 50
+    # the negative control: one lumped tail (as schema 1 stored it) does not keep beta exact
+    lumped = [abs(math.fsum(min(a, b) for a, b in zip(pos.p.probs + [pos.p.rest], pos.q.probs + [pos.q.rest]))
+                  - pos.beta) for r in gen.rounds for pos in r.positions]
+    assert max(lumped) > 1e-3
