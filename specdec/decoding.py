@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from . import trace as tr
@@ -174,37 +175,38 @@ def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, ru
                  emitted: list[int], draft_s: float, verify_s: float) -> Round:
     """One verify step as a trace Round: sparse rows with exact tail masses.
 
-    Batched (see `trace.keep_top`): the ids and values of every drafted position come from one
-    pass over all rows, so recording costs a few tensor ops per round, not per token.
+    Batched (see `trace.keep_top`), in numpy on the host: the ids and values of every drafted
+    position come from one pass over all rows, so recording costs a few array operations per
+    round, not per token.
     """
-    p, q = p.float().cpu(), q.float().cpu()
+    p, q = p.float().cpu().numpy(), q.float().cpu().numpy()
     g = len(drafts)
     n = int(verdict.n_accepted)
     rejected = bool(verdict.rejected)
-    p_mass = p.double().sum(-1).tolist()
-    q_mass = q.double().sum(-1).tolist()
-    betas = torch.minimum(p[:g], q).double().sum(-1).tolist()   # min is exact in float32; sum in float64
+    p_mass = p.sum(1, dtype=np.float64).tolist()
+    q_mass = q.sum(1, dtype=np.float64).tolist()
+    betas = np.minimum(p[:g], q).sum(1, dtype=np.float64).tolist()   # min is exact in float32
     p_draft, q_draft, ratio, u = verdict.p_draft.tolist(), verdict.q_draft.tolist(), verdict.ratio.tolist(), u.tolist()
-    kept = tr.keep_top(p[:g], q, torch.tensor(drafts, dtype=torch.long)) if g else []
-    p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, [ids for ids, _, _ in kept]) if g else ([], [])
     positions = []
-    for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept)):
-        status = Status.ACCEPTED if i < n else (Status.REJECTED if i == n else Status.UNUSED)
-        positions.append(Position(
-            draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i], status=status,
-            beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i])))
-    end_dist = verdict.end_dist.float().cpu().reshape(1, -1)
+    if g:
+        kept, mask = tr.keep_top(p[:g], q, np.array(drafts))
+        p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, mask)
+        for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept)):
+            status = Status.ACCEPTED if i < n else (Status.REJECTED if i == n else Status.UNUSED)
+            positions.append(Position(
+                draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i], status=status,
+                beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i])))
+    end_dist = verdict.end_dist.float().cpu().numpy().reshape(1, -1)
     end_token = int(verdict.end_token)
     ending = Ending.of(g, rejected, rule)
     # Kept ids at the end position: top of the drawn distribution and of p, and the drawn token.
-    (ids, dv, pv), = tr.keep_top(end_dist, p[n:n + 1], torch.tensor([end_token]))
-    end_total = float(end_dist.double().sum())
+    [(ids, dv, pv)], mask = tr.keep_top(end_dist, p[n:n + 1], np.array([end_token]))
+    end_total = float(end_dist.sum(dtype=np.float64))
     residual_mass = None
     if ending is Ending.RESIDUAL:
-        residual_mass = float((p[n].double() - q[n].double()).clamp_min(0).sum())
+        residual_mass = float(np.maximum(p[n].astype(np.float64) - q[n], 0).sum())
     if rejected:   # the tail split by the sign of p - q, as at a drafted position
-        (d_tail,), (p_tail,), (q_tail,) = tr.tail_split([end_dist, p[n:n + 1], q[n:n + 1]], p[n:n + 1],
-                                                        q[n:n + 1], [ids])
+        [d_tail], [p_tail], [q_tail] = tr.tail_split([end_dist, p[n:n + 1], q[n:n + 1]], p[n:n + 1], q[n:n + 1], mask)
         end_parts = (tr.dist(ids, dv, end_total, d_tail), tr.dist(ids, pv, p_mass[n], p_tail),
                      tr.dist(ids, q[n, ids].tolist(), q_mass[n], q_tail))
     else:

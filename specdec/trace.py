@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-import torch
+import numpy as np
 
 from .sampling import Rule
 from .settings import RunSettings
@@ -122,30 +122,38 @@ class Dist:
             return None
 
 
-def keep_top(a: torch.Tensor, b: torch.Tensor, extra: torch.Tensor, n: int = TOP_N
-             ) -> list[tuple[list[int], list[float], list[float]]]:
-    """For each row: the ids to store (the top-n of `a`, the top-n of `b` and the row's `extra`
-    token), ordered by a then b (both descending, ties by id), with a's and b's values there.
+def keep_top(a: np.ndarray, b: np.ndarray, extra: np.ndarray, n: int = TOP_N
+             ) -> tuple[list[tuple[list[int], list[float], list[float]]], np.ndarray]:
+    """For each row: the ids to store (the top-n of `a` and of `b` among tokens with mass there,
+    and the row's `extra` token), ordered by a then b (both descending, ties by id), with a's and
+    b's values there; and a [R, V] mask of the stored ids.
 
-    a, b: [R, V] rows of one position (p and q, or the drawn distribution and p); extra: [R].
-    Tokens with no mass in either row are left out (at temperature 0 or under top-k a row has
-    fewer than n tokens worth showing), except `extra`. All rows at once, in a few tensor ops:
-    the decoder calls this every round.
+    a, b: [R, V] float32 rows of one position (p and q, or the drawn distribution and p); extra:
+    [R] ints. At temperature 0 or under top-k a row has fewer than n tokens worth showing, and
+    no zero-probability token pads the view. All rows at once, in numpy: the decoder calls this
+    every round, and numpy's per-call cost is a fraction of torch's.
     """
-    k = min(n, a.shape[-1])
-    extra = extra.long().reshape(-1, 1)
-    cand = torch.cat([a.topk(k).indices, b.topk(k).indices, extra], dim=1).sort(dim=1).values
-    av, bv = a.gather(1, cand), b.gather(1, cand)
-    drop = torch.zeros_like(cand, dtype=torch.bool)
-    drop[:, 1:] = cand[:, 1:] == cand[:, :-1]                      # duplicates
-    drop |= (av <= 0) & (bv <= 0) & (cand != extra)                 # no mass anywhere
-    key_b = torch.where(drop, torch.inf, -bv)
-    order = key_b.sort(dim=1, stable=True).indices                  # by b, ties by id
-    key_a = torch.where(drop, torch.inf, -av).gather(1, order)
-    order = order.gather(1, key_a.sort(dim=1, stable=True).indices)  # then by a
+    rows, vocab = a.shape
+    k = min(n, vocab)
+    extra = np.asarray(extra, dtype=np.int64).reshape(-1, 1)
+    tops = [np.argpartition(-x, k - 1, axis=1)[:, :k] if k < vocab else np.tile(np.arange(vocab), (rows, 1))
+            for x in (a, b)]
+    # A token is in a row's top only with mass there (a row with fewer than n positive entries
+    # would otherwise add arbitrary zeros); `extra` is always kept.
+    cand = np.concatenate([*tops, extra], axis=1)
+    valid = np.concatenate([np.take_along_axis(a, tops[0], 1) > 0, np.take_along_axis(b, tops[1], 1) > 0,
+                            np.ones_like(extra, dtype=bool)], axis=1)
+    by_id = np.lexsort((~valid, cand), axis=1)                      # by id, a valid copy first
+    cand, valid = np.take_along_axis(cand, by_id, 1), np.take_along_axis(valid, by_id, 1)
+    av, bv = np.take_along_axis(a, cand, 1), np.take_along_axis(b, cand, 1)
+    drop = ~valid
+    drop[:, 1:] |= cand[:, 1:] == cand[:, :-1]                      # duplicates
+    order = np.lexsort((cand, -bv, -av, drop), axis=1)             # kept first, by a, then b, then id
     counts = (~drop).sum(1).tolist()
-    rows = zip(cand.gather(1, order).tolist(), av.gather(1, order).tolist(), bv.gather(1, order).tolist(), counts)
-    return [(ids[:c], x[:c], y[:c]) for ids, x, y, c in rows]
+    mask = np.zeros(a.shape, dtype=bool)
+    np.put_along_axis(mask, cand, True, axis=1)                     # dropped ids have no mass: harmless
+    ids, av, bv = (np.take_along_axis(x, order, 1).tolist() for x in (cand, av, bv))
+    return [(i[:c], x[:c], y[:c]) for i, x, y, c in zip(ids, av, bv, counts)], mask
 
 
 def dist(ids: list[int], probs: list[float], total: float, split: tuple[float, float] | None = None) -> Dist:
@@ -156,20 +164,14 @@ def dist(ids: list[int], probs: list[float], total: float, split: tuple[float, f
     return Dist(ids=ids, probs=probs, rest=max(0.0, total - math.fsum(probs)))
 
 
-def tail_split(rows: list[torch.Tensor], p: torch.Tensor, q: torch.Tensor, kept: list[list[int]]
+def tail_split(rows: list[np.ndarray], p: np.ndarray, q: np.ndarray, kept: np.ndarray
                ) -> list[list[tuple[float, float]]]:
-    """For each tensor of `rows` ([R, V]), per row r: its mass over the tokens NOT in kept[r],
-    split by the sign of p[r] - q[r]: (part where p >= q, part where p < q), summed in float64."""
-    mask = torch.zeros(p.shape, dtype=torch.bool)
-    for r, ids in enumerate(kept):
-        mask[r, ids] = True
-    ge = (p >= q) & ~mask
-    lt = (p < q) & ~mask
-    out = []
-    for x in rows:
-        x = x.double()
-        out.append(list(zip((x * ge).sum(-1).tolist(), (x * lt).sum(-1).tolist())))
-    return out
+    """For each array of `rows` ([R, V]), per row r: its mass over the tokens not kept (mask
+    `kept`), split by the sign of p[r] - q[r]: (part where p >= q, part where p < q), in float64."""
+    ge = (p >= q) & ~kept
+    lt = (p < q) & ~kept
+    return [list(zip((x * ge).sum(1, dtype=np.float64).tolist(), (x * lt).sum(1, dtype=np.float64).tolist()))
+            for x in rows]
 
 
 def beta_of(p: Dist, q: Dist) -> float:
