@@ -290,16 +290,29 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
                              text=[f"u = {pos.u:.3f}"], textposition="middle right",
                              marker=dict(symbol="line-ns", size=40, line=dict(width=4, color=HIGHLIGHT)),
                              hovertemplate="u = %{x:.4f}<extra></extra>"))
+    notes = [bias_note(gen, pos)]
     if gen.settings.sampling.greedy:
-        fig.add_annotation(text="Temperature 0: p and q are one-hot, so min(1, p/q) is 0 or 1 and u, though drawn, "
-                                "cannot change the outcome.", xref="paper", yref="paper", x=0, y=-0.55,
-                           xanchor="left", showarrow=False, font=dict(size=11))
+        notes.append("Temperature 0: p and q are one-hot, so min(1, p/q) is 0 or 1 and u, though drawn, "
+                     "cannot change the outcome.")
+    fig.add_annotation(text="<br>".join(plotly_text(n) for n in notes), xref="paper", yref="paper", x=0, y=-0.5,
+                       xanchor="left", yanchor="top", align="left", showarrow=False, font=dict(size=11))
     fig.update_layout(
-        barmode="overlay", height=240, margin=dict(l=50, r=10, t=60, b=70),
+        barmode="overlay", height=270, margin=dict(l=50, r=10, t=60, b=100),
         title=dict(text=f"Test: p(x)/q(x) = {_g(pos.p_draft)}/{_g(pos.q_draft)} = {_g(pos.ratio)} → {verdict}",
                    font=dict(size=13)),
         xaxis=dict(range=[0, 1.02]), yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.3))
     return fig
+
+
+def bias_note(gen: Generation, pos) -> str:
+    """The bias of this run's rule at one position (closed form, from the trace), in words."""
+    if pos.skip_tv is None:
+        return "Bias at this position: not stored (a schema-1 trace)."
+    if gen.settings.skip_adjustment:
+        return (f"Output here vs p: TV = {pos.skip_tv:.4f}, biased, because the adjustment was skipped "
+                "(closed form: min(p, q) + (1 − β) p).")
+    return (f"Output here vs p: TV = 0 (the exact rule, closed form). Had the adjustment been skipped: "
+            f"TV = {pos.skip_tv:.4f}.")
 
 
 def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
@@ -311,7 +324,9 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
     return [["drafted token", gen.label(pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
             ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
             ["min(1, p/q): chance this draft passes", round(min(1.0, pos.ratio), 6)], ["u", round(pos.u, 6)],
-            ["β = Σ min(p, q): chance a draft from q passes here", round(pos.beta, 6)], ["verdict", pos.status.value]]
+            ["β = Σ min(p, q): chance a draft from q passes here", round(pos.beta, 6)], ["verdict", pos.status.value],
+            ["TV(output here, p) under this run's rule", 0.0 if not gen.settings.skip_adjustment else _r(pos.skip_tv)],
+            ["TV(output here, p) if the adjustment were skipped", _r(pos.skip_tv)]]
 
 
 def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
@@ -411,23 +426,43 @@ def _r(x):
 
 # ---------------------------------------------------------------- run metrics
 
+def alpha_noise(gen: Generation) -> float:
+    """Standard deviation of alpha around mean beta on this run: each tested draft passes with its
+    own probability beta_i, so alpha - mean(beta) has sd sqrt(sum beta_i (1 - beta_i)) / n."""
+    betas = [pos.beta for r in gen.rounds for pos in r.positions if pos.status is not Status.UNUSED]
+    return (sum(b * (1 - b) for b in betas) ** 0.5) / len(betas) if betas else 0.0
+
+
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False) -> str:
+    """The run's numbers, each named once with a line that says what it answers."""
     if gen is None:
         return "_No run yet._"
     s = gen.stats
     gamma = gen.settings.gamma
     predicted = expected_tokens_per_round(s.acceptance_rate, gamma)
+    noise = alpha_noise(gen)
+    gap = s.acceptance_rate - s.expected_acceptance
+    within = "within" if abs(gap) <= 2 * noise else "outside"
+    bias = ("0: the exact rule's output follows p (closed form); had the adjustment been skipped, "
+            f"mean TV {s.skip_tv_mean:.4f}" if not gen.settings.skip_adjustment
+            else f"**{s.skip_tv_mean:.4f}**, biased: the adjustment was skipped")
     lines = [
-        "| metric | measured | theory |", "|---|---|---|",
-        f"| acceptance rate α (accepted / tested) | **{s.acceptance_rate:.3f}** | "
-        f"mean β = Σmin(p, q): **{s.expected_acceptance:.3f}** |",
-        f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | "
-        f"(1 − α^(γ+1)) / (1 − α) = **{predicted:.2f}** (γ = {gamma}) |",
-        f"| accepted / drafted | {s.accepted_per_drafted:.3f} | {s.accepted} of {s.drafted} drafts |",
-        f"| forward passes | target **{s.target_forwards}**, draft **{s.draft_forwards}** | "
-        f"autoregressive would need {s.new_tokens} target forwards |",
+        "| number | this run | what it answers |", "|---|---|---|",
+        f"| **acceptance rate α** | **{s.acceptance_rate:.3f}** ({s.accepted} of {s.tested} tested drafts) | "
+        "How often did a tested draft pass u < p(x)/q(x)? |",
+        f"| **expected acceptance, mean β** | **{s.expected_acceptance:.3f}** | How often should it pass? "
+        f"β = Σ min(p, q) is each position's chance, averaged over the tested ones. α − mean β = {gap:+.3f}, "
+        f"{within} the noise of {s.tested} tests (±2σ = {2 * noise:.3f}). |",
+        f"| draft yield | {s.accepted_per_drafted:.3f} ({s.accepted} of {s.drafted} drafted) | How many drafts "
+        "ended in the text? Drafts after a rejection are never tested (some call this ratio the acceptance rate). |",
+        f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "
+        f"give? (1 − α^(γ+1)) / (1 − α) = {predicted:.2f} if every position had α (γ = {gamma}). |",
+        f"| forward passes | target **{s.target_forwards}**, draft **{s.draft_forwards}** | Autoregressive decoding "
+        f"would need {s.new_tokens} target forwards. |",
+        f"| bias (mean TV to p per tested position) | {bias} | Does the output follow p? |",
         f"| tokens / rounds | {s.new_tokens} / {s.rounds} | |",
-        f"| wall time | {s.wall_seconds:.2f} s (draft {s.draft_seconds:.2f} s, verify {s.verify_seconds:.2f} s) | |",
+        f"| wall time | {s.wall_seconds:.2f} s (drafting {s.draft_seconds:.2f} s, target and verify "
+        f"{s.verify_seconds:.2f} s) | |",
     ]
     if ar is not None:
         story = explain(s, ar.stats)
@@ -435,8 +470,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
             f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
             f"{ar.stats.target_forwards} target forwards | |",
             f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
-            f"**{story.measured:.2f}×** | "
-            f"predicted from this run's costs and α: **{story.predicted:.2f}×** |",
+            f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×** |",
         ]
         lines.append("")
         lines.append(story.sentence)

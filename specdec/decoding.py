@@ -185,7 +185,11 @@ def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, ru
     rejected = bool(verdict.rejected)
     p_mass = p.sum(1, dtype=np.float64).tolist()
     q_mass = q.sum(1, dtype=np.float64).tolist()
-    betas = np.minimum(p[:g], q).sum(1, dtype=np.float64).tolist()   # min is exact in float32
+    overlap = np.minimum(p[:g], q)                                   # min(p, q), exact in float32
+    betas = overlap.sum(1, dtype=np.float64)
+    # Bias of the skip rule here, in closed form on the full rows: TV(min(p,q) + (1-beta) p, p).
+    skip_tv = (0.5 * np.abs(overlap - betas[:, None] * p[:g]).sum(1, dtype=np.float64)).tolist()
+    betas = betas.tolist()
     p_draft, q_draft, ratio, u = verdict.p_draft.tolist(), verdict.q_draft.tolist(), verdict.ratio.tolist(), u.tolist()
     positions = []
     if g:
@@ -195,7 +199,8 @@ def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, ru
             status = Status.ACCEPTED if i < n else (Status.REJECTED if i == n else Status.UNUSED)
             positions.append(Position(
                 draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i], status=status,
-                beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i])))
+                beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i]),
+                skip_tv=skip_tv[i]))
     end_dist = verdict.end_dist.float().cpu().numpy().reshape(1, -1)
     end_token = int(verdict.end_token)
     ending = Ending.of(g, rejected, rule)

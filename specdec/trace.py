@@ -197,6 +197,10 @@ class Position:
     beta: float         # sum(min(p, q)) over the whole vocabulary: expected acceptance here
     p: Dist             # p and q over the same ids: the union of their top-N
     q: Dist
+    # TV distance between p and what the skip rule emits here, min(p, q) + (1 - beta) p: the
+    # bias of skipping the adjustment at this position, on the full rows (the exact rule's is 0).
+    # None in a schema-1 trace.
+    skip_tv: float | None = None
 
 
 @dataclass
@@ -229,6 +233,7 @@ class Stats:
     acceptance_rate: float = 0.0          # alpha = accepted / tested (per-position acceptance probability)
     accepted_per_drafted: float = 0.0     # accepted / drafted (what romsto calls its acceptance rate)
     expected_acceptance: float = 0.0      # mean beta over tested positions
+    skip_tv_mean: float = 0.0             # mean skip_tv over tested positions (the run's bias if skipped)
     tokens_per_target_forward: float = 0.0
     target_forwards: int = 0
     draft_forwards: int = 0
@@ -366,6 +371,7 @@ def summarize(rounds: list[Round], new_tokens: int, target_forwards: int, draft_
         acceptance_rate=accepted / len(tested) if tested else 0.0,
         accepted_per_drafted=accepted / drafted if drafted else 0.0,
         expected_acceptance=sum(pos.beta for pos in tested) / len(tested) if tested else 0.0,
+        skip_tv_mean=sum(pos.skip_tv or 0.0 for pos in tested) / len(tested) if tested else 0.0,
         tokens_per_target_forward=new_tokens / target_forwards if target_forwards else 0.0,
         target_forwards=target_forwards, draft_forwards=draft_forwards,
         draft_seconds=sum(r.draft_seconds for r in rounds),

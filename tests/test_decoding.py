@@ -320,3 +320,30 @@ def test_stored_tail_keeps_beta_and_residual_exact(bundled, temperature, top_k, 
     lumped = [abs(math.fsum(min(a, b) for a, b in zip(pos.p.probs + [pos.p.rest], pos.q.probs + [pos.q.rest]))
                   - pos.beta) for r in gen.rounds for pos in r.positions]
     assert max(lumped) > 1e-3
+
+
+def test_stored_skip_bias_equals_the_closed_form_on_full_rows():
+    """Each drafted position stores TV(what the skip rule emits there, p), computed on the full
+    rows at decode time; it equals the closed form on rows recomputed without a cache (vocab 8:
+    the trace keeps every token). The exact rule's own bias there is 0 (closed form)."""
+    from specdec.sampling import Rule, output_distribution
+
+    pair = tiny_pair(vocab=8, seed=3)
+    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=40, seed=7)
+    tokens = PROMPT + gen.token_ids
+    biased = 0
+    with torch.no_grad():
+        for r in gen.rounds:
+            ctx = tokens[:len(PROMPT) + r.start] + [pos.draft_token for pos in r.positions]
+            p_rows = torch.softmax(pair.target(torch.tensor([ctx])).logits[0].float(), -1)
+            q_rows = torch.softmax(pair.draft(torch.tensor([ctx])).logits[0].float(), -1)
+            for i, pos in enumerate(r.positions):
+                at = len(PROMPT) + r.start - 1 + i
+                p, q = p_rows[at].double(), q_rows[at].double()
+                skip = 0.5 * (output_distribution(p, q, rule=Rule.SKIP_ADJUSTMENT) - p).abs().sum()
+                exact = 0.5 * (output_distribution(p, q, rule=Rule.EXACT) - p).abs().sum()
+                assert abs(pos.skip_tv - float(skip)) < 1e-6
+                assert float(exact) < 1e-6
+                biased += pos.skip_tv > 1e-3
+    assert biased > 5
+    assert gen.stats.skip_tv_mean > 0
