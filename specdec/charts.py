@@ -106,6 +106,51 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
             f'font-family:ui-monospace,monospace;font-size:0.95em">{body}</div>')
 
 
+def md_text(text: str) -> str:
+    """User text (a title, a note) inside Markdown: HTML-escaped, Markdown's own marks defused."""
+    out = html.escape(text)
+    for mark in "\\`*_[]#|<>!~":
+        out = out.replace(mark, "\\" + mark)
+    return out
+
+
+def run_summary(gen: Generation) -> str:
+    """One line of a run's numbers, for the side-by-side view."""
+    s = gen.stats
+    if not gen.settings.speculative:
+        return (f"the target alone: {s.new_tokens} tokens, {s.target_forwards} target forwards, "
+                f"{s.wall_seconds:.2f} s")
+    rule = "adjustment skipped (biased)" if gen.settings.skip_adjustment else "exact rule"
+    bias = s.skip_tv_mean if gen.settings.skip_adjustment else 0.0
+    return (f"{rule}: α = {s.acceptance_rate:.3f}, mean β = {s.expected_acceptance:.3f}, "
+            f"{s.tokens_per_target_forward:.2f} tokens per target forward, mean TV to p = {bias:.4f}, "
+            f"{s.new_tokens} tokens in {s.wall_seconds:.2f} s")
+
+
+def side_by_side_html(gen: Generation | None, other: Generation | None, label: str) -> str:
+    """This run above the same prompt, seed and settings re-run with `label` (the other rule, or
+    the target alone), each with its token fates and its numbers."""
+    if gen is None or other is None:
+        return ('<div class="side-by-side" style="color:#666">Re-run this prompt and seed with the other rule or '
+                "with the target alone to compare the two texts here.</div>")
+    same = 0
+    for a, b in zip(gen.token_ids, other.token_ids):
+        if a != b:
+            break
+        same += 1
+    blocks = []
+    for head, g in (("This run", gen), (f"The same prompt, seed and settings with {label}", other)):
+        blocks.append(f'<div class="side-run" style="margin-bottom:1em"><div style="font-weight:600">'
+                      f"{html.escape(head)}: {html.escape(run_summary(g))}</div>{text_html(g)}</div>")
+    agree = (f"The two texts agree on their first {same} generated tokens"
+             + ("." if same < min(len(gen.token_ids), len(other.token_ids)) else " (all of them)."))
+    why = ("Same seed and the same draws up to the first rejection; from there the two rules draw the round's "
+           "last token from different distributions." if other.settings.speculative else
+           "The target alone spends the seed's random draws one per token, the speculative run spends them on "
+           "drafts and tests too, so the texts part early: both follow p, not the same sequence.")
+    return (f'<div class="side-by-side"><p>{html.escape(agree)} {html.escape(why)}</p>{"".join(blocks)}</div>')
+
+
 # ---------------------------------------------------------------- the timeline
 
 def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.Figure:

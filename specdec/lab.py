@@ -468,10 +468,13 @@ def _fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
+SUMMARY_HEADERS = ["rule", "TV(output, p) closed form", "TV(observed, p)", "chi-square", "p-value",
+                   f"matches p? (α = {ALPHA})", "acceptance predicted", "acceptance observed"]
+
+
 def summary_table(lab: LabResult) -> tuple[list[str], list[list]]:
     """Per rule: bias (closed form), observed TV, chi-square, p-value, verdict, acceptance."""
-    headers = ["rule", "TV(output, p) closed form", "TV(observed, p)", "chi-square", "p-value",
-               f"matches p? (α = {ALPHA})", "acceptance predicted", "acceptance observed"]
+    headers = SUMMARY_HEADERS
     rows = []
     for rule, r in lab.results.items():
         rows.append([RULE_NAMES[rule].long, _fmt(r.bias), _fmt(r.tv), _fmt(r.chi2, 2), _fmt(r.pvalue),

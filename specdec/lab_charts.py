@@ -36,7 +36,7 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
     rules = list(lab.results)
     cols = 2 if len(rules) > 1 else 1
     rows = (len(rules) + cols - 1) // cols
-    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=0.16,
+    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=0.3,
                         horizontal_spacing=0.05,
                         subplot_titles=[f"{RULE_NAMES[r].long}: TV to p = {lab.results[r].bias:.4f}" for r in rules])
     for k, rule in enumerate(rules):
@@ -59,10 +59,18 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
                         legendgroup="p", showlegend=k == 0, row=row, col=col, meta={"role": "p"},
                         hovertemplate="%{x}: p = %{y:.4f}<extra></extra>")
     fig.update_layout(barmode="stack", title="Where each emitted token comes from (closed form)",
-                      height=300 * rows + 160, **{**LAYOUT, "margin": dict(l=60, r=20, t=80, b=110),
+                      height=360 * rows + 180, **{**LAYOUT, "margin": dict(l=60, r=20, t=80, b=130),
                                                   "legend": dict(orientation="h", yanchor="top", y=-0.12, x=0)})
     fig.update_yaxes(title_text="probability", col=1)
+    # Up to 20 token labels share half the width: short, small, upright, so none runs into the
+    # subplot below or is clipped to a letter.
+    fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), automargin=True,
+                     ticktext=[_short(t) for t in lab.tokens], tickvals=lab.tokens)
     return fig
+
+
+def _short(label: str, limit: int = 8) -> str:
+    return label if len(label) <= limit else label[:limit - 1] + "…"
 
 
 def histogram_figure(lab: LabResult) -> go.Figure:
@@ -135,10 +143,11 @@ def acceptance_figure(lab: LabResult) -> go.Figure:
                     error_y=dict(type="data", symmetric=False, array=np.maximum(hi - obs, 0),
                                  arrayminus=np.maximum(obs - lo, 0)),
                     meta={"role": "observed"}, hovertemplate="%{x}: observed %{y:.4f}<extra></extra>")
-    fig.add_hline(y=lab.beta, line=dict(color=PALETTE["grey"], dash="dash"),
-                  annotation_text=f"β = Σ min(p, q) = 1 − TV(p, q) = {lab.beta:.4f}",
-                  annotation_position="top left")
+    # The β line's label sits outside the plot, on the right, where no tick or marker is.
+    fig.add_hline(y=lab.beta, line=dict(color=PALETTE["grey"], dash="dash"))
+    fig.add_annotation(text=f"β = Σ min(p, q)<br>= 1 − TV(p, q)<br>= {lab.beta:.4f}", xref="paper", x=1.01,
+                       xanchor="left", y=lab.beta, yref="y", showarrow=False, align="left", font=dict(size=11))
     fig.update_layout(title="Acceptance rate: observed against predicted", yaxis=dict(range=[0, 1.08]),
                       yaxis_title="P[draft accepted]", height=420,
-                      **{**LAYOUT, "margin": dict(l=60, r=20, t=60, b=110)})
+                      **{**LAYOUT, "margin": dict(l=60, r=130, t=60, b=110)})
     return fig

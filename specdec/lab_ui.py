@@ -84,8 +84,11 @@ def parse_frame(df) -> tuple[list[str], list[float], list[float]]:
     return tokens, cols["p"], cols["q"]
 
 
+FROM_RUN = "(a position of the last run)"
+
+
 def load_preset(name) -> dict:
-    if not name:
+    if not name or name == FROM_RUN:
         return {}
     tokens, p, q = lab.preset(name)
     return dict(table=_frame(tokens, p, q),
@@ -106,7 +109,7 @@ def take_from_run(gen, selection) -> dict:
            f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
            f"{len(tokens)} rows: its top tokens, and the rest of the vocabulary in two rows, where p ≥ q and "
            "where p < q, so β and every rule's closed form here equal the model's. Press **Run the lab**.")
-    return dict(table=_frame(tokens, p, q), status=msg, preset=None)   # the table no longer shows a preset
+    return dict(table=_frame(tokens, p, q), status=msg, preset=FROM_RUN)   # says where the table came from
 
 
 def run_lab(df, samples, seed) -> dict:
@@ -146,14 +149,15 @@ def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
                                    label="p (target) and q (draft) — edit cells, add or remove rows",
                                    elem_id="lab-dist")
         with gr.Column(scale=1):
-            v.preset = gr.Dropdown(list(lab.PRESETS), value=DEFAULT_PRESET, label="Preset", elem_id="lab-preset")
+            v.preset = gr.Dropdown([*lab.PRESETS, FROM_RUN], value=DEFAULT_PRESET, label="Preset",
+                                   elem_id="lab-preset")
             from_run = gr.Button("Take from the last run (Decode tab)", elem_id="lab-from-run")
             samples = gr.Number(DEFAULT_SAMPLES, label=f"samples per rule (up to {lab.MAX_SAMPLES:,})",
                                 precision=0, minimum=1, maximum=lab.MAX_SAMPLES, elem_id="lab-samples")
             seed = gr.Number(0, label="seed", precision=0, minimum=0, elem_id="lab-seed")
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
     v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
-    v.summary = gr.Dataframe(interactive=False,
+    v.summary = gr.Dataframe(interactive=False, headers=lab.SUMMARY_HEADERS,
                              label="Per rule: TV distance, chi-square test, acceptance rate", elem_id="lab-summary")
     for name, (label, _, _) in VIEWS.items():
         setattr(v, name, gr.Plot(label=label, elem_id=f"lab-{name}"))

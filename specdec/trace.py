@@ -256,12 +256,15 @@ class Generation:
     models: dict                # target, draft, device, dtype
     token_text: dict[int, str] = field(default_factory=dict)   # id -> text, for every id in the trace
     eos_token_id: int | None = None
+    title: str = ""                                             # a teacher's title for the run
+    notes: dict[int, str] = field(default_factory=dict)         # round index -> a teacher's note
 
     # -------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
         d = asdict(self)
         d["settings"] = self.settings.to_dict()
         d["token_text"] = {str(k): v for k, v in self.token_text.items()}
+        d["notes"] = {str(k): v for k, v in self.notes.items()}
         return {"schema": SCHEMA, "version": SCHEMA_VERSION, **d}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -279,7 +282,9 @@ class Generation:
             known = {f.name for f in fields(cls)}
             body = {k: v for k, v in d.items() if k in known}
             body.update(rounds=rounds, stats=Stats(**d["stats"]), settings=RunSettings.from_dict(d["settings"]),
-                        token_text={int(k): v for k, v in d.get("token_text", {}).items()})
+                        token_text={int(k): v for k, v in d.get("token_text", {}).items()},
+                        title=cap_text(d.get("title", ""), MAX_TITLE),
+                        notes={int(k): cap_text(v, MAX_NOTE) for k, v in d.get("notes", {}).items()})
             return cls(**body)
         except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"malformed specdec trace: {err}") from None
@@ -305,6 +310,16 @@ class Generation:
         if token_id == self.eos_token_id:
             return "⟨eos⟩"
         return visible_token(self.token(token_id))
+
+
+MAX_TITLE, MAX_NOTE = 200, 2000   # characters kept of a trace's title and of each round's note
+
+
+def cap_text(text, limit: int) -> str:
+    """A note or title as stored: text only, at most `limit` characters (views escape it)."""
+    if not isinstance(text, str):
+        raise ValueError("a title or note must be text")
+    return text[:limit]
 
 
 # Schema 1 called the biased ending "target" and stored no ending for a round that drafted nothing.

@@ -14,12 +14,14 @@ through a queue, so the text, the timeline and the metrics update while the run 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import queue
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +33,7 @@ from .decoding import autoregressive_generate, speculative_generate
 from .models import BUNDLED, PRESETS, ModelLoadError, context_of, get_pair, is_loaded
 from .sampling import Rule, SamplingConfig
 from .settings import DRAFTERS, MAX_GAMMA, MAX_NEW_TOKENS, RunSettings
-from .trace import LOOKS, Ending, Generation, Status
+from .trace import LOOKS, MAX_NOTE, MAX_TITLE, Ending, Generation, Status, cap_text
 
 try:   # the exactness lab is built by its own module; the app works without it
     from .lab_ui import build_lab_tab
@@ -63,9 +65,11 @@ MAX_PROMPT_CHARS = 4000
 
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
 STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
-                "end_table", "caption"]
+                "end_table", "caption", "note"]
 MAIN_OUTPUTS = ["status", "text", "timeline", "metrics", "run_state", "round_slider", "export_file",
-                *STEP_OUTPUTS, "timeline_table", "time_plot"]
+                *STEP_OUTPUTS, "timeline_table", "time_plot", "title", "side_by_side"]
+CONTROLS = ["prompt", "preset", "drafter", "gamma", "max_new", "temperature", "top_k", "top_p", "seed",
+            "skip_adj", "compare"]
 STEP_VIEW_OUTPUTS = ["text", "timeline", "round_slider", *STEP_OUTPUTS]
 STATES = ("run_state", "selection")   # per-visitor state: the API does not return these
 
@@ -168,7 +172,8 @@ def step_view(gen: Generation | None, round_index, position) -> dict:
         return dict(selection=(None, None), position=gr.update(choices=[], value=None),
                     pq_plot=charts.pq_figure(None), pq_table=_frame([], charts.PQ_HEADERS),
                     acc_plot=charts.acceptance_figure(None), acc_table=_frame([], ["quantity", "value"]),
-                    end_plot=charts.end_figure(None), end_table=_frame([], charts.END_HEADERS), caption="")
+                    end_plot=charts.end_figure(None), end_table=_frame([], charts.END_HEADERS), caption="",
+                    note=gr.update(value="", interactive=False))
     r = max(0, min(int(round_index or 0), len(gen.rounds) - 1))
     n = len(gen.rounds[r].positions)
     pos = position if isinstance(position, int) and 0 <= position < n else default_position(gen, r)
@@ -177,7 +182,7 @@ def step_view(gen: Generation | None, round_index, position) -> dict:
                 acc_plot=charts.acceptance_figure(gen, r, pos),
                 acc_table=_frame(charts.acceptance_rows(gen, r, pos), ["quantity", "value"]),
                 end_plot=charts.end_figure(gen, r), end_table=_frame(charts.end_rows(gen, r), charts.END_HEADERS),
-                caption=_round_caption(gen, r))
+                caption=_round_caption(gen, r), note=gr.update(value=gen.notes.get(r, ""), interactive=True))
 
 
 def _round_caption(gen: Generation, r: int) -> str:
@@ -196,11 +201,117 @@ def _slider(gen: Generation | None, value: int | None = None):
     return gr.update(maximum=max(2, n), value=value + 1, interactive=n > 1)
 
 
-def _export(gen: Generation) -> str:
+def export_trace(gen: Generation | None) -> dict:
+    """Write the current run (with its title and notes) as a JSON trace, only when asked
+    (api_name 'export_trace'): a run itself writes no file."""
+    if gen is None:
+        raise _error("Nothing to export yet: run a generation or import a trace first.")
     folder = Path(tempfile.mkdtemp(prefix="specdec-"))
     path = folder / f"specdec-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(gen.to_json(), encoding="utf-8")
-    return str(path)
+    return dict(export_file=str(path))
+
+
+def set_title(gen: Generation | None, title) -> dict:
+    """A teacher's title for the run, kept with it and exported (capped; shown escaped)."""
+    if gen is None:
+        return {}
+    return dict(run_state=dataclasses.replace(gen, title=cap_text(str(title or ""), MAX_TITLE)))
+
+
+def set_note(gen: Generation | None, round_number, note) -> dict:
+    """A teacher's note on the round in the step viewer, kept with the run and exported."""
+    if gen is None or not gen.rounds:
+        return {}
+    r = max(0, min(int(round_number or 1) - 1, len(gen.rounds) - 1))
+    notes = {k: v for k, v in gen.notes.items() if k != r}
+    if str(note or "").strip():
+        notes[r] = cap_text(str(note), MAX_NOTE)
+    return dict(run_state=dataclasses.replace(gen, notes=notes))
+
+
+OTHER_RUNS = {"other rule": "the other rule", "target alone": "the target alone"}
+
+
+@gpu
+def side_by_side(gen: Generation | None, preset: str, which: str) -> dict:
+    """Re-run this run's prompt, seed and settings with the other rule (exact <-> skip) or with the
+    target alone, and show both texts one above the other (api_name 'side_by_side')."""
+    if gen is None or not gen.settings.speculative:
+        raise _error("Run a generation first: the side-by-side view re-runs it.")
+    if which not in OTHER_RUNS:
+        raise _error(f"Choose one of: {', '.join(OTHER_RUNS)}.")
+    try:
+        pair = get_pair(preset if preset in PRESETS else BUNDLED)
+        if which == "target alone":
+            other = autoregressive_generate(pair, gen.prompt, gen.settings.max_new_tokens, gen.settings.sampling,
+                                            gen.settings.seed)
+        else:
+            rule = Rule.EXACT if gen.settings.skip_adjustment else Rule.SKIP_ADJUSTMENT
+            other = speculative_generate(pair, gen.prompt, settings=gen.settings.with_(rule=rule))
+    except (ValueError, ModelLoadError) as err:
+        raise _error(_describe(err)) from None
+    return dict(side_by_side=charts.side_by_side_html(gen, other, OTHER_RUNS[which]))
+
+
+# ---------------------------------------------------------------- a link to a step
+
+LINK_KEYS = {"prompt": "prompt", "pair": "preset", "drafter": "drafter", "gamma": "gamma", "n": "max_new",
+             "t": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed", "skip": "skip_adj"}
+
+
+def link_query(prompt, preset, drafter, gamma, max_new, temperature, top_k, top_p, seed, skip, round_number) -> str:
+    """The query string that reproduces a run and opens a round: a run is deterministic for its
+    settings and seed, so the link carries settings, not results."""
+    values = dict(prompt=prompt, pair=preset, drafter=drafter, gamma=gamma, n=max_new, t=temperature,
+                  top_k=top_k, top_p=top_p, seed=seed, skip=int(bool(skip)), round=round_number)
+    return "?" + urllib.parse.urlencode({k: _plain(v) for k, v in values.items() if v is not None})
+
+
+def _plain(v):
+    return int(v) if isinstance(v, float) and v == int(v) else v
+
+
+def parse_link(params) -> tuple[dict, int | None] | None:
+    """Control values (by output name) and the round to open, from a page's query parameters;
+    None when the page was opened without a link. Bad values are checked when the run starts."""
+    params = dict(params or {})
+    if "prompt" not in params:
+        return None
+    controls = {}
+    for key, name in LINK_KEYS.items():
+        if key in params:
+            value = params[key]
+            controls[name] = value if name in ("prompt", "preset", "drafter") else _number(value)
+    controls["skip_adj"] = str(params.get("skip", "0")) in ("1", "true", "True")
+    round_number = _number(params.get("round"))
+    return controls, int(round_number) if isinstance(round_number, (int, float)) else None
+
+
+def _number(text):
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return text   # refused with a clear message by parse_request
+    return int(x) if x == int(x) else x
+
+
+def open_link(request: gr.Request):
+    """On page load: a link's settings fill the form, the run starts, and its round opens."""
+    parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
+    if parsed is None:
+        yield {}   # no link: change nothing (a generator that yields nothing would blank every output)
+        return
+    controls, round_number = parsed
+    current = dict(zip(CONTROLS, [DEFAULT_PROMPT, BUNDLED, "model", 4, 64, 1.0, 0, 1.0, 0, False, False]))
+    current.update(controls)
+    yield dict(controls)
+    last = {}
+    for update in run_generation(*(current[n] for n in CONTROLS)):
+        last = update
+        yield update
+    if round_number is not None and isinstance(last.get("run_state"), Generation):
+        yield show_step(last["run_state"], round_number, None)
 
 
 def _snapshot(gen: Generation) -> Generation:
@@ -332,9 +443,9 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
     return dict(status=status, text=charts.text_html(gen, round_index),
                 timeline=charts.timeline_figure(gen, round_index), metrics=charts.metrics_markdown(gen, ar),
                 time_plot=charts.time_figure(gen, ar),
-                run_state=gen, round_slider=_slider(gen, round_index), export_file=_export(gen),
-                timeline_table=_frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS),
-                **step_view(gen, round_index, None))
+                run_state=gen, round_slider=_slider(gen, round_index), export_file=None,
+                timeline_table=_frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
+                side_by_side=charts.side_by_side_html(None, None, ""), **step_view(gen, round_index, None))
 
 
 def import_trace(file) -> dict:
@@ -352,7 +463,8 @@ def import_trace(file) -> dict:
         raise _error(f"Not a valid specdec trace: {err}") from None
     if not gen.settings.speculative or not gen.rounds:
         raise _error("This trace has no speculative rounds to show (an autoregressive run?).")
-    return final_view(gen, None, status=f"Imported a trace: {gen.stats.new_tokens} tokens, "
+    titled = f" “{gen.title}”" if gen.title else ""
+    return final_view(gen, None, status=f"Imported a trace{charts.md_text(titled)}: {gen.stats.new_tokens} tokens, "
                                         f"{len(gen.rounds)} rounds (replayed without models).")
 
 
@@ -417,33 +529,33 @@ def build_app() -> gr.Blocks:
         with gr.Tab("Decode"):
             with gr.Row():
                 with gr.Column(scale=2):
-                    prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, elem_id="prompt")
+                    v.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=3, elem_id="prompt")
                     with gr.Row():
-                        preset = gr.Dropdown(preset_choices, value=BUNDLED, label="Model pair",
+                        v.preset = gr.Dropdown(preset_choices, value=BUNDLED, label="Model pair",
                                              info="Hub pairs need the network; offline only the bundled pair loads.",
                                              elem_id="preset")
-                        drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()],
+                        v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()],
                                            value="model", label="Drafter", elem_id="drafter")
                     with gr.Row():
                         run_btn = gr.Button("Run", variant="primary", elem_id="run")
-                        skip_adj = gr.Checkbox(False, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual "
+                        v.skip_adj = gr.Checkbox(False, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual "
                                                "adjustment (biased)",
                                                info="After a rejection sample p instead of the residual.",
                                                elem_id="skip-adjustment")
-                        compare = gr.Checkbox(False, label="compare with autoregressive", elem_id="compare-ar")
+                        v.compare = gr.Checkbox(False, label="compare with autoregressive", elem_id="compare-ar")
                 with gr.Column(scale=1):
-                    gamma = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ (drafts per round)", elem_id="gamma")
-                    max_new = gr.Slider(1, min(MAX_NEW_TOKENS, context), value=min(64, context), step=1,
+                    v.gamma = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ (drafts per round)", elem_id="gamma")
+                    v.max_new = gr.Slider(1, min(MAX_NEW_TOKENS, context), value=min(64, context), step=1,
                                         label="max new tokens",
                                         info=f"The bundled pair's context is {context} tokens (prompt included).",
                                         elem_id="max-new")
-                    temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="temperature (0 = greedy)",
+                    v.temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="temperature (0 = greedy)",
                                             elem_id="temperature")
                     with gr.Row():
-                        top_k = gr.Number(0, label="top-k (0 = off)", precision=0, minimum=0, elem_id="top-k")
-                        top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p", elem_id="top-p")
-                        seed = gr.Number(0, label="seed", precision=0, minimum=0, elem_id="seed")
-            gr.Examples(EXAMPLES, [prompt, drafter, gamma, temperature], label="Example prompts")
+                        v.top_k = gr.Number(0, label="top-k (0 = off)", precision=0, minimum=0, elem_id="top-k")
+                        v.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p", elem_id="top-p")
+                        v.seed = gr.Number(0, label="seed", precision=0, minimum=0, elem_id="seed")
+            gr.Examples(EXAMPLES, [v.prompt, v.drafter, v.gamma, v.temperature], label="Example prompts")
             v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).",
                                    elem_id="run-status")
             v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
@@ -455,6 +567,12 @@ def build_app() -> gr.Blocks:
             with gr.Accordion("Run metrics", open=True):
                 v.metrics = gr.Markdown(charts.metrics_markdown(None), elem_id="metrics", latex_delimiters=[])
                 v.time_plot = gr.Plot(charts.time_figure(None, None), label="where the time went", elem_id="time-chart")
+            with gr.Accordion("Side by side: the same run with the other rule, or the target alone", open=False):
+                with gr.Row():
+                    other_rule_btn = gr.Button("re-run with the other rule (exact ↔ skip)", elem_id="rerun-rule",
+                                               size="sm")
+                    target_btn = gr.Button("re-run with the target alone", elem_id="rerun-target", size="sm")
+                v.side_by_side = gr.HTML(charts.side_by_side_html(None, None, ""), elem_id="side-by-side")
             click_box = gr.Textbox(elem_id="timeline-click", elem_classes=["specdec-hidden"], show_label=False,
                                    container=False)
             gr.Markdown("## Step viewer\nClick a timeline column, drag the slider, or press ← / → (outside text "
@@ -466,11 +584,14 @@ def build_app() -> gr.Blocks:
             marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
             v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
             v.caption = gr.Markdown("", elem_id="round-caption")
+            v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
+                                lines=1, max_lines=4, interactive=False, elem_id="round-note")
             with gr.Row():
                 with gr.Column():
                     v.pq_plot = gr.Plot(charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")
                     with gr.Accordion("p and q as a table", open=False):
-                        v.pq_table = gr.Dataframe(headers=charts.PQ_HEADERS, elem_id="pq-table", interactive=False)
+                        v.pq_table = gr.Dataframe(headers=charts.PQ_HEADERS, elem_id="pq-table", interactive=False,
+                                                  column_widths=["22%", "9%", "17%", "17%", "17%", "18%"], wrap=True)
                 with gr.Column():
                     v.acc_plot = gr.Plot(charts.acceptance_figure(None), label="acceptance test",
                                          elem_id="accept-chart")
@@ -480,9 +601,18 @@ def build_app() -> gr.Blocks:
             v.end_plot = gr.Plot(charts.end_figure(None), label="how the round ended: residual / p / bonus",
                                  elem_id="end-chart")
             with gr.Accordion("end of round as a table", open=False):
-                v.end_table = gr.Dataframe(headers=charts.END_HEADERS, elem_id="end-table", interactive=False)
+                v.end_table = gr.Dataframe(headers=charts.END_HEADERS, elem_id="end-table", interactive=False,
+                                           column_widths=["20%", "8%", "14%", "14%", "14%", "15%", "15%"], wrap=True)
             with gr.Row():
-                v.export_file = gr.File(label="Export this run (JSON trace)", interactive=False, elem_id="export")
+                with gr.Column():
+                    v.title = gr.Textbox("", label="title of this run (kept in the export)", max_lines=1,
+                                         elem_id="run-title")
+                    with gr.Row():
+                        export_btn = gr.Button("Export this run (JSON trace)", elem_id="export-run", size="sm")
+                        link_btn = gr.Button("Copy a link to this step", elem_id="copy-link", size="sm")
+                    link_box = gr.Textbox("", label="link: the same settings and seed reproduce the run and open "
+                                          "this round", max_lines=1, buttons=["copy"], elem_id="link")
+                    v.export_file = gr.File(label="exported trace", interactive=False, elem_id="export")
                 import_file = gr.File(label="Import a trace (JSON) to replay it without models",
                                       file_types=[".json"], type="filepath", elem_id="import")
         with gr.Tab("Exactness lab"):
@@ -506,12 +636,12 @@ def build_app() -> gr.Blocks:
             for update in run_generation(*args):
                 yield named(update)
 
-        controls = [prompt, preset, drafter, gamma, max_new, temperature, top_k, top_p, seed, skip_adj, compare]
+        controls = [getattr(v, n) for n in CONTROLS]
         run_evt = dict(fn=run, inputs=controls, outputs=main_out, api_name="generate",
                        show_progress="full", show_progress_on=[v.status], concurrency_limit=2,
                        concurrency_id="decode")
         run_btn.click(**run_evt)
-        prompt.submit(**{**run_evt, "api_name": False})
+        v.prompt.submit(**{**run_evt, "api_name": False})
         import_file.upload(lambda f: named(import_trace(f)), [import_file], main_out, api_name="import_trace",
                            show_progress_on=[v.status])
         quiet = dict(show_progress="hidden")
@@ -524,7 +654,28 @@ def build_app() -> gr.Blocks:
         next_btn.click(lambda g, r: named(step_by(g, r, +1)), slider_in, step_out, api_name=False, **quiet)
         click_box.change(lambda g, c: named(click_round(g, c)), [v.run_state, click_box], step_out, api_name=False,
                          trigger_mode="always_last", **quiet)
-        preset.change(max_new_for, [preset, max_new], [max_new], api_name=False, **quiet)
+        v.preset.change(max_new_for, [v.preset, v.max_new], [v.max_new], api_name=False, **quiet)
+        export_btn.click(lambda g: named(export_trace(g)), [v.run_state], [v.export_file], api_name="export_trace")
+        v.title.input(lambda g, t: named(set_title(g, t)), [v.run_state, v.title], [v.run_state], api_name=False,
+                      **quiet)
+        v.note.input(lambda g, r, t: named(set_note(g, r, t)), [v.run_state, v.round_slider, v.note], [v.run_state],
+                     api_name=False, trigger_mode="always_last", **quiet)
+        other_rule_btn.click(lambda g, k: named(side_by_side(g, k, "other rule")), [v.run_state, v.preset],
+                             [v.side_by_side], api_name="side_by_side_rule", concurrency_id="decode",
+                             show_progress_on=[v.side_by_side])
+        target_btn.click(lambda g, k: named(side_by_side(g, k, "target alone")), [v.run_state, v.preset],
+                         [v.side_by_side], api_name="side_by_side_target", concurrency_id="decode",
+                         show_progress_on=[v.side_by_side])
+        # The link is built on the server (what a run needs) and completed in the page (its address).
+        link_btn.click(link_query, [*controls[:-1], v.round_slider], [link_box], api_name=False, **quiet).then(
+            None, [link_box], [link_box], js="(q) => { const url = location.origin + location.pathname + q; "
+            "if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {}); return url; }")
+
+        def follow_link(request: gr.Request):
+            for update in open_link(request):
+                yield named(update)
+
+        demo.load(follow_link, None, [*controls, *main_out], api_name=False, show_progress_on=[v.status])
         v.position.input(lambda g, r, p: named(position_changed(g, r, p)), [v.run_state, v.round_slider, v.position],
                          step_views, api_name=False, **quiet)
     return demo

@@ -194,6 +194,14 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
     run(page, max_new=24)
     charts = {i: plot_data(page, i) for i in ("timeline", "pq-chart", "accept-chart", "end-chart")}
     text = page.locator("#token-text").inner_text()
+    # A teacher's title and a note on the open round travel with the export (typed as text, shown escaped).
+    note_round = round_number(page)
+    page.locator("#run-title input, #run-title textarea").first.fill("Lesson <1> & residuals")
+    page.locator("#round-note textarea").first.fill("Look: *the* residual <b>here</b>.")
+    page.locator("#round-note textarea").first.press("Tab")
+    page.wait_for_timeout(800)   # the note's input event reaches the server
+    page.locator("#export-run").click()
+    page.wait_for_selector("#export a", timeout=30_000)
     href = page.locator("#export a").first.get_attribute("href")
     body = page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body()
     trace = tmp_path / "trace.json"
@@ -210,6 +218,18 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
         for elem_id, data in charts.items():
             assert plot_data(fresh, elem_id) == data, elem_id
         assert fresh.locator("#token-text").inner_text() == text
+        assert "Lesson <1> & residuals" in fresh.locator("#run-status").inner_text()
+        assert fresh.locator("#run-title input, #run-title textarea").first.input_value() == "Lesson <1> & residuals"
+        stored = json.loads(body)
+        assert stored["title"] == "Lesson <1> & residuals"
+        assert stored["notes"] == {str(note_round - 1): "Look: *the* residual <b>here</b>."}
+        # open the noted round: its note is shown as text
+        fresh.locator("#round input[type=number]").first.fill(str(note_round))
+        fresh.locator("#round input[type=number]").first.press("Enter")
+        fresh.wait_for_function("() => document.querySelector('#round-note textarea').value.includes('residual')",
+                                timeout=30_000)
+        assert fresh.locator("#round-note textarea").first.input_value() == "Look: *the* residual <b>here</b>."
+        assert fresh.evaluate("() => document.querySelectorAll('#run-status b').length") == 0
     finally:
         fresh.context.close()
 
@@ -252,3 +272,63 @@ def test_compare_shows_where_the_time_went(page):
     print(f"page comparison: measured {measured:.2f}×, predicted {predicted:.2f}×")
     shot(page, "speed.png", "#metrics", "#time-chart")
     assert page.console_errors == []
+
+
+def test_side_by_side_shows_both_texts(page):
+    """One click re-runs the same prompt and seed with the other rule, and the target alone; each
+    view shows the two texts one above the other with their numbers."""
+    run(page, max_new=32)
+    page.get_by_text("Side by side: the same run").click()
+    page.locator("#rerun-rule").click()
+    page.wait_for_function("() => document.querySelectorAll('#side-by-side .side-run').length === 2", timeout=60_000)
+    blocks = page.locator("#side-by-side .side-run")
+    assert "exact rule" in blocks.nth(0).inner_text() and "adjustment skipped" in blocks.nth(1).inner_text()
+    assert blocks.nth(1).locator(".tok-biased_p").count() + blocks.nth(1).locator(".tok-bonus").count() > 0
+    page.locator("#rerun-target").click()
+    page.wait_for_function("() => document.querySelector('#side-by-side').innerText.includes('the target alone:')",
+                           timeout=60_000)
+    target_text = page.locator("#side-by-side .side-run").nth(1).inner_text()
+    assert "32 tokens" in target_text and len(target_text) > 60   # the autoregressive run's own text
+    shot(page, "side-by-side.png", "#side-by-side", "#side-by-side")
+    assert page.console_errors == []
+
+
+def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
+    run(page, prompt="HAMLET:\nWhat a piece of work is a man!", max_new=40)
+    page.locator("#next-round").click()
+    page.locator("#next-round").click()
+    page.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
+                           timeout=30_000)
+    text = page.locator("#token-text .specdec-text").inner_text()
+    page.locator("#copy-link").click()
+    page.wait_for_function("() => (document.querySelector('#link input, #link textarea') || {}).value"
+                           "?.startsWith('http')", timeout=30_000)
+    url = page.locator("#link input, #link textarea").first.input_value()
+    assert "round=3" in url and "seed=0" in url
+    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    try:
+        fresh.goto(url, wait_until="load")
+        wait_done(fresh)
+        fresh.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
+                                timeout=60_000)
+        assert fresh.locator("#token-text .specdec-text").inner_text() == text
+        assert fresh.locator("#prompt textarea").input_value() == "HAMLET:\nWhat a piece of work is a man!"
+        fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
+                                ".includes('Round 3')", timeout=30_000)
+    finally:
+        fresh.context.close()
+
+
+def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):
+    """Every table cell for a token shows something (␣, ↵, ⇥, ⟨eos⟩), and no chart label shows
+    an HTML entity as text."""
+    run(page, prompt='KING. "Come, come," quoth he;\n', max_new=48)
+    for table in ("pq-table", "end-table", "timeline-table"):
+        page.locator(f"#{table}").evaluate("el => el.closest('.block') && el.closest('details') && "
+                                           "el.closest('details').setAttribute('open', '')")
+    cells = page.evaluate("""() => Array.from(document.querySelectorAll('#pq-table tbody tr td:first-child, '
+        + '#end-table tbody tr td:first-child')).map(td => td.innerText)""")
+    assert cells and all(c.strip() for c in cells), cells
+    labels = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot text'))
+        .map(t => t.textContent)""")
+    assert not [t for t in labels if "&amp;" in t or "&quot;" in t or "&lt;" in t], labels[:20]

@@ -37,9 +37,16 @@ def _path(value) -> str:
     return value if isinstance(value, str) else value["path"] if isinstance(value, dict) else value.path
 
 
+def export(client) -> str:
+    """Export the session's current run (a run writes no file until asked): the trace's path."""
+    return _path(client.predict(api_name="/export_trace"))
+
+
 @pytest.fixture(scope="module")
 def run_result(client):
-    return generate(client)
+    result = generate(client)
+    result["export_file"] = export(client)
+    return result
 
 
 def test_endpoints_are_named(client):
@@ -58,7 +65,7 @@ def test_generate_returns_a_complete_trace(run_result):
     # the step viewer's tables (the text view of every chart) come with it
     pq_table, acc_table, end_table = run_result["pq_table"], run_result["acc_table"], run_result["end_table"]
     assert pq_table["headers"][:4] == ["token", "id", "p (target)", "q (draft)"]
-    assert pq_table["data"][-1][0] == "everything else"
+    assert [row[0] for row in pq_table["data"][-2:]] == ["rest where p ≥ q", "rest where p < q"]   # the tail
     assert abs(sum(row[2] for row in pq_table["data"]) - 1) < 1e-4
     assert [row[0] for row in acc_table["data"]][:3] == ["drafted token", "p(x)", "q(x)"]
     assert any(row[-1] == "◀ drawn" for row in end_table["data"]) or end_table["data"]
@@ -68,8 +75,9 @@ def test_generate_returns_a_complete_trace(run_result):
 
 def test_same_seed_same_run(client, run_result):
     again = generate(client)
+    assert again["export_file"] is None   # nothing written until an export is asked for
     a = Generation.from_json(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
-    b = Generation.from_json(Path(_path(again["export_file"])).read_text(encoding="utf-8"))
+    b = Generation.from_json(Path(export(client)).read_text(encoding="utf-8"))
     assert a.token_ids == b.token_ids
     assert [r.ending for r in a.rounds] == [r.ending for r in b.rounds]
 
@@ -149,7 +157,7 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     monkeypatch.setitem(sys.modules, "spaces", fake)
     try:
         importlib.reload(ui)
-        assert wrapped == ["decode_stream", "autoregressive_baseline"]
+        assert sorted(wrapped) == ["autoregressive_baseline", "decode_stream", "side_by_side"]   # every decode
     finally:
         monkeypatch.delitem(sys.modules, "spaces")
         importlib.reload(ui)

@@ -267,7 +267,7 @@ def test_ui_callbacks_without_a_browser():
     taken = lab_ui.take_from_run(_generation(), (None, None))   # falls back to the first position
     frame, msg = taken["table"], taken["status"]
     assert frame["token"].iloc[-1] == lab.OTHER and "round 1, drafted position 1" in msg
-    assert "rejected, β = 0.4000" in msg and taken["preset"] is None
+    assert "rejected, β = 0.4000" in msg and taken["preset"] == lab_ui.FROM_RUN   # never blank
     out = lab_ui.run_lab(frame, 2000, 0)
     assert "2,000 trials per rule" in out["status"] and len(out["summary"]) == len(lab.RULES)
     assert list(out) == lab_ui.RUN_OUTPUTS
