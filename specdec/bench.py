@@ -40,6 +40,7 @@ from .decoding import autoregressive_generate, speculative_generate
 from .drafters import KVCache, NgramDrafter
 from .sampling import SamplingConfig
 from .settings import MAX_GAMMA, MAX_NEW_TOKENS
+from .speed import leviathan_speedup, predicted_speedup
 
 PROMPTS = [
     "To be, or not to be, that is the question:",
@@ -70,23 +71,7 @@ GOALS = {"speedup_t1": 1.6, "speedup_t0": 1.4, "specdec_over_assisted": 0.8, "me
 
 
 # ---------------------------------------------------------------- formulas (pure)
-
-def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Leviathan et al. (2023), eq. 1: expected speedup of speculative over autoregressive decoding,
-    (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), if every drafted position is accepted
-    with probability alpha, one draft step costs c target steps and verifying costs one step."""
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    tokens_per_round = gamma + 1.0 if alpha == 1.0 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
-    return tokens_per_round / (gamma * c + 1)
-
-
-def predicted_speedup(tokens_per_round: float, gamma: float, draft_step_s: float, verify_s: float,
-                      target_step_s: float) -> float:
-    """The speedup the measured costs predict: a round costs gamma draft steps and one verify
-    forward and yields `tokens_per_round` tokens; the target alone pays one step per token.
-    (No overhead outside the forwards: measured / predicted shows what the loop's Python costs.)"""
-    return tokens_per_round * target_step_s / (gamma * draft_step_s + verify_s)
+# leviathan_speedup and predicted_speedup live in specdec.speed (the app uses them too).
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:

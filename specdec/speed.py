@@ -20,7 +20,11 @@ from .trace import Stats, expected_tokens_per_round
 
 
 def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Expected speedup of Leviathan et al. (verify = one target step; c = draft step / target step)."""
+    """Leviathan et al. (2023), eq. 1: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), if every
+    drafted position is accepted with probability alpha, a draft step costs c target steps and a
+    verify costs one."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1)
 
 
