@@ -32,6 +32,19 @@ def _samples(pair: ModelPair, model: str) -> list[str]:
     return out
 
 
+def _distill_table(info: dict) -> str:
+    """The draft's second phase (distillation toward the final target), when it had one."""
+    rows = info.get("distill_history")
+    if not rows:
+        return ""
+    lines = "\n".join(f"| {h['step']} | {h['train_loss']:.3f} | {h['val_loss']:.3f} | {h['val_beta']:.3f} | "
+                      f"{h['seconds'] / 60:.1f} |" for h in rows)
+    return ("\nThen the draft alone, distilled toward the final target (KL(p || q), "
+            f"{info['config'].get('distill_steps')} steps):\n\n"
+            "| step | KL | validation loss | mean β on validation text | minutes |\n|---:|---:|---:|---:|---:|\n"
+            + lines + "\n")
+
+
 def _card(name: str, info: dict, role: str, other: dict, measures: dict, samples: list[str],
           folder: Path) -> str:
     shape = info["shape"]
@@ -83,7 +96,7 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
 | step | train loss | validation loss | minutes |
 |---:|---:|---:|---:|
 {hist}
-
+{_distill_table(info)}
 **Validation loss: {info['val_loss']:.3f} nats/token** (partner: {other['val_loss']:.3f}).
 
 ## As a speculative-decoding pair (measured by `python -m specdec bench`)
