@@ -1,7 +1,9 @@
 """specdec web app: `python app.py` locally, or as a Hugging Face Space.
 
-Only builds and launches; the app lives in `specdec/ui.py`. Binds 127.0.0.1 unless
-GRADIO_SERVER_NAME says otherwise (a Space sets it to 0.0.0.0); GRADIO_SERVER_PORT picks the port.
+Only builds and launches; the app lives in `specdec/ui.py`, how it is served to anyone (limits,
+input checks, housekeeping) in `specdec/serving.py`, every limit and its environment variable in
+`specdec/limits.py`. Binds 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise (a Space sets it to
+0.0.0.0); GRADIO_SERVER_PORT picks the port.
 """
 
 import os
@@ -17,13 +19,13 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
 from specdec.models import preload  # noqa: E402
+from specdec.serving import configure, launch_options  # noqa: E402
 from specdec.ui import build_app, launch_kwargs, warm_up  # noqa: E402
 
-demo = build_app()
-demo.queue(default_concurrency_limit=4, max_size=32)
+demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/serving.py)
 preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens
 
 if __name__ == "__main__":
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT") or 7860),
-                ssr_mode=False, **launch_kwargs())
+                ssr_mode=False, **launch_options(), **launch_kwargs())

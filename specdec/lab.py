@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from . import limits
 from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, sample, verify
 from .trace import visible_token
 
@@ -43,7 +44,8 @@ RULE_NAMES: dict[Rule, RuleName] = {
     Rule.GREEDY_MATCH: RuleName("greedy match", "greedy match"),
 }
 MIN_TOKENS, MAX_TOKENS = 2, 20
-MAX_SAMPLES = 1_000_000
+MAX_SAMPLES = limits.MAX_LAB_SAMPLES   # SPECDEC_MAX_LAB_SAMPLES (default 1,000,000)
+MAX_SEED = 2**63 - 1                   # torch.Generator.manual_seed takes a signed 64-bit number
 CHUNK = 1 << 16            # rows per verify call: bounds memory to ~20 MB at V = 20 (and stays cache-friendly)
 ALPHA = 0.001              # chi-square significance level used for verdicts
 
@@ -111,20 +113,49 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = 1e-6
     if dupes:
         raise ValueError(f"token names must be unique: {', '.join(map(repr, dupes))} appear more than once")
     notes = []
+    rows = {}
     for name, d in (("p", p), ("q", q)):
         if not np.all(np.isfinite(d)):
-            raise ValueError(f"{name} has a missing or non-finite value")
+            bad = tokens[int(np.argmax(~np.isfinite(d)))]
+            raise ValueError(f"{name} has a missing or non-finite value ({name}({bad!r}) = {d[~np.isfinite(d)][0]:g})")
         if np.any(d < 0):
             bad = tokens[int(np.argmax(d < 0))]
             raise ValueError(f"{name} must be non-negative ({name}({bad!r}) = {d[d < 0][0]:g})")
-        total = d.sum()
-        if total <= 0:
+        top = d.max()
+        if top <= 0:
             raise ValueError(f"{name} has no mass: give at least one token a positive probability")
+        # Scale by the largest value before summing: weights like 1e308 are valid, their sum is not finite.
+        scaled = d / top
+        with np.errstate(over="ignore"):
+            total = float(d.sum())
         if abs(total - 1) > tol:
             if not normalise:
                 raise ValueError(f"{name} sums to {total:.6g}, not 1")
             notes.append(f"{name} summed to {total:.6g}; normalised to 1")
-    return tokens, p / p.sum(), q / q.sum(), notes
+        rows[name] = scaled / scaled.sum()
+    return tokens, rows["p"], rows["q"], notes
+
+
+def whole_number(value, name: str, lo: int, hi: int) -> int:
+    """A form or command-line value as a whole number in [lo, hi]; ValueError naming it otherwise
+    (text, a missing value, NaN, a fraction such as 2.5, or a number out of range)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{name} is empty: give a whole number from {lo:,} to {hi:,}")
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        x = int(value)
+    else:
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}") from None
+        if not math.isfinite(f) or f != int(f):
+            raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}")
+        x = int(f)
+    if not lo <= x <= hi:
+        raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}")
+    return x
 
 
 OTHER = "(everything else)"
@@ -431,9 +462,8 @@ def run(tokens, p, q, n: int, seed: int, rules=RULES, threads: int = 1) -> LabRe
     """Validate, then simulate every rule with the same seed (common random numbers: the same
     drafts and uniforms meet each rule), and compute every number the lab shows."""
     tokens, p, q, notes = validate(tokens, p, q)
-    n = int(n)
-    if not 1 <= n <= MAX_SAMPLES:
-        raise ValueError(f"number of samples must be between 1 and {MAX_SAMPLES:,}, got {n}")
+    n = whole_number(n, "the number of samples", 1, MAX_SAMPLES)
+    seed = whole_number(seed, "the seed", 0, MAX_SEED)
     start = time.perf_counter()
     at = checkpoints(n)
     results = {Rule(rule): _rule_result(p, q, Rule(rule), n, seed, at, threads) for rule in rules}

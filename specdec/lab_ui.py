@@ -13,6 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from . import lab, lab_charts
+from .serving import CheckedNumber
 from .trace import visible_token
 
 COLUMNS = ["token", "p", "q"]
@@ -49,6 +50,10 @@ def _error(msg: str) -> gr.Error:
     return gr.Error(msg, print_exception=False)
 
 
+def _sentence(msg: str) -> str:
+    return msg[:1].upper() + msg[1:] + ("" if msg.endswith((".", ")")) else ".")
+
+
 def _frame(tokens, p, q) -> pd.DataFrame:
     return pd.DataFrame({"token": list(tokens), "p": [round(float(x), 6) for x in p],
                          "q": [round(float(x), 6) for x in q]})
@@ -64,13 +69,21 @@ def parse_frame(df) -> tuple[list[str], list[float], list[float]]:
     if df is None:
         raise ValueError("the table is empty")
     if not isinstance(df, pd.DataFrame):
-        df = pd.DataFrame(df)
+        try:
+            df = pd.DataFrame(df)
+        except (TypeError, ValueError):
+            raise ValueError("the table must have the columns token, p, q, one row per token") from None
+    if df.empty or df.shape[0] == 0:
+        raise ValueError(f"the table has no rows: give p and q for {lab.MIN_TOKENS} to {lab.MAX_TOKENS} tokens "
+                         "(or pick a preset)")
     if list(df.columns)[:3] != COLUMNS:
         if df.shape[1] < 3:
             raise ValueError("the table needs the columns token, p, q")
         df = df.iloc[:, :3]
         df.columns = COLUMNS
-    df = df[~df.apply(lambda row: all(str(v).strip() in ("", "nan", "None") for v in row), axis=1)]
+    df = df[[not all(str(v).strip() in ("", "nan", "None") for v in row) for row in df.itertuples(index=False)]]
+    if df.shape[0] == 0:
+        raise ValueError(f"the table has no filled rows: give p and q for {lab.MIN_TOKENS} to {lab.MAX_TOKENS} tokens")
     tokens = [str(t).strip() for t in df["token"]]
     cols = {}
     for name in ("p", "q"):
@@ -115,13 +128,11 @@ def take_from_run(gen, selection) -> dict:
 def run_lab(df, samples, seed) -> dict:
     try:
         tokens, p, q = parse_frame(df)
-        if samples is None or seed is None:
-            raise ValueError("set the number of samples and the seed")
-        if float(samples) != int(samples) or float(seed) != int(seed) or int(seed) < 0:
-            raise ValueError("samples and seed must be whole numbers (seed >= 0)")
-        result = lab.run(tokens, p, q, int(samples), int(seed))
+        n = lab.whole_number(samples, "samples per rule", 1, lab.MAX_SAMPLES)
+        seed = lab.whole_number(seed, "the seed", 0, lab.MAX_SEED)
+        result = lab.run(tokens, p, q, n, seed)
     except ValueError as err:
-        raise _error(str(err)) from None
+        raise _error(_sentence(str(err))) from None
     exact = result.results[lab.Rule.EXACT]
     verdicts = ", ".join(f"{lab.RULE_NAMES[r].short}: {'rejected' if x.rejects_p else 'not rejected'}"
                          for r, x in result.results.items())
@@ -152,9 +163,9 @@ def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
             v.preset = gr.Dropdown([*lab.PRESETS, FROM_RUN], value=DEFAULT_PRESET, label="Preset",
                                    elem_id="lab-preset")
             from_run = gr.Button("Take from the last run (Decode tab)", elem_id="lab-from-run")
-            samples = gr.Number(DEFAULT_SAMPLES, label=f"samples per rule (up to {lab.MAX_SAMPLES:,})",
+            samples = CheckedNumber(DEFAULT_SAMPLES, label=f"samples per rule (up to {lab.MAX_SAMPLES:,})",
                                 precision=0, minimum=1, maximum=lab.MAX_SAMPLES, elem_id="lab-samples")
-            seed = gr.Number(0, label="seed", precision=0, minimum=0, elem_id="lab-seed")
+            seed = CheckedNumber(0, label="seed", precision=0, minimum=0, elem_id="lab-seed")
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
     v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
     v.summary = gr.Dataframe(interactive=False, headers=lab.SUMMARY_HEADERS,

@@ -3,16 +3,27 @@
 Safety by default: never `trust_remote_code`, safetensors weights only. Offline by default:
 the bundled pair in `assets/models/` loads from disk; hub presets load only when asked for, and
 fail fast with a clear message when the hub cannot be reached.
+
+Loaded pairs are shared by every request and kept in a least-recently-used cache of at most
+`limits.MAX_PAIRS` pairs (SPECDEC_MAX_PAIRS); the bundled pair is pinned and never evicted. An
+evicted pair's memory returns once the last run using it ends.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
+import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from . import limits
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 BUNDLED = "bundled"
@@ -28,7 +39,7 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in [
-    Preset(BUNDLED, "Bundled Shakespeare pair (offline, 8-layer target / 1-layer draft)",
+    Preset(BUNDLED, "Bundled Shakespeare pair (offline, 16-layer target / 1-layer draft)",
            str(ASSETS / "specdec-target"), str(ASSETS / "specdec-draft"), hub=False),
     Preset("smollm2", "SmolLM2 360M / 135M Instruct (hub)",
            "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", hub=True),
@@ -41,6 +52,26 @@ PRESETS: dict[str, Preset] = {p.key: p for p in [
 
 class ModelLoadError(RuntimeError):
     """A pair could not be loaded; the message says why and what to do."""
+
+
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"`:,;()\[\]]+){2,}[\\/]?")
+
+
+def scrub_paths(text: str) -> str:
+    """A message with every absolute path shortened to its last part (error messages from
+    transformers name files under the server's cache and home folders)."""
+    return _PATH.sub(lambda m: "…/" + m.group(0).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1], text)
+
+
+def display_name(name: str) -> str:
+    """What a trace, a label or a page may show of a model's name: a hub id as it is, a local
+    folder by its own name only (never the server's absolute path)."""
+    text = str(name)
+    path = Path(text).expanduser()
+    looks_local = path.is_absolute() or text.startswith((".", "~")) or "\\" in text
+    if looks_local or path.is_dir():
+        return text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or text
+    return text
 
 
 def pick_device(device: str | None = None) -> tuple[str, torch.dtype]:
@@ -79,12 +110,20 @@ class ModelPair:
 
     # -------------------------------------------------------------- text <-> ids
     def encode(self, prompt) -> tuple[str, list[int]]:
+        """(text, ids) of a prompt given as text or as ids. ValueError when it is longer than
+        `limits.MAX_PROMPT_TOKENS` (SPECDEC_MAX_PROMPT_TOKENS) or an id is not in the vocabulary."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("this pair has no tokenizer: pass token ids")
             with self._tokenizer_lock:
-                return prompt, self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+                ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            _check_prompt_length(len(ids))
+            return prompt, ids
         ids = [int(t) for t in prompt]
+        _check_prompt_length(len(ids))
+        bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is not in the vocabulary (ids 0 to {self.vocab_size - 1})")
         return self.decode(ids), ids
 
     def decode(self, ids: list[int]) -> str:
@@ -105,9 +144,18 @@ class ModelPair:
             return {i: self._token_text[i] for i in ids}
 
     def describe(self) -> dict:
-        return {"label": self.label, "target": self.target_name, "draft": self.draft_name,
+        """What a trace stores about the pair: names (a hub id, or a local folder's own name),
+        never a path on this server."""
+        return {"label": self.label, "target": display_name(self.target_name),
+                "draft": display_name(self.draft_name),
                 "device": self.device, "dtype": str(self.dtype).replace("torch.", ""),
                 "vocab_size": self.vocab_size, "context_length": self.context_length}
+
+
+def _check_prompt_length(n: int) -> None:
+    if n > limits.MAX_PROMPT_TOKENS:
+        raise ValueError(f"the prompt is {n} tokens; this server takes prompts of at most {limits.MAX_PROMPT_TOKENS} "
+                         "tokens (SPECDEC_MAX_PROMPT_TOKENS): shorten it")
 
 
 def _logit_size(model) -> int:
@@ -164,7 +212,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         chosen = PRESETS[key]
         target, draft, label = chosen.target, chosen.draft, chosen.label
     else:
-        label = f"{target} / {draft}"
+        label = f"{display_name(target)} / {display_name(draft)}"
     device, dtype = pick_device(device)
     local = [Path(n).is_dir() for n in (target, draft)]
     try:
@@ -183,9 +231,16 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         draft_model = _load_model(draft, dtype, device, offline)
     except ModelLoadError:
         raise
-    except (OSError, ValueError) as err:
-        text = str(err).splitlines()[0] if str(err) else type(err).__name__
-        if "safetensors" in text.lower():
+    except (MemoryError, torch.OutOfMemoryError):
+        release_memory()
+        raise ModelLoadError(f"not enough memory on this server to load {label}: use the bundled pair "
+                             f"(preset '{BUNDLED}') or a smaller pair") from None
+    except Exception as err:   # a corrupt file, a config transformers cannot read, ...: one clear message
+        text = scrub_paths(str(err).splitlines()[0]) if str(err).strip() else ""
+        if not isinstance(err, (OSError, ValueError)):
+            text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+        text = text or type(err).__name__
+        if "safetensors" in text.lower() and "header" not in text.lower():
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
         raise ModelLoadError(f"could not load {label}: {text}") from None
     return ModelPair(tokenizer, target_model, draft_model, target, draft, device, dtype, label)
@@ -212,22 +267,105 @@ def _in_hub_cache(*names: str) -> bool:
 
 # ---------------------------------------------------------------- pairs loaded once per process
 
-_LOADED: dict[str, ModelPair] = {}
-_LOADING = threading.Lock()
+PINNED = frozenset({BUNDLED})              # never evicted
+_LOADED: OrderedDict[str, ModelPair] = OrderedDict()   # least recently used first
+_CACHE = threading.Lock()                  # guards _LOADED (held for dict operations only)
+_LOADING = threading.Lock()                # one load at a time (a load can take minutes)
 
 
 def get_pair(key: str = BUNDLED) -> ModelPair:
-    """The pair of a preset key, loaded on first use and shared (read-only) by every request."""
+    """The pair of a preset key, loaded on first use and shared (read-only) by every request.
+
+    At most `limits.MAX_PAIRS` pairs stay loaded: before a new pair loads, the least recently
+    used pairs that are not pinned are evicted (so peak memory stays within the limit); the
+    bundled pair is pinned, and one pair that is not pinned may always load.
+    """
     if key not in PRESETS:
         raise ModelLoadError(f"unknown model pair {key!r}; choose one of: {', '.join(PRESETS)}")
+    pair = _cached(key)
+    if pair is not None:
+        return pair
     with _LOADING:
-        if key not in _LOADED:
-            _LOADED[key] = load_pair(preset=key)
-        return _LOADED[key]
+        pair = _cached(key)
+        if pair is not None:
+            return pair
+        _evict(room_for=1)
+        pair = load_pair(preset=key)
+        with _CACHE:
+            _LOADED[key] = pair
+        return pair
+
+
+def _cached(key: str) -> ModelPair | None:
+    with _CACHE:
+        pair = _LOADED.get(key)
+        if pair is not None:
+            _LOADED.move_to_end(key)
+        return pair
+
+
+def _evict(room_for: int = 0) -> list[str]:
+    """Evict least recently used pairs that are not pinned until `room_for` more fit the limit."""
+    evicted = []
+    with _CACHE:
+        pinned = sum(k in PINNED for k in _LOADED)
+        keep = max(limits.MAX_PAIRS, pinned + room_for) - room_for
+        for key in list(_LOADED):
+            if len(_LOADED) <= keep:
+                break
+            if key not in PINNED:
+                del _LOADED[key]
+                evicted.append(key)
+    if evicted:
+        release_memory()
+    return evicted
+
+
+def unload_pair(key: str) -> bool:
+    """Drop a pair from the cache (pinned ones too); True if it was loaded. Its memory returns
+    once no run holds it."""
+    with _CACHE:
+        pair = _LOADED.pop(key, None)
+    if pair is None:
+        return False
+    del pair
+    release_memory()
+    return True
+
+
+def loaded_pairs() -> list[str]:
+    """Keys of the loaded pairs, least recently used first."""
+    with _CACHE:
+        return list(_LOADED)
 
 
 def is_loaded(key: str) -> bool:
-    return key in _LOADED
+    with _CACHE:
+        return key in _LOADED
+
+
+def release_memory() -> None:
+    """Hand freed memory back: collect cycles, empty the CUDA cache, and ask glibc to return
+    free heap pages to the system (freed model weights otherwise stay in the process's RSS)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM = []
+
+
+def _malloc_trim():
+    if not _TRIM:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _TRIM.append(libc.malloc_trim)
+        except (OSError, AttributeError):   # not glibc (macOS, musl): nothing to trim
+            _TRIM.append(None)
+    return _TRIM[0]
 
 
 def preload(key: str = BUNDLED, then=None) -> threading.Thread:
@@ -247,12 +385,26 @@ def preload(key: str = BUNDLED, then=None) -> threading.Thread:
 
 def context_of(key: str) -> int | None:
     """A preset's context length from its config file, without loading the weights (for the
-    app's max-new-tokens slider); None when unknown (hub pairs before they load)."""
+    app's max-new-tokens slider): the bundled folder's, or a hub pair's from the local Hugging
+    Face cache; None when unknown (a hub pair never downloaded)."""
     import json
 
     preset = PRESETS.get(key)
+    if preset is None:
+        return None
+    config = Path(preset.target) / "config.json"
+    if preset.hub:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(preset.target, "config.json")
+        except Exception:   # no huggingface_hub, a bad cache: unknown
+            return None
+        if not isinstance(found, str):
+            return None
+        config = Path(found)
     try:
-        cfg = json.loads((Path(preset.target) / "config.json").read_text())
+        cfg = json.loads(config.read_text())
         return int(cfg.get("max_position_embeddings") or cfg.get("n_positions"))
     except (AttributeError, OSError, ValueError, TypeError):
         return None

@@ -1,18 +1,21 @@
 """The settings of one run, typed and checked in one place.
 
 `RunSettings` is what a run was asked to do: the decoder reads it, the trace stores it, the app,
-the CLI and the bench build it. Its limits (`MAX_GAMMA`, `MAX_NEW_TOKENS`) are defined here once;
-`validate` turns a bad value into a message a user can act on (ValueError).
+the CLI and the bench build it. Its limits (`MAX_GAMMA`, `MAX_NEW_TOKENS`) come from `specdec.limits`
+(each set by an environment variable there); `validate` turns a bad value into a message a user can
+act on (ValueError).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from . import limits
 from .sampling import Rule, SamplingConfig
 
-MAX_GAMMA = 16
-MAX_NEW_TOKENS = 1024
+MAX_GAMMA = limits.MAX_GAMMA            # SPECDEC_MAX_GAMMA
+MAX_NEW_TOKENS = limits.MAX_NEW_TOKENS  # SPECDEC_MAX_NEW_TOKENS
+MAX_SEED = 2**63 - 1                    # torch.Generator.manual_seed takes a signed 64-bit number
 
 SPECULATIVE = "speculative"
 AUTOREGRESSIVE = "autoregressive"
@@ -56,7 +59,7 @@ class RunSettings:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(f"max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, "
                              f"got {self.max_new_tokens!r}")
-        if not _whole(self.seed) or not 0 <= self.seed < 2**63:
+        if not _whole(self.seed) or not 0 <= self.seed <= MAX_SEED:
             raise ValueError(f"seed must be a whole number from 0 to 2^63 - 1, got {self.seed!r}")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(map(repr, DRAFTERS))}")

@@ -17,6 +17,7 @@ import numpy as np
 
 from .sampling import Rule
 from .settings import RunSettings
+from .validate import check_trace, load_json
 
 SCHEMA = "specdec.trace"
 SCHEMA_VERSION = 2
@@ -151,7 +152,7 @@ def keep_top(a: np.ndarray, b: np.ndarray, extra: np.ndarray, n: int = TOP_N
     order = np.lexsort((cand, -bv, -av, drop), axis=1)             # kept first, by a, then b, then id
     counts = (~drop).sum(1).tolist()
     mask = np.zeros(a.shape, dtype=bool)
-    np.put_along_axis(mask, cand, True, axis=1)                     # dropped ids have no mass: harmless
+    np.put_along_axis(mask, np.where(drop, extra, cand), True, axis=1)   # only the stored ids (extra always is)
     ids, av, bv = (np.take_along_axis(x, order, 1).tolist() for x in (cand, av, bv))
     return [(i[:c], x[:c], y[:c]) for i, x, y, c in zip(ids, av, bv, counts)], mask
 
@@ -272,11 +273,7 @@ class Generation:
 
     @classmethod
     def from_dict(cls, d: dict) -> Generation:
-        if d.get("schema") != SCHEMA:
-            raise ValueError("not a specdec trace (missing schema 'specdec.trace')")
-        if d.get("version") not in READS_VERSIONS:
-            raise ValueError(f"trace schema version {d.get('version')!r} is not supported "
-                             f"(this specdec reads versions {', '.join(map(str, READS_VERSIONS))})")
+        check_trace(d)   # schema, version, types, ranges, consistency: the first thing wrong, by name
         try:
             rounds = [_round_from_dict(r) for r in d["rounds"]]
             known = {f.name for f in fields(cls)}
@@ -293,13 +290,7 @@ class Generation:
 
     @classmethod
     def from_json(cls, text: str) -> Generation:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"not valid JSON: {err}") from None
-        if not isinstance(data, dict):
-            raise ValueError("not a specdec trace (expected a JSON object)")
-        return cls.from_dict(data)
+        return cls.from_dict(load_json(text))   # size and nesting depth bounded before parsing
 
     # -------------------------------------------------------------- helpers for readers
     def token(self, token_id: int) -> str:
@@ -334,14 +325,6 @@ def _round_from_dict(r: dict) -> Round:
         ending = Ending.PLAIN.value
     positions = [Position(**{**pos, "status": Status(pos["status"]), "p": Dist(**pos["p"]),
                              "q": Dist(**pos["q"])}) for pos in r["positions"]]
-    # The decoder keeps every drafted and every drawn token among the stored ids, and p and q over
-    # the same ids: the views rely on it, so a trace that breaks it is refused, not drawn.
-    for i, pos in enumerate(positions):
-        if pos.p.ids != pos.q.ids or pos.draft_token not in pos.p.ids:
-            raise ValueError(f"round {r.get('index')}, draft {i + 1}: the drafted token and p, q over the same "
-                             "ids must be stored")
-    if r["end_token"] not in r["end_dist"]["ids"]:
-        raise ValueError(f"round {r.get('index')}: the drawn token must be among the stored ids")
     return Round(**{**r, "positions": positions, "ending": Ending(ending), "end_dist": Dist(**r["end_dist"]),
                     "end_p": Dist(**r["end_p"]), "end_q": Dist(**r["end_q"]) if r.get("end_q") else None})
 

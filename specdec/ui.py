@@ -18,9 +18,7 @@ import dataclasses
 import json
 import math
 import queue
-import tempfile
 import threading
-import time
 import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,12 +26,14 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from . import charts
+from . import charts, housekeeping, limits
 from .decoding import autoregressive_generate, speculative_generate
 from .models import BUNDLED, PRESETS, ModelLoadError, context_of, get_pair, is_loaded
 from .sampling import Rule, SamplingConfig
+from .serving import user_message
 from .settings import DRAFTERS, MAX_GAMMA, MAX_NEW_TOKENS, RunSettings
 from .trace import LOOKS, MAX_NOTE, MAX_TITLE, Ending, Generation, Status, cap_text
+from .validate import read_trace_file
 
 try:   # the exactness lab is built by its own module; the app works without it
     from .lab_ui import build_lab_tab
@@ -61,7 +61,7 @@ EXAMPLES = [   # prompt, drafter, gamma, temperature
     ["the king, the king, the king, the king, the king, the king, the", "ngram", 8, 1.0],
     ["HAMLET:\nWhat a piece of work is a man!", "model", 4, 0.0],
 ]
-MAX_PROMPT_CHARS = 4000
+MAX_PROMPT_CHARS = limits.MAX_PROMPT_CHARS
 
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
 STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
@@ -201,22 +201,14 @@ def _slider(gen: Generation | None, value: int | None = None):
     return gr.update(maximum=max(2, n), value=value + 1, interactive=n > 1)
 
 
-def export_trace(gen: Generation | None) -> dict:
-    """Write the current run (with its title and notes) as a JSON trace, only when asked
-    (api_name 'export_trace'): a run itself writes no file."""
+def export_trace(gen: Generation | None, title: str | None = None) -> dict:
+    """Write the current run, with the title in the title box and its notes, as a JSON trace, only
+    when asked (api_name 'export_trace'): a run itself writes no file."""
     if gen is None:
         raise _error("Nothing to export yet: run a generation or import a trace first.")
-    folder = Path(tempfile.mkdtemp(prefix="specdec-"))
-    path = folder / f"specdec-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(gen.to_json(), encoding="utf-8")
-    return dict(export_file=str(path))
-
-
-def set_title(gen: Generation | None, title) -> dict:
-    """A teacher's title for the run, kept with it and exported (capped; shown escaped)."""
-    if gen is None:
-        return {}
-    return dict(run_state=dataclasses.replace(gen, title=cap_text(str(title or ""), MAX_TITLE)))
+    if title is not None:
+        gen = dataclasses.replace(gen, title=cap_text(str(title), MAX_TITLE))
+    return dict(export_file=housekeeping.export_path(gen.to_json()))   # in Gradio's cache, swept after an age
 
 
 def set_note(gen: Generation | None, round_number, note) -> dict:
@@ -300,7 +292,9 @@ def open_link(request: gr.Request):
     """On page load: a link's settings fill the form, the run starts, and its round opens."""
     parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
     if parsed is None:
-        yield {}   # no link: change nothing (a generator that yields nothing would blank every output)
+        # No link: change nothing. An empty dict is not read as outputs by name, and a generator
+        # that yields nothing blanks every output, so skip one output explicitly.
+        yield dict(status=gr.skip())
         return
     controls, round_number = parsed
     current = dict(zip(CONTROLS, [DEFAULT_PROMPT, BUNDLED, "model", 4, 64, 1.0, 0, 1.0, 0, False, False]))
@@ -409,9 +403,7 @@ def run_generation(prompt, preset, drafter, gamma, max_new_tokens, temperature, 
 
 
 def _describe(err: Exception) -> str:
-    if isinstance(err, (ValueError, ModelLoadError)):
-        return str(err)
-    return f"The run failed: {type(err).__name__}: {err}"
+    return user_message(err)   # out of memory frees and says so; server paths never shown
 
 
 def _done_status(gen: Generation, ar: Generation | None) -> str:
@@ -454,9 +446,9 @@ def import_trace(file) -> dict:
         raise _error("Choose a specdec trace (.json) to import.")
     path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise _error(f"Could not read the file: {err}") from None
+        text = read_trace_file(path)   # refused by its size before it is read
+    except ValueError as err:
+        raise _error(f"Not a valid specdec trace: {err}") from None
     try:
         gen = Generation.from_json(text)
     except ValueError as err:
@@ -506,7 +498,7 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
 def max_new_for(preset_key, current):
     """A pair's context caps max new tokens; hub pairs (context unknown before loading) allow
     up to MAX_NEW_TOKENS and are checked when they run."""
-    limit = min(context_of(preset_key) or MAX_NEW_TOKENS, MAX_NEW_TOKENS)
+    limit = limits.max_new_tokens_for(context_of(preset_key))
     info = (f"The bundled pair's context is {limit} tokens (prompt included)." if preset_key == BUNDLED
             else f"Up to {MAX_NEW_TOKENS}, within the models' context.")
     value = current if isinstance(current, (int, float)) and current <= limit else min(64, limit)
@@ -518,7 +510,7 @@ def max_new_for(preset_key, current):
 def build_app() -> gr.Blocks:
     """The layout, declared once, and the wiring of its events to the handlers above."""
     preset_choices = [(p.label, key) for key, p in PRESETS.items()]
-    context = _bundled_context()
+    context = context_of(BUNDLED)
     v = SimpleNamespace()   # every component an output name refers to
     with gr.Blocks(title="specdec: exact speculative decoding, step by step") as demo:
         v.run_state = gr.State(None)          # the current Generation (or None)
@@ -545,7 +537,8 @@ def build_app() -> gr.Blocks:
                         v.compare = gr.Checkbox(False, label="compare with autoregressive", elem_id="compare-ar")
                 with gr.Column(scale=1):
                     v.gamma = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ (drafts per round)", elem_id="gamma")
-                    v.max_new = gr.Slider(1, min(MAX_NEW_TOKENS, context), value=min(64, context), step=1,
+                    most = limits.max_new_tokens_for(context)
+                    v.max_new = gr.Slider(1, most, value=min(64, most), step=1,
                                         label="max new tokens",
                                         info=f"The bundled pair's context is {context} tokens (prompt included).",
                                         elem_id="max-new")
@@ -655,11 +648,12 @@ def build_app() -> gr.Blocks:
         click_box.change(lambda g, c: named(click_round(g, c)), [v.run_state, click_box], step_out, api_name=False,
                          trigger_mode="always_last", **quiet)
         v.preset.change(max_new_for, [v.preset, v.max_new], [v.max_new], api_name=False, **quiet)
-        export_btn.click(lambda g: named(export_trace(g)), [v.run_state], [v.export_file], api_name="export_trace")
-        v.title.input(lambda g, t: named(set_title(g, t)), [v.run_state, v.title], [v.run_state], api_name=False,
-                      **quiet)
+        export_btn.click(lambda g, t: named(export_trace(g, t)), [v.run_state, v.title], [v.export_file],
+                         api_name="export_trace")
+        # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
+        notes = dict(concurrency_id="notes", concurrency_limit=1, api_name=False, trigger_mode="always_last", **quiet)
         v.note.input(lambda g, r, t: named(set_note(g, r, t)), [v.run_state, v.round_slider, v.note], [v.run_state],
-                     api_name=False, trigger_mode="always_last", **quiet)
+                     **notes)
         other_rule_btn.click(lambda g, k: named(side_by_side(g, k, "other rule")), [v.run_state, v.preset],
                              [v.side_by_side], api_name="side_by_side_rule", concurrency_id="decode",
                              show_progress_on=[v.side_by_side])

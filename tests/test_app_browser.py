@@ -110,9 +110,9 @@ def test_default_run_renders_text_timeline_and_step_charts(page):
     assert sorted({x for t in ends for x in t["x"]}) == list(range(1, n_rounds + 1))
     # Step viewer: p/q with the "everything else" bar, the test, the round's end.
     pq = plot_data(page, "pq-chart")
-    assert [t["name"] for t in pq] == ["p (target)", "q (draft)"]
-    assert pq[0]["x"][-1] == "everything else"
-    assert abs(sum(pq[0]["y"]) - 1) < 1e-3 and abs(sum(pq[1]["y"]) - 1) < 1e-3
+    assert [t["name"] for t in pq] == ["p (target)", "p (target)", "q (draft)", "q (draft)"]   # top, tail panels
+    assert pq[1]["x"] == ["rest where p ≥ q", "rest where p < q"]   # the tail, in its own panel
+    assert abs(sum(pq[0]["y"]) + sum(pq[1]["y"]) - 1) < 1e-3 and abs(sum(pq[2]["y"]) + sum(pq[3]["y"]) - 1) < 1e-3
     acc = plot_data(page, "accept-chart")
     assert {"min(1, p(x)/q(x))", "u (uniform draw)"} <= {t["name"] for t in acc}
     end = plot_data(page, "end-chart")
@@ -197,9 +197,11 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
     # A teacher's title and a note on the open round travel with the export (typed as text, shown escaped).
     note_round = round_number(page)
     page.locator("#run-title input, #run-title textarea").first.fill("Lesson <1> & residuals")
-    page.locator("#round-note textarea").first.fill("Look: *the* residual <b>here</b>.")
-    page.locator("#round-note textarea").first.press("Tab")
-    page.wait_for_timeout(800)   # the note's input event reaches the server
+    page.locator("#run-title input, #run-title textarea").first.press("Tab")
+    page.wait_for_timeout(800)   # the title's input event reaches the server
+    page.locator("#round-note textarea").first.click()
+    page.locator("#round-note textarea").first.type("Look: *the* residual <b>here</b>.", delay=10)
+    page.wait_for_timeout(2500)   # the note's last input event reaches the server
     page.locator("#export-run").click()
     page.wait_for_selector("#export a", timeout=30_000)
     href = page.locator("#export a").first.get_attribute("href")
@@ -295,10 +297,10 @@ def test_side_by_side_shows_both_texts(page):
 
 def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
     run(page, prompt="HAMLET:\nWhat a piece of work is a man!", max_new=40)
-    page.locator("#next-round").click()
-    page.locator("#next-round").click()
-    page.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
-                           timeout=30_000)
+    page.locator("#round input[type=number]").first.fill("3")
+    page.locator("#round input[type=number]").first.press("Enter")
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
+                           ".includes('Round 3')", timeout=30_000)
     text = page.locator("#token-text .specdec-text").inner_text()
     page.locator("#copy-link").click()
     page.wait_for_function("() => (document.querySelector('#link input, #link textarea') || {}).value"
@@ -323,12 +325,15 @@ def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):
     """Every table cell for a token shows something (␣, ↵, ⇥, ⟨eos⟩), and no chart label shows
     an HTML entity as text."""
     run(page, prompt='KING. "Come, come," quoth he;\n', max_new=48)
-    for table in ("pq-table", "end-table", "timeline-table"):
-        page.locator(f"#{table}").evaluate("el => el.closest('.block') && el.closest('details') && "
-                                           "el.closest('details').setAttribute('open', '')")
-    cells = page.evaluate("""() => Array.from(document.querySelectorAll('#pq-table tbody tr td:first-child, '
-        + '#end-table tbody tr td:first-child')).map(td => td.innerText)""")
-    assert cells and all(c.strip() for c in cells), cells
+    for name in ("p and q as a table", "end of round as a table"):   # accordions render when opened
+        page.get_by_text(name).click()
+    page.wait_for_function("() => document.querySelectorAll('#pq-table div[role=row]').length > 3 && "
+                           "document.querySelectorAll('#end-table div[role=row]').length > 3", timeout=30_000)
+    rows = page.eval_on_selector_all(      # Gradio 6 renders data rows as div[role=row]
+        "#pq-table div[role=row], #end-table div[role=row]",
+        "rows => rows.map(r => Array.from(r.querySelectorAll('[role=gridcell], td')).map(c => c.innerText))")
+    rows = [r for r in rows if r]
+    assert len(rows) > 4 and all(r[0].strip() for r in rows), rows
     labels = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot text'))
         .map(t => t.textContent)""")
     assert not [t for t in labels if "&amp;" in t or "&quot;" in t or "&lt;" in t], labels[:20]

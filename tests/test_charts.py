@@ -109,10 +109,13 @@ def test_drafted_token_always_has_its_own_bar(gen):
     d = gen.to_dict()
     pos = d["rounds"][0]["positions"][0]
     k = pos["p"]["ids"].index(pos["draft_token"])
-    for side in ("p", "q"):   # move the drafted token into the tail
-        pos[side]["rest"] += pos[side]["probs"].pop(k)
+    part = 0 if pos["p"]["probs"][k] >= pos["q"]["probs"][k] else 1   # the tail part of its sign
+    for side in ("p", "q"):   # move the drafted token into the tail, masses kept consistent
+        mass = pos[side]["probs"].pop(k)
+        pos[side]["rest"] += mass
+        pos[side]["split"][part] += mass
         pos[side]["ids"].pop(k)
-    with pytest.raises(ValueError, match="drafted token"):
+    with pytest.raises(ValueError, match="draft_token .* not among the stored ids"):
         Generation.from_dict(d)
 
 

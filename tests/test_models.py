@@ -60,3 +60,69 @@ def test_pairs_with_different_tokenizers_are_refused(tmp_path):
     bundled_tok = AutoTokenizer.from_pretrained(ASSETS / "specdec-target", local_files_only=True)
     with pytest.raises(ModelLoadError, match="different tokenizers"):
         check_same_tokenizer(bundled_tok, other, "target", "draft")
+
+
+# ---------------------------------------------------------------- the pair cache (in process, fake loads)
+
+@pytest.fixture
+def fake_loads(monkeypatch):
+    """get_pair with a loader that makes a small object per preset and counts the loads."""
+    import specdec.models as models
+
+    loads = []
+
+    def fake_load_pair(preset=None, **_):
+        loads.append(preset)
+        return object()
+    monkeypatch.setattr(models, "load_pair", fake_load_pair)
+    monkeypatch.setattr(models, "_LOADED", type(models._LOADED)())
+    return loads
+
+
+def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads, monkeypatch):
+    import specdec.models as models
+
+    monkeypatch.setattr(models.limits, "MAX_PAIRS", 2)
+    bundled = models.get_pair("bundled")
+    for key in ("smollm2", "qwen2.5", "gpt2", "pythia"):
+        models.get_pair(key)
+        assert len(models.loaded_pairs()) <= 2
+    assert models.loaded_pairs() == ["bundled", "pythia"]
+    assert models.get_pair("bundled") is bundled and fake_loads.count("bundled") == 1
+    models.get_pair("smollm2")   # evicted earlier: loads again
+    assert fake_loads.count("smollm2") == 2
+
+
+def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_loads, monkeypatch):
+    import specdec.models as models
+
+    monkeypatch.setattr(models.limits, "MAX_PAIRS", 1)
+    models.get_pair("bundled")
+    models.get_pair("gpt2")
+    models.get_pair("pythia")
+    assert models.loaded_pairs() == ["bundled", "pythia"]
+
+
+def test_a_failed_load_leaves_the_cache_as_it_was(monkeypatch):
+    import specdec.models as models
+
+    monkeypatch.setattr(models, "_LOADED", type(models._LOADED)())
+
+    def no_memory(*_a, **_k):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    monkeypatch.setattr(models, "_load_model", no_memory)
+    monkeypatch.setattr(models, "_load_tokenizer", lambda name, offline: AutoTokenizer.from_pretrained(
+        ASSETS / "specdec-target", local_files_only=True))
+    monkeypatch.setattr(models, "_in_hub_cache", lambda *names: True)
+    monkeypatch.setattr(models, "_is_offline", lambda: True)
+    with pytest.raises(ModelLoadError, match="not enough memory on this server to load"):
+        models.get_pair("gpt2")
+    assert models.loaded_pairs() == []
+
+
+def test_describe_names_models_never_server_paths(bundled):
+    d = bundled.describe()
+    assert d["target"] == "specdec-target" and d["draft"] == "specdec-draft"
+    assert not any(str(ASSETS) in str(v) for v in d.values())
+    pair = load_pair(target=str(ASSETS / "specdec-target"), draft=str(ASSETS / "specdec-draft"))
+    assert pair.label == "specdec-target / specdec-draft"

@@ -1,0 +1,16 @@
+"""Soak: 200 default runs against a fresh `python app.py`; resident memory after run 200 must be
+within 5 % of after run 20, and the temp and Gradio cache folders grow by at most 5 MB.
+
+    python scripts/soak.py                 # the full soak (about 4 minutes on 2 cores)
+    python scripts/soak.py --runs 40       # a short form
+    python scripts/soak.py --export        # also export the trace after every run
+
+Exit status 0 when both hold. The measuring lives in `specdec.serverload`.
+"""
+
+import sys
+
+from specdec.serverload import main_soak
+
+if __name__ == "__main__":
+    sys.exit(main_soak())

@@ -1,0 +1,104 @@
+"""Every limit a public specdec server keeps, in one place, each set by an environment variable.
+
+A Space puts one server in front of anyone, so nothing a visitor sends may be unbounded: not a
+run's length, not an upload, not the number of pairs held in memory, not the files a run leaves
+behind. The values are read ONCE, when this module is first imported (start the server with the
+variable set; changing it later has no effect). A value that is not a number, or out of its
+range, stops the import with a message naming the variable.
+
+| variable                     | default   | what it bounds                                                       |
+|------------------------------|-----------|----------------------------------------------------------------------|
+| SPECDEC_MAX_NEW_TOKENS       | 1024      | tokens one run may generate (app, CLI, API; `RunSettings.validate`)  |
+| SPECDEC_MAX_GAMMA            | 16        | γ, drafted tokens per round                                          |
+| SPECDEC_MAX_PROMPT_CHARS     | 4000      | characters of a prompt typed into the app                            |
+| SPECDEC_MAX_PROMPT_TOKENS    | 1024      | tokens of a prompt (the model's context bounds it further)           |
+| SPECDEC_MAX_UPLOAD_MB        | 5         | size of one uploaded file (Gradio's `max_file_size`) and of a trace  |
+|                              |           | the importer reads; an imported trace is also held to the run limits |
+|                              |           | above: rounds and tokens <= MAX_NEW_TOKENS, prompt <= the prompt caps |
+| SPECDEC_MAX_JSON_DEPTH       | 16        | nesting depth of an imported JSON trace (a real one needs 5)         |
+| SPECDEC_MAX_LAB_SAMPLES      | 1000000   | Monte Carlo samples per rule in the exactness lab                    |
+| SPECDEC_QUEUE_SIZE           | 32        | requests waiting in Gradio's queue; beyond it a visitor is told to   |
+|                              |           | try again later                                                      |
+| SPECDEC_CONCURRENCY          | 4         | requests of one kind served at once (Gradio's default concurrency)   |
+| SPECDEC_DECODE_CONCURRENCY   | 2         | decoding runs served at once                                         |
+| SPECDEC_REQUEST_SECONDS      | 120       | seconds one decoding run may take before it is stopped               |
+| SPECDEC_MAX_PAIRS            | 2         | model pairs held in memory (least recently used evicted first; the   |
+|                              |           | bundled pair is pinned and counts as one)                            |
+| SPECDEC_MAX_SESSIONS         | 100       | visitors whose state (their run or imported trace) is kept; the      |
+|                              |           | least recently active is dropped first                               |
+| SPECDEC_SESSION_IDLE_SECONDS | 1800      | a visitor's state is dropped after this long without a request (and  |
+|                              |           | at once when their page closes)                                      |
+| SPECDEC_FILE_MAX_AGE_SECONDS | 3600      | exported traces and uploads are deleted after this age               |
+| SPECDEC_CLEAN_EVERY_SECONDS  | 300       | how often old files and idle visitors are swept                      |
+
+Memory is then bounded by about MAX_SESSIONS x (one visitor's state) + MAX_PAIRS x (one pair's
+weights), and disk by the files written within FILE_MAX_AGE_SECONDS. A visitor's state is their
+last run or imported trace: a parsed trace takes about 2.5 times its JSON size (measured: 2.8 MB
+of JSON, the largest bundled-pair run there is, 240 tokens at gamma 16, became 6.9 MB), so the
+defaults bound imported traces to about 100 x 12.5 MB. Every bundled-pair trace fits in 5 MB.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
+           "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
+           "DECODE_CONCURRENCY", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS", "SESSION_IDLE_SECONDS",
+           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "max_new_tokens_for", "describe"]
+
+
+def _read(name: str, default: float, lo: float, hi: float, whole: bool = True) -> int | float:
+    """The variable's value, or `default` when unset or empty; ValueError naming it when bad."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number (expected {lo:g} to {hi:g})") from None
+    if value != value or not lo <= value <= hi or (whole and value != int(value)):
+        kind = "a whole number" if whole else "a number"
+        raise ValueError(f"{name}={text!r} must be {kind} from {lo:g} to {hi:g}")
+    return int(value) if whole else value
+
+
+MAX_NEW_TOKENS: int = _read("SPECDEC_MAX_NEW_TOKENS", 1024, 1, 1 << 20)
+MAX_GAMMA: int = _read("SPECDEC_MAX_GAMMA", 16, 1, 256)
+MAX_PROMPT_CHARS: int = _read("SPECDEC_MAX_PROMPT_CHARS", 4000, 1, 1 << 24)
+MAX_PROMPT_TOKENS: int = _read("SPECDEC_MAX_PROMPT_TOKENS", 1024, 1, 1 << 22)
+MAX_UPLOAD_MB: float = _read("SPECDEC_MAX_UPLOAD_MB", 5, 0.001, 4096, whole=False)
+MAX_UPLOAD_BYTES: int = int(MAX_UPLOAD_MB * 1_000_000)
+MAX_JSON_DEPTH: int = _read("SPECDEC_MAX_JSON_DEPTH", 16, 5, 200)
+MAX_LAB_SAMPLES: int = _read("SPECDEC_MAX_LAB_SAMPLES", 1_000_000, 1, 100_000_000)
+QUEUE_SIZE: int = _read("SPECDEC_QUEUE_SIZE", 32, 1, 100_000)
+CONCURRENCY: int = _read("SPECDEC_CONCURRENCY", 4, 1, 1024)
+DECODE_CONCURRENCY: int = _read("SPECDEC_DECODE_CONCURRENCY", 2, 1, 1024)
+REQUEST_SECONDS: float = _read("SPECDEC_REQUEST_SECONDS", 120, 1, 86_400, whole=False)
+MAX_PAIRS: int = _read("SPECDEC_MAX_PAIRS", 2, 1, 64)
+MAX_SESSIONS: int = _read("SPECDEC_MAX_SESSIONS", 100, 1, 1_000_000)
+SESSION_IDLE_SECONDS: float = _read("SPECDEC_SESSION_IDLE_SECONDS", 1800, 1, 30 * 86_400, whole=False)
+FILE_MAX_AGE_SECONDS: float = _read("SPECDEC_FILE_MAX_AGE_SECONDS", 3600, 1, 30 * 86_400, whole=False)
+CLEAN_EVERY_SECONDS: float = _read("SPECDEC_CLEAN_EVERY_SECONDS", 300, 1, 86_400, whole=False)
+
+
+def max_new_tokens_for(context: int | None) -> int:
+    """The most new tokens a run can ask for with a pair of this context length: the prompt takes
+    at least one position, so a 256-token context allows 255 (a slider whose maximum is the
+    context itself offers a value that always fails)."""
+    if not context:
+        return MAX_NEW_TOKENS
+    return max(1, min(MAX_NEW_TOKENS, int(context) - 1))
+
+
+def describe() -> dict[str, int | float]:
+    """Every limit by its variable's name (for the README, the soak report and a health check)."""
+    return {"SPECDEC_MAX_NEW_TOKENS": MAX_NEW_TOKENS, "SPECDEC_MAX_GAMMA": MAX_GAMMA,
+            "SPECDEC_MAX_PROMPT_CHARS": MAX_PROMPT_CHARS, "SPECDEC_MAX_PROMPT_TOKENS": MAX_PROMPT_TOKENS,
+            "SPECDEC_MAX_UPLOAD_MB": MAX_UPLOAD_MB, "SPECDEC_MAX_JSON_DEPTH": MAX_JSON_DEPTH,
+            "SPECDEC_MAX_LAB_SAMPLES": MAX_LAB_SAMPLES, "SPECDEC_QUEUE_SIZE": QUEUE_SIZE,
+            "SPECDEC_CONCURRENCY": CONCURRENCY, "SPECDEC_DECODE_CONCURRENCY": DECODE_CONCURRENCY,
+            "SPECDEC_REQUEST_SECONDS": REQUEST_SECONDS, "SPECDEC_MAX_PAIRS": MAX_PAIRS,
+            "SPECDEC_MAX_SESSIONS": MAX_SESSIONS, "SPECDEC_SESSION_IDLE_SECONDS": SESSION_IDLE_SECONDS,
+            "SPECDEC_FILE_MAX_AGE_SECONDS": FILE_MAX_AGE_SECONDS,
+            "SPECDEC_CLEAN_EVERY_SECONDS": CLEAN_EVERY_SECONDS}

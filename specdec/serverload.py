@@ -1,0 +1,343 @@
+"""Measure a running specdec server from outside, as visitors use it: the soak and the load test.
+
+`scripts/soak.py` and `scripts/load.py` are thin command lines over `soak()` and `load()`; the
+server tests (tests/test_server.py) call the same functions in a short form.
+
+- `start_server(env)` starts `python app.py` on a free port with its own temp and Gradio cache
+  folders (so their growth is the server's alone) and waits until it serves.
+- `soak(...)`: N default runs from one client; resident memory of the server process and the
+  size of its temp and cache folders, sampled as it goes.
+- `load(...)`: K clients at once with different seeds; each result compared with the same
+  request run alone; requests beyond the queue are told to retry; the server answers after.
+
+Memory is read from /proc (Linux), so the measurement adds no dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The Run button's inputs, in order (prompt, preset, drafter, gamma, max_new_tokens, temperature,
+# top_k, top_p, seed, skip_adjustment, compare_ar): the app's defaults.
+DEFAULT_RUN = dict(prompt="To be, or not to be", preset="bundled", drafter="model", gamma=4, max_new_tokens=64,
+                   temperature=1.0, top_k=0, top_p=1.0, seed=0, skip_adjustment=False, compare_ar=False)
+
+
+# ---------------------------------------------------------------- a server of our own
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    url: str
+    folder: Path                  # holds tmp/ (TMPDIR) and gradio/ (GRADIO_TEMP_DIR) of the server
+    log: Path
+    own_folder: bool = True
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_mb(self) -> float:
+        return rss_mb(self.proc.pid)
+
+    def folders_mb(self) -> float:
+        return folder_mb(self.folder / "tmp") + folder_mb(self.folder / "gradio")
+
+    def stop(self) -> None:
+        stop_server(self)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(env: dict | None = None, folder: Path | None = None, timeout: float = 180,
+                 argv: list[str] | None = None) -> Server:
+    """`python app.py` (or `argv`) on a free loopback port, offline, with TMPDIR and
+    GRADIO_TEMP_DIR inside `folder` (a fresh temporary folder by default); returns once the page
+    answers and one run has gone through (the bundled pair loaded and warm)."""
+    own = folder is None
+    folder = Path(tempfile.mkdtemp(prefix="specdec-server-")) if folder is None else Path(folder)
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
+    (folder / "gradio").mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    full_env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+                "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1",
+                "OMP_NUM_THREADS": "1", "TMPDIR": str(folder / "tmp"), "GRADIO_TEMP_DIR": str(folder / "gradio"),
+                **(env or {})}
+    log = folder / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv or [sys.executable, "app.py"], cwd=ROOT, env=full_env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    server = Server(proc, f"http://127.0.0.1:{port}/", folder, log, own)
+    deadline = time.time() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(server.url, timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.time() > deadline:
+            stop_server(server)
+            raise RuntimeError(f"the server did not answer within {timeout:.0f} s")
+        time.sleep(0.3)
+    return server
+
+
+def stop_server(server: Server) -> None:
+    """Terminate (Gradio takes a few seconds), then kill; remove the folder if we made it."""
+    if server.proc.poll() is None:
+        server.proc.terminate()
+        try:
+            server.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+    if server.own_folder:
+        shutil.rmtree(server.folder, ignore_errors=True)
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MB (from /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def folder_mb(path: Path) -> float:
+    """Disk used by the files under `path` (0 when it does not exist)."""
+    total = 0
+    for root, dirs, files in os.walk(path):
+        total += 4096 * len(dirs)
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total / 1e6
+
+
+# ---------------------------------------------------------------- talking to it
+
+def client(url: str):
+    from gradio_client import Client
+
+    return Client(url, verbose=False, download_files=False)
+
+
+def output_names() -> list[str]:
+    """The names of what /generate returns, in order (the app's own list)."""
+    from .ui import MAIN_OUTPUTS, api_outputs
+
+    return api_outputs(MAIN_OUTPUTS)
+
+
+def generate(c, **changes) -> dict:
+    args = {**DEFAULT_RUN, **changes}
+    return dict(zip(output_names(), c.predict(*args.values(), api_name="/generate"), strict=True))
+
+
+def fingerprint(result: dict) -> str:
+    """What must be identical between two runs of one request: the marked-up text (every token
+    and its fate) and the status without its timings."""
+    status = str(result.get("status", ""))
+    return f"{result.get('text')}|{status.split(',')[0]}"
+
+
+# ---------------------------------------------------------------- soak
+
+@dataclass
+class SoakResult:
+    runs: int
+    samples: list[tuple[int, float, float]] = field(default_factory=list)   # (run, RSS MB, folders MB)
+    seconds: float = 0.0
+
+    def at(self, run: int) -> tuple[float, float]:
+        for n, rss, disk in self.samples:
+            if n == run:
+                return rss, disk
+        raise KeyError(run)
+
+    def summary(self, early: int) -> dict:
+        rss_early, disk_early = self.at(early)
+        rss_end, disk_end = self.at(self.runs)
+        return dict(runs=self.runs, early_run=early, rss_early_mb=round(rss_early, 1), rss_end_mb=round(rss_end, 1),
+                    rss_growth_pct=round(100 * (rss_end - rss_early) / rss_early, 2),
+                    disk_early_mb=round(disk_early, 2), disk_end_mb=round(disk_end, 2),
+                    disk_growth_mb=round(disk_end - disk_early, 2),
+                    disk_start_mb=round(self.samples[0][2], 2), seconds=round(self.seconds, 1))
+
+
+def soak(server: Server, runs: int = 200, every: int = 10, early: int = 20, export: bool = False,
+         log=print, **changes) -> SoakResult:
+    """`runs` default runs from one client, in turn; RSS and folder sizes after run 0 (before any),
+    `early`, every `every` runs, and the last. export=True also asks for the trace after each run."""
+    c = client(server.url)
+    result = SoakResult(runs)
+    result.samples.append((0, server.rss_mb(), server.folders_mb()))
+    marks = {early, runs} | set(range(every, runs + 1, every))
+    t0 = time.perf_counter()
+    for i in range(1, runs + 1):
+        out = generate(c, **changes)
+        if not str(out["status"]).startswith("Done"):
+            raise RuntimeError(f"run {i} did not finish: {out['status']!r}")
+        if export:
+            c.predict(api_name="/export_trace")
+        if i in marks:
+            _, rss, disk = sample = (i, server.rss_mb(), server.folders_mb())
+            result.samples.append(sample)
+            log(f"run {i:4d}: RSS {rss:7.1f} MB, temp + cache folders {disk:6.2f} MB")
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+# ---------------------------------------------------------------- load
+
+@dataclass
+class LoadResult:
+    clients: int
+    matched: int = 0
+    mismatched: list[int] = field(default_factory=list)
+    told_to_retry: int = 0
+    retry_message: str = ""
+    other_errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    after_ok: bool = False
+    after_seconds: float = 0.0
+
+    def summary(self) -> dict:
+        return dict(clients=self.clients, matched=self.matched, mismatched=self.mismatched,
+                    told_to_retry=self.told_to_retry, retry_message=self.retry_message[:200],
+                    other_errors=self.other_errors[:5],
+                    seconds=round(self.seconds, 1), after_ok=self.after_ok, after_seconds=round(self.after_seconds, 2))
+
+
+RETRY_WORDS = ("queue is full", "try again")
+
+
+def _is_retry(err: BaseException) -> bool:
+    return any(w in str(err).lower() for w in RETRY_WORDS)
+
+
+def load(server: Server, clients: int = 16, check_alone: bool = True, max_new_tokens: int = 24,
+         log=print) -> LoadResult:
+    """`clients` gradio_client clients, each its own session and seed, submitted at once.
+    check_alone: each result must equal the same request run alone afterwards. Errors that tell
+    the visitor to retry (the queue is full) are counted; any other error is a failure. Then one
+    more run must succeed at once."""
+    result = LoadResult(clients)
+    cs = [client(server.url) for _ in range(clients)]
+    barrier = threading.Barrier(clients)
+    outputs: dict[int, dict] = {}
+
+    def one(i: int):
+        barrier.wait()
+        try:
+            outputs[i] = generate(cs[i], seed=1000 + i, max_new_tokens=max_new_tokens)
+        except Exception as err:    # sorted here: told to retry, or a failure
+            if _is_retry(err):
+                result.told_to_retry += 1
+                result.retry_message = str(err)
+            else:
+                result.other_errors.append(f"client {i}: {type(err).__name__}: {err}")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(clients)))
+    result.seconds = time.perf_counter() - t0
+    log(f"{clients} clients at once: {len(outputs)} answered, {result.told_to_retry} told to retry, "
+        f"{len(result.other_errors)} other errors, {result.seconds:.1f} s")
+    t1 = time.perf_counter()
+    try:
+        after = generate(cs[0], seed=7, max_new_tokens=4)
+        result.after_ok = str(after["status"]).startswith("Done")
+    except Exception as err:
+        result.other_errors.append(f"the run after: {type(err).__name__}: {err}")
+    result.after_seconds = time.perf_counter() - t1
+    if check_alone:
+        alone = client(server.url)
+        for i, out in sorted(outputs.items()):
+            again = generate(alone, seed=1000 + i, max_new_tokens=max_new_tokens)
+            if fingerprint(again) == fingerprint(out):
+                result.matched += 1
+            else:
+                result.mismatched.append(i)
+        log(f"each against the same request alone: {result.matched} equal, {len(result.mismatched)} different")
+    return result
+
+
+# ---------------------------------------------------------------- command lines
+
+def main_soak(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python scripts/soak.py",
+                                description="Default runs against a fresh server: resident memory and disk.")
+    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--early", type=int, default=20, help="the run memory is compared with (default 20)")
+    p.add_argument("--every", type=int, default=10)
+    p.add_argument("--export", action="store_true", help="also export the trace after every run")
+    p.add_argument("--url", help="soak a server already running (memory and disk are then not measured)")
+    p.add_argument("--json", help="write the samples and the summary here")
+    args = p.parse_args(argv)
+    if args.runs < args.early:
+        p.error("--runs must be at least --early")
+    server = start_server()
+    try:
+        res = soak(server, args.runs, args.every, args.early, export=args.export)
+        summary = res.summary(args.early)
+    finally:
+        log_tail = server.log.read_text()[-2000:] if server.log.exists() else ""
+        stop_server(server)
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(summary=summary, samples=res.samples), indent=1))
+    ok = summary["rss_growth_pct"] <= 5 and summary["disk_growth_mb"] <= 5
+    if not ok:
+        print(f"FAILED: memory grew {summary['rss_growth_pct']} % or disk {summary['disk_growth_mb']} MB\n{log_tail}")
+    return 0 if ok else 1
+
+
+def main_load(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python scripts/load.py",
+                                description="Concurrent clients against a fresh server.")
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--burst", type=int, default=40, help="then this many at once against a small queue")
+    p.add_argument("--queue", type=int, default=8, help="the queue size for the burst's server")
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    args = p.parse_args(argv)
+    server = start_server()
+    try:
+        first = load(server, args.clients, max_new_tokens=args.max_new_tokens)
+    finally:
+        stop_server(server)
+    print(json.dumps(first.summary(), indent=1))
+    server = start_server({"SPECDEC_QUEUE_SIZE": str(args.queue)})
+    try:
+        burst = load(server, args.burst, check_alone=False, max_new_tokens=args.max_new_tokens)
+    finally:
+        stop_server(server)
+    print(json.dumps(burst.summary(), indent=1))
+    ok = (first.matched == args.clients and not first.other_errors and first.after_ok
+          and not burst.other_errors and burst.told_to_retry > 0 and burst.after_ok)
+    return 0 if ok else 1

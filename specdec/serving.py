@@ -1,0 +1,225 @@
+"""How the app is served to anyone: limits, input checks Gradio does not do, error messages,
+housekeeping. `app.py` calls `configure(demo)` and launches with `launch_options()`.
+
+What `configure` sets, each from `specdec.limits` (one environment variable each):
+
+- the queue: SPECDEC_QUEUE_SIZE waiting requests, beyond which a visitor is told the server is
+  busy and to try again (Gradio's own words only said "Queue is full"); SPECDEC_CONCURRENCY
+  requests of a kind at once, SPECDEC_DECODE_CONCURRENCY decoding runs at once;
+- a time limit on every streaming request (SPECDEC_REQUEST_SECONDS): the stream is closed, the
+  decoder stops at its next round, the visitor is told why;
+- number inputs that refuse what Gradio passes on or turns into a generic "Error": text, a missing
+  value, NaN, infinity, and a fraction where a whole number is expected (Gradio rounds 2.5 to 2
+  without a word) — each with a message naming the control;
+- Gradio's `delete_cache`: uploads and returned files deleted after SPECDEC_FILE_MAX_AGE_SECONDS;
+- a visitor's session released when their page closes, and the housekeeping thread
+  (`specdec.housekeeping`): idle sessions, orphaned component copies, old files, freed memory.
+
+`launch_options()` adds Gradio's `max_file_size` (SPECDEC_MAX_UPLOAD_MB: an upload over it is
+refused before it is stored) and `state_session_capacity` (SPECDEC_MAX_SESSIONS).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import time
+
+import gradio as gr
+
+from . import housekeeping, limits
+
+__all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "limit_time",
+           "user_message", "BUSY"]
+
+BUSY = ("The server is busy: {waiting} requests are waiting, the most it queues "
+        "(SPECDEC_QUEUE_SIZE = {limit}). Please try again in a minute.")
+
+
+def _error(msg: str) -> gr.Error:
+    return gr.Error(msg, print_exception=False)
+
+
+# ---------------------------------------------------------------- number inputs
+
+def _name(component) -> str:
+    label = getattr(component, "label", None)
+    return str(label) if label else "this number"
+
+
+def _fmt(x) -> str:
+    return f"{int(x):,}" if float(x) == int(x) else f"{x:g}"
+
+
+def check_number(component, payload, whole: bool):
+    """A number control's value as Gradio would pass it on, or gr.Error naming the control."""
+    name = _name(component)
+    if payload is None or (isinstance(payload, str) and not payload.strip()):
+        raise _error(f"{name} is empty: give a number.")
+    if isinstance(payload, bool) or not isinstance(payload, (int, float, str)):
+        raise _error(f"{name} must be a number, got {payload!r}.")
+    try:
+        x = float(payload)
+    except (TypeError, ValueError, OverflowError):
+        raise _error(f"{name} must be a number, got {payload!r}.") from None
+    if math.isnan(x) or math.isinf(x):
+        raise _error(f"{name} must be a finite number, got {payload!r}.")
+    if whole and x != int(x):
+        raise _error(f"{name} must be a whole number, got {payload!r}.")
+    lo, hi = getattr(component, "minimum", None), getattr(component, "maximum", None)
+    if lo is not None and x < lo:
+        raise _error(f"{name}: value {payload} is less than minimum value {_fmt(lo)}.")
+    if hi is not None and x > hi:
+        raise _error(f"{name}: value {payload} is greater than maximum value {_fmt(hi)}.")
+    return payload if isinstance(payload, int) else x
+
+
+def _slider_preprocess(self, payload):
+    x = check_number(self, payload, whole=False)
+    return gr.Number.round_to_precision(x, self.precision)
+
+
+def _number_preprocess(self, payload):
+    if payload is None:
+        return None   # the handler says what is missing (as Gradio passes None on)
+    x = check_number(self, payload, whole=self.precision == 0)
+    return gr.Number.round_to_precision(x, self.precision)
+
+
+def _checked(base, preprocess, name: str, doc: str):
+    """A subclass of a Gradio component with a checking `preprocess`. Built with `type.__new__`
+    so Gradio's component metaclass does not write a `.pyi` stub next to this file (it does for
+    every component class a module defines); the subclass adds no events and no __init__, which
+    is all that metaclass step prepares. `is_template` makes the page draw it as its base."""
+    attrs = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "is_template": True,
+             "preprocess": preprocess}
+    return type.__new__(type(base), name, (base,), attrs)
+
+
+CheckedSlider = _checked(gr.Slider, _slider_preprocess, "CheckedSlider",
+                         "A gr.Slider whose API input is checked: text, null, NaN or a value off the slider get a "
+                         "message naming the slider instead of Gradio's generic \"Error\".")
+CheckedNumber = _checked(gr.Number, _number_preprocess, "CheckedNumber",
+                         "A gr.Number whose API input is checked; with precision=0 a fraction is refused, not "
+                         "rounded.")
+
+
+def harden_inputs(demo: gr.Blocks) -> int:
+    """Make every plain Slider and Number of the app checked (see CheckedSlider, CheckedNumber).
+    The objects keep everything else; Gradio re-creates an updated component from its class, so
+    the checks survive `gr.update`. Returns how many were changed."""
+    changed = 0
+    for block in demo.default_config.blocks.values():
+        if type(block) is gr.Slider:
+            block.__class__ = CheckedSlider
+            changed += 1
+        elif type(block) is gr.Number:
+            block.__class__ = CheckedNumber
+            changed += 1
+    return changed
+
+
+# ---------------------------------------------------------------- time limit
+
+def limit_time(fn, seconds: float | None = None):
+    """Wrap a streaming (generator) handler: after `seconds` (default SPECDEC_REQUEST_SECONDS) the
+    stream is closed (the handler's `finally` stops its work) and the visitor is told why."""
+    if not inspect.isgeneratorfunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        limit = limits.REQUEST_SECONDS if seconds is None else seconds
+        start = time.monotonic()
+        stream = fn(*args, **kwargs)
+        try:
+            for update in stream:
+                yield update
+                if time.monotonic() - start > limit:
+                    raise _error(f"This run went past the server's time limit of {limit:g} s "
+                                 "(SPECDEC_REQUEST_SECONDS) and was stopped: ask for fewer new tokens.")
+        finally:
+            stream.close()
+    return wrapped
+
+
+def _limit_streams(demo: gr.Blocks) -> int:
+    n = 0
+    for block_fn in demo.fns.values():
+        if inspect.isgeneratorfunction(block_fn.fn) and not getattr(block_fn.fn, "_specdec_timed", False):
+            block_fn.fn = limit_time(block_fn.fn)
+            block_fn.fn._specdec_timed = True
+            n += 1
+    return n
+
+
+# ---------------------------------------------------------------- errors
+
+def user_message(err: BaseException) -> str:
+    """What to tell a visitor about an error from a run. Out of memory frees what it can first;
+    the server stays up for the next request either way."""
+    import torch
+
+    from .models import ModelLoadError, release_memory
+
+    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
+        release_memory()
+        return ("The server ran out of memory for this run and stopped it. Try fewer new tokens, a smaller γ, "
+                "or the bundled pair; the server is ready for the next run.")
+    if isinstance(err, (ValueError, ModelLoadError)):
+        text = str(err)
+        return text[:1].upper() + text[1:] if text else type(err).__name__
+    from .models import scrub_paths
+
+    detail = scrub_paths(str(err))[:300]
+    return f"The run failed ({type(err).__name__}: {detail}); the server is ready for the next run."
+
+
+# ---------------------------------------------------------------- queue, cache, sessions
+
+def _busy_queue(demo: gr.Blocks) -> None:
+    """Replace Gradio's "Queue is full. Max size is N" by a message that says what to do."""
+    queue = demo._queue
+    push = queue.push
+
+    async def push_or_busy(*args, **kwargs):
+        ok, detail, state = await push(*args, **kwargs)
+        if state == "queue_full":
+            detail = BUSY.format(waiting=len(queue), limit=queue.max_size)
+        return ok, detail, state
+
+    queue.push = push_or_busy
+
+
+DECODE = "decode"   # the concurrency group of the app's decoding events (specdec.ui)
+
+
+def _limit_decoding(demo: gr.Blocks) -> None:
+    """Decoding runs at once: SPECDEC_DECODE_CONCURRENCY, for every event of the decode group."""
+    for block_fn in demo.fns.values():
+        if block_fn.concurrency_id == DECODE:
+            block_fn.concurrency_limit = limits.DECODE_CONCURRENCY
+
+
+def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
+    """Apply the serving limits and housekeeping to a built app (see the module docstring)."""
+    harden_inputs(demo)
+    _limit_streams(demo)
+    _limit_decoding(demo)
+    demo.queue(default_concurrency_limit=limits.CONCURRENCY, max_size=limits.QUEUE_SIZE)
+    _busy_queue(demo)
+    demo.delete_cache = (int(max(1, limits.CLEAN_EVERY_SECONDS)), int(max(1, limits.FILE_MAX_AGE_SECONDS)))
+
+    def release_visitor(request: gr.Request):
+        housekeeping.drop_session(demo, getattr(request, "session_hash", None))
+
+    demo.unload(release_visitor)
+    if housekeeping_thread:
+        demo.specdec_housekeeper = housekeeping.start(demo)
+    return demo
+
+
+def launch_options() -> dict:
+    """Keyword arguments for `demo.launch()` that the limits set."""
+    return dict(max_file_size=limits.MAX_UPLOAD_BYTES, state_session_capacity=limits.MAX_SESSIONS)

@@ -1,0 +1,220 @@
+"""Every limit has an environment variable and a sane default; every bad input gets a message a
+person can act on: the limits module, the number checks the app adds to Gradio's inputs, the
+lab's inputs (UI and CLI), the time limit, and what a visitor is told about a failed run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from specdec import lab, limits, serving, settings
+from specdec.__main__ import main
+
+gr = pytest.importorskip("gradio")
+
+
+# ---------------------------------------------------------------- limits
+
+def _limits_in_a_fresh_process(**env) -> subprocess.CompletedProcess:
+    code = "import json, specdec.limits as l; print(json.dumps(l.describe()))"
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_every_limit_has_a_documented_variable_and_a_default():
+    names = limits.describe()
+    assert len(names) >= 15
+    for name in names:
+        assert name in limits.__doc__, f"{name} is not documented in specdec/limits.py"
+    assert limits.MAX_NEW_TOKENS == 1024 and limits.MAX_GAMMA == 16 and limits.MAX_PAIRS == 2
+    assert settings.MAX_GAMMA == limits.MAX_GAMMA and settings.MAX_NEW_TOKENS == limits.MAX_NEW_TOKENS
+    assert lab.MAX_SAMPLES == limits.MAX_LAB_SAMPLES
+
+
+def test_a_variable_sets_its_limit():
+    out = _limits_in_a_fresh_process(SPECDEC_MAX_GAMMA="8", SPECDEC_MAX_UPLOAD_MB="2.5", SPECDEC_MAX_PAIRS="3")
+    assert out.returncode == 0, out.stderr
+    got = __import__("json").loads(out.stdout)
+    assert got["SPECDEC_MAX_GAMMA"] == 8 and got["SPECDEC_MAX_UPLOAD_MB"] == 2.5 and got["SPECDEC_MAX_PAIRS"] == 3
+
+
+@pytest.mark.parametrize("value, words", [("lots", "is not a number"), ("0", "from 1"), ("2.5", "whole number")])
+def test_a_bad_variable_stops_the_start_with_its_name(value, words):
+    out = _limits_in_a_fresh_process(SPECDEC_MAX_GAMMA=value)
+    assert out.returncode != 0
+    assert "SPECDEC_MAX_GAMMA" in out.stderr and words in out.stderr, out.stderr[-500:]
+
+
+def test_the_max_new_tokens_slider_maximum_leaves_room_for_the_prompt():
+    assert limits.max_new_tokens_for(256) == 255   # a 256-token context: 256 new tokens always failed
+    assert limits.max_new_tokens_for(None) == limits.MAX_NEW_TOKENS
+    assert limits.max_new_tokens_for(100_000) == limits.MAX_NEW_TOKENS
+    assert limits.max_new_tokens_for(1) == 1
+
+
+def test_prompts_over_the_token_limit_are_refused_by_the_pair(bundled, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_PROMPT_TOKENS", 5)
+    with pytest.raises(ValueError, match=r"at most 5 tokens \(SPECDEC_MAX_PROMPT_TOKENS\)"):
+        bundled.encode("To be, or not to be, that is the question")
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        bundled.encode([1, 2, 10**9])
+
+
+# ---------------------------------------------------------------- number inputs through Gradio
+
+@pytest.mark.parametrize("payload, words", [
+    ("abc", "γ must be a number, got 'abc'"),
+    (None, "γ is empty: give a number"),
+    ("", "γ is empty"),
+    (float("nan"), "γ must be a finite number"),
+    (float("inf"), "γ must be a finite number"),
+    (99, "γ: value 99 is greater than maximum value 16"),
+    (0, "γ: value 0 is less than minimum value 1"),
+    ([4], "γ must be a number"),
+])
+def test_a_checked_slider_names_itself_in_every_refusal(payload, words):
+    slider = serving.CheckedSlider(1, 16, value=4, step=1, label="γ")
+    with pytest.raises(gr.Error) as err:
+        slider.preprocess(payload)
+    assert words in str(err.value)
+
+
+def test_a_checked_slider_passes_good_values_on_as_gradio_does():
+    slider = serving.CheckedSlider(0, 2, value=1.0, step=0.05, label="temperature")
+    assert slider.preprocess(0.7) == 0.7 and slider.preprocess(1) == 1
+    assert slider.get_block_name() == "slider"   # the page draws a plain slider
+
+
+def test_a_whole_number_field_refuses_a_fraction_instead_of_rounding_it():
+    samples = serving.CheckedNumber(100, precision=0, minimum=1, maximum=1_000_000, label="samples")
+    with pytest.raises(gr.Error, match="samples must be a whole number, got 2.5"):
+        samples.preprocess(2.5)
+    with pytest.raises(gr.Error, match="greater than maximum value 1,000,000"):
+        samples.preprocess(10**9)
+    assert samples.preprocess(3) == 3 and samples.preprocess(3.0) == 3
+    assert samples.preprocess(None) is None   # the handler names what is missing
+    assert gr.Number(precision=0).preprocess(2.5) == 2   # what Gradio alone does
+
+
+def test_harden_inputs_converts_an_apps_sliders_and_numbers_and_survives_updates():
+    with gr.Blocks() as demo:
+        a = gr.Slider(1, 5, label="a")
+        b = gr.Number(0, precision=0, label="b")
+        gr.Textbox()
+    assert serving.harden_inputs(demo) == 2
+    assert isinstance(a, serving.CheckedSlider) and isinstance(b, serving.CheckedNumber)
+    # Gradio re-creates an updated component from its class: the check comes along
+    again = a.__class__(**{**a.constructor_args, "render": False})
+    with pytest.raises(gr.Error, match="a must be a number"):
+        again.preprocess("x")
+
+
+def test_no_stub_file_is_written_next_to_serving():
+    from pathlib import Path
+
+    assert not (Path(serving.__file__).with_suffix(".pyi")).exists()
+
+
+# ---------------------------------------------------------------- the time limit and failed runs
+
+def test_a_stream_past_its_time_limit_is_closed_and_says_why():
+    closed = []
+
+    def slow():
+        try:
+            for i in range(100):
+                time.sleep(0.02)
+                yield i
+        finally:
+            closed.append(True)   # the handler's `finally` runs: its decoder is told to stop
+
+    got = []
+    with pytest.raises(gr.Error, match=r"time limit of 0.1 s \(SPECDEC_REQUEST_SECONDS\)"):
+        for x in serving.limit_time(slow, seconds=0.1)():
+            got.append(x)
+    assert 2 <= len(got) < 20 and closed == [True]
+
+
+def test_a_plain_function_is_not_wrapped():
+    def f(x):
+        return x
+    assert serving.limit_time(f) is f
+
+
+def test_out_of_memory_is_told_plainly_and_frees_memory(monkeypatch):
+    freed = []
+    monkeypatch.setattr("specdec.models.release_memory", lambda: freed.append(1))
+    msg = serving.user_message(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"))
+    assert "ran out of memory" in msg and "ready for the next run" in msg and freed
+    assert serving.user_message(MemoryError()).startswith("The server ran out of memory")
+
+
+def test_other_failures_name_the_error_without_server_paths():
+    msg = serving.user_message(RuntimeError("boom in /root/.cache/huggingface/hub/models--x/file.py"))
+    assert "RuntimeError" in msg and "/root" not in msg and "ready for the next run" in msg
+    assert serving.user_message(ValueError("gamma must be 1 to 16")) == "Gamma must be 1 to 16"
+
+
+# ---------------------------------------------------------------- the lab's inputs
+
+TABLE = ["a", "b"], [0.5, 0.5], [0.5, 0.5]
+
+
+@pytest.mark.parametrize("samples, seed, words", [
+    ("abc", 0, "must be a whole number from 1 to 1,000,000, got 'abc'"),
+    (float("nan"), 0, "got nan"),
+    (2.5, 0, "got 2.5"),
+    (None, 0, "is empty"),
+    (0, 0, "from 1 to"),
+    (100, 2**70, "seed must be a whole number from 0 to 9,223,372,036,854,775,807"),
+    (100, -1, "seed"),
+])
+def test_lab_numbers_are_refused_with_their_name(samples, seed, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        lab.run(*TABLE, samples, seed)
+
+
+def test_lab_weights_too_large_to_sum_are_normalised_not_called_massless():
+    res = lab.run(["a", "b"], [1e308, 1e308], [1, 3], 1000, 0)
+    assert res.p.tolist() == [0.5, 0.5] and "summed to inf" in res.notes[0]
+
+
+def test_a_lab_table_with_no_rows_says_so():
+    import pandas as pd
+
+    from specdec import lab_ui
+
+    with pytest.raises(gr.Error, match="The table has no rows"):
+        lab_ui.run_lab(pd.DataFrame(columns=lab_ui.COLUMNS), 100, 0)
+    with pytest.raises(gr.Error, match="no filled rows"):
+        lab_ui.run_lab(pd.DataFrame({"token": ["", None], "p": [None, None], "q": [None, None]}), 100, 0)
+    with pytest.raises(gr.Error, match="Samples per rule must be a whole number"):
+        lab_ui.run_lab(lab_ui.load_preset("disjoint")["table"], 2.5, 0)
+
+
+def test_the_lab_cli_says_what_is_wrong_in_one_line(capsys):
+    assert main(["lab", "--samples", "100", "--seed", str(2**70)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specdec: error: the seed must be a whole number") and "Overflow" not in err
+    assert main(["lab", "--p", "1e308,1e308", "--q", "1,1", "--samples", "100"]) == 0
+
+
+def test_configure_sets_the_queue_the_decode_group_and_the_file_sweep(monkeypatch):
+    monkeypatch.setattr(limits, "DECODE_CONCURRENCY", 3)
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button("a").click(lambda x: x, box, box, concurrency_id="decode", concurrency_limit=1)
+        gr.Button("b").click(lambda x: x, box, box)
+    serving.configure(demo, housekeeping_thread=False)
+    decode = [f for f in demo.fns.values() if f.concurrency_id == "decode"]
+    assert [f.concurrency_limit for f in decode] == [3]
+    assert demo._queue.max_size == limits.QUEUE_SIZE
+    assert demo.delete_cache == (int(limits.CLEAN_EVERY_SECONDS), int(limits.FILE_MAX_AGE_SECONDS))
+    assert any(t[1] == "unload" for f in demo.fns.values() for t in f.targets)   # pages closing release state
+    assert serving.launch_options() == dict(max_file_size=limits.MAX_UPLOAD_BYTES,
+                                            state_session_capacity=limits.MAX_SESSIONS)

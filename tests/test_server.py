@@ -1,0 +1,310 @@
+"""The real server, as anyone reaches it, with small limits set by environment variables.
+
+Two servers of our own (`specdec.serverload.start_server`: `python app.py` on a free port, with its
+own temp and Gradio cache folders):
+
+- `main`: a 1 MB upload cap, files deleted after 2 s, a hub cache holding a broken copy of a hub
+  preset, and an out-of-memory error on one magic prompt (injected by a launcher script around
+  app.py, not by any code of the app). Load test, short soak, uploads, faults, bad input.
+- `small`: a queue of 8 and a 1-second request limit. The burst of 40 and the time limit.
+
+The long forms: `python scripts/soak.py` (200 runs) and `python scripts/load.py`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client.exceptions import AppError  # noqa: E402
+
+from specdec import serverload  # noqa: E402
+from specdec.models import ASSETS, PRESETS  # noqa: E402
+from specdec.serverload import client, generate  # noqa: E402
+from test_hub_cache import add_to_hub_cache  # noqa: E402
+
+OOM_PROMPT = "simulate out of memory"
+LAUNCHER = f"""
+import runpy, torch
+import specdec.ui as ui
+real = ui.speculative_generate
+def faulty(pair, prompt, *args, **kwargs):
+    if prompt == {OOM_PROMPT!r}:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
+    return real(pair, prompt, *args, **kwargs)
+ui.speculative_generate = faulty
+runpy.run_path("app.py", run_name="__main__")
+"""
+BROKEN = "smollm2"   # its hub-cache copy has garbage weights
+
+
+
+@pytest.fixture(scope="module")
+def main(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("hub-cache")
+    snapshot = add_to_hub_cache(cache, PRESETS[BROKEN].target, ASSETS / "specdec-target")
+    add_to_hub_cache(cache, PRESETS[BROKEN].draft, ASSETS / "specdec-draft")
+    (snapshot / "model.safetensors").unlink()
+    (snapshot / "model.safetensors").write_bytes(b"\x00" * 64)
+    server = serverload.start_server(
+        {"SPECDEC_MAX_UPLOAD_MB": "1", "SPECDEC_FILE_MAX_AGE_SECONDS": "2", "SPECDEC_CLEAN_EVERY_SECONDS": "1",
+         "HF_HUB_CACHE": str(cache)},
+        argv=[__import__("sys").executable, "-c", LAUNCHER])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def small():
+    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8", "SPECDEC_REQUEST_SECONDS": "1"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def c(main):
+    return client(main.url)
+
+
+def assert_serving(server) -> None:
+    t0 = time.perf_counter()
+    out = generate(client(server.url), max_new_tokens=4, seed=11)
+    assert str(out["status"]).startswith("Done: 4 tokens"), out["status"]
+    assert time.perf_counter() - t0 < 30
+
+
+# ---------------------------------------------------------------- load
+
+def test_sixteen_clients_at_once_each_get_what_they_would_get_alone(main):
+    res = serverload.load(main, clients=16, max_new_tokens=16, log=lambda *_: None)
+    assert not res.other_errors and res.told_to_retry == 0, res.summary()
+    assert res.matched == 16 and not res.mismatched, res.summary()
+    assert res.after_ok
+
+
+def test_forty_at_once_the_excess_is_told_to_retry_and_the_server_answers_after(small):
+    res = serverload.load(small, clients=40, check_alone=False, max_new_tokens=4, log=lambda *_: None)
+    assert not res.other_errors, res.summary()
+    assert res.told_to_retry > 0, res.summary()
+    # what a refused visitor reads (gradio_client words it "Queue is full! Please try again.")
+    assert "try again" in res.retry_message.lower(), res.summary()
+    assert res.after_ok and res.after_seconds < 10, res.summary()
+
+
+# ---------------------------------------------------------------- soak (short form)
+
+def test_short_soak_memory_and_disk_stay_flat(main):
+    """40 default runs, each exported: resident memory after run 40 within 5 % of after run 10 and
+    growing by less than 0.25 MB a run (Gradio's orphaned copies alone added ~0.6 MB a run); the
+    temp and cache folders grow by at most 2 MB (exports are deleted after 2 s here)."""
+    res = serverload.soak(main, runs=40, every=10, early=10, export=True, log=lambda *_: None)
+    s = res.summary(10)
+    assert s["rss_growth_pct"] <= 5, s
+    assert s["rss_end_mb"] - s["rss_early_mb"] < 0.25 * 30, s
+    assert s["disk_growth_mb"] <= 2, s
+
+
+# ---------------------------------------------------------------- uploads
+
+def _raw_upload(url: str, size: int, fill: bytes = b"x") -> tuple[int, str]:
+    """POST a file of `size` bytes to Gradio's upload route, as any HTTP client can, streamed in
+    chunks (the server may stop reading early); (status, body)."""
+    host, port = url.split("//")[1].strip("/").split(":")
+    boundary = uuid.uuid4().hex
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"trace.json\"\r\n"
+            "Content-Type: application/json\r\n\r\n").encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.putrequest("POST", "/gradio_api/upload")
+    conn.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
+    conn.putheader("Content-Length", str(len(head) + size + len(tail)))
+    conn.endheaders()
+    try:
+        conn.send(head)
+        chunk, sent = fill * 65536, 0
+        while sent < size:
+            conn.send(chunk[:size - sent])
+            sent += min(len(chunk), size - sent)
+        conn.send(tail)
+    except (BrokenPipeError, ConnectionResetError):
+        pass   # the server refused early; its answer is waiting
+    r = conn.getresponse()
+    return r.status, r.read().decode()
+
+
+def test_an_upload_well_over_the_cap_is_refused_fast_memory_barely_moves(main, c, tmp_path):
+    big = tmp_path / "big.json"
+    big.write_text('{"schema": "specdec.trace", "prompt": "' + "x" * 30_000_000 + '"}')
+    rss_before = main.rss_mb()
+    # through gradio_client: it reads the server's cap and refuses before sending
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="exceeds the maximum file size of 1000000 bytes"):
+        c.predict(gradio_client.handle_file(str(big)), api_name="/import_trace")
+    assert time.perf_counter() - t0 < 3
+    # straight to the upload route, as any HTTP client can: the server refuses it
+    t0 = time.perf_counter()
+    status, text = _raw_upload(main.url, 30_000_000)
+    refused_in = time.perf_counter() - t0
+    assert status == 413 and "maximum allowed size of 1000000 bytes" in text, (status, text[:300])
+    assert refused_in < 5
+    assert main.rss_mb() - rss_before < 30   # a 30 MB body was never held in memory
+    assert_serving(main)
+
+
+def test_an_upload_under_the_cap_is_stored(main):
+    status, text = _raw_upload(main.url, 2, b"{}")
+    assert status == 200 and json.loads(text)
+
+
+# ---------------------------------------------------------------- imported traces
+
+def _import(c, tmp_path, text: str):
+    f = tmp_path / f"{uuid.uuid4().hex}.json"
+    f.write_text(text)
+    return c.predict(gradio_client.handle_file(str(f)), api_name="/import_trace")
+
+
+def _exported(c) -> tuple[str, str]:
+    generate(c, max_new_tokens=12, seed=3)
+    out = c.predict(api_name="/export_trace")
+    path = out if isinstance(out, str) else out["path"] if isinstance(out, dict) else out[0]
+    path = path if isinstance(path, str) else path["path"]
+    return path, Path(path).read_text(encoding="utf-8")
+
+
+def test_an_export_names_models_not_server_paths_and_is_deleted_when_old(main, c):
+    path, text = _exported(c)
+    models = json.loads(text)["models"]
+    assert models["target"] == "specdec-target" and models["draft"] == "specdec-draft"
+    assert str(ASSETS) not in text and "/root" not in text and "/home" not in text
+    deadline = time.time() + 20
+    while time.time() < deadline and Path(path).exists():
+        time.sleep(0.5)
+    assert not Path(path).exists(), "an export older than SPECDEC_FILE_MAX_AGE_SECONDS was kept"
+
+
+def test_a_deeply_nested_trace_gets_a_clear_message(c, tmp_path):
+    with pytest.raises(AppError, match="nested 100000 levels deep"):
+        _import(c, tmp_path, "[" * 100_000 + "]" * 100_000)
+
+
+def test_a_tampered_trace_is_refused_not_drawn(main, c, tmp_path):
+    _, text = _exported(c)
+    d = json.loads(text)
+    d["rounds"][0]["n_accepted"] = 10**9
+    with pytest.raises(AppError, match=r"rounds\[0\]\.n_accepted is 1000000000"):
+        _import(c, tmp_path, json.dumps(d))
+    d = json.loads(text)
+    d["version"] = "1"
+    with pytest.raises(AppError, match="the string '1'"):
+        _import(c, tmp_path, json.dumps(d))
+    assert_serving(main)
+
+
+# ---------------------------------------------------------------- faults
+
+def test_a_model_that_fails_to_load_leaves_the_server_serving(main, c):
+    with pytest.raises(AppError) as err:
+        generate(c, preset=BROKEN, max_new_tokens=4)
+    msg = str(err.value)
+    assert "could not load" in msg.lower() and "SmolLM2" in msg, msg
+    assert "/tmp" not in msg and "hub-cache" not in msg, msg   # no server paths in the message
+    assert_serving(main)
+
+
+def test_an_out_of_memory_error_leaves_the_server_serving(main, c):
+    with pytest.raises(AppError) as err:
+        generate(c, prompt=OOM_PROMPT, max_new_tokens=8)
+    assert "out of memory" in str(err.value).lower()
+    assert_serving(main)
+
+
+def test_a_request_cancelled_midway_leaves_the_server_serving(main):
+    cl = client(main.url)
+    job = cl.submit(*{**serverload.DEFAULT_RUN, "max_new_tokens": 240, "gamma": 1}.values(), api_name="/generate")
+    deadline = time.time() + 30
+    while time.time() < deadline and len(job.outputs()) < 2:
+        time.sleep(0.05)
+    assert len(job.outputs()) >= 2, "the run never streamed"
+    job.cancel()
+    time.sleep(0.5)
+    assert_serving(main)
+
+
+def test_a_run_past_the_time_limit_is_stopped_with_a_message(small):
+    with pytest.raises(AppError, match="time limit of 1 s"):
+        generate(client(small.url), max_new_tokens=240, gamma=1)
+    assert_serving(small)
+
+
+# ---------------------------------------------------------------- bad input: a message a person can act on
+
+RUN_INPUTS = [
+    (dict(gamma="abc"), "γ (drafts per round) must be a number, got 'abc'"),
+    (dict(gamma=None), "γ (drafts per round) is empty"),
+    (dict(gamma=2.5), "whole number"),
+    (dict(seed="x"), "seed must be a number, got 'x'"),
+    (dict(seed=2**70), "seed"),
+    (dict(temperature="hot"), "temperature"),
+    (dict(max_new_tokens=100_000), "greater than maximum"),
+    (dict(prompt="To be " * 600, max_new_tokens=10), "at most 1024 tokens (SPECDEC_MAX_PROMPT_TOKENS)"),
+    (dict(prompt="To be " * 60, max_new_tokens=200), "lower max new tokens"),
+]
+
+
+@pytest.mark.parametrize("changes, message", RUN_INPUTS, ids=[str(ch)[:40] for ch, _ in RUN_INPUTS])
+def test_bad_run_input_gets_a_message_naming_it(c, changes, message):
+    with pytest.raises(AppError) as err:
+        generate(c, **changes)
+    assert message in str(err.value), str(err.value)
+    assert str(err.value) != "Error"
+
+
+TABLE = {"headers": ["token", "p", "q"], "data": [["a", 0.5, 0.5], ["b", 0.5, 0.5]]}
+LAB_INPUTS = [
+    ((TABLE, "abc", 0), "must be a number, got 'abc'"),
+    ((TABLE, 2.5, 0), "must be a whole number, got 2.5"),
+    ((TABLE, 100, 2**70), "seed must be a whole number from 0 to 9,223,372,036,854,775,807"),
+    (({"headers": ["token", "p", "q"], "data": []}, 100, 0), "no rows"),
+    ((TABLE, 10**9, 0), "greater than maximum value 1,000,000"),
+]
+
+
+@pytest.mark.parametrize("args, message", LAB_INPUTS, ids=[str(a[1:]) + m[:10] for a, m in LAB_INPUTS])
+def test_bad_lab_input_gets_a_message_naming_it(c, args, message):
+    with pytest.raises(AppError) as err:
+        c.predict(*args, api_name="/lab_run")
+    assert message in str(err.value), str(err.value)
+
+
+def test_lab_weights_too_large_to_sum_still_run(c):
+    table = {"headers": ["token", "p", "q"], "data": [["a", 1e308, 0.5], ["b", 1e308, 0.5]]}
+    status = c.predict(table, 1000, 0, api_name="/lab_run")[0]
+    assert "has no mass" not in status and "1,000 trials per rule" in status
+
+
+# ---------------------------------------------------------------- the page, served this way
+
+def test_the_page_runs_with_checked_inputs_and_no_console_errors(main, browser):
+    """The checked sliders and numbers draw as Gradio's own; a run from the page completes."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(main.url, wait_until="load")
+        page.wait_for_selector("#gamma input[type=range]", timeout=30_000)
+        page.wait_for_selector("#seed input[type=number]", timeout=30_000)
+        page.locator("#run").click()
+        page.wait_for_function("() => { const s = document.querySelector('#run-status');"
+                               " return s && /Done/.test(s.innerText); }", timeout=60_000)
+        assert not errors, errors
+    finally:
+        context.close()
