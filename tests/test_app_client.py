@@ -157,7 +157,7 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     monkeypatch.setitem(sys.modules, "spaces", fake)
     try:
         importlib.reload(ui)
-        assert sorted(wrapped) == ["autoregressive_baseline", "decode_stream", "side_by_side"]   # every decode
+        assert sorted(wrapped) == ["decode_stream", "side_by_side", "timed_comparison"]   # every decode
     finally:
         monkeypatch.delitem(sys.modules, "spaces")
         importlib.reload(ui)
