@@ -1,7 +1,7 @@
 """The trace of a generation: what every round drafted, tested, accepted and emitted.
 
 The decoder writes it; charts, the UI, the CLI and the lab only read it. It stores sparse
-distributions (the top tokens plus the exact mass of everything else), so a trace is small
+distributions (the top tokens plus the rest of the vocabulary in two exact parts), so a trace is small
 enough to export as JSON and replay later without any model.
 """
 
