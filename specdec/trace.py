@@ -17,11 +17,9 @@ import numpy as np
 
 from .sampling import Rule
 from .settings import RunSettings
-from .validate import check_trace, load_json
+from .validate import SCHEMA, check_trace, load_json
 
-SCHEMA = "specdec.trace"
-SCHEMA_VERSION = 2
-READS_VERSIONS = (1, 2)
+SCHEMA_VERSION = 2   # the version written; validate.VERSIONS are the versions read
 TOP_N = 20   # tokens kept per distribution (the union of p's and q's top-N at a drafted position)
 
 
