@@ -21,6 +21,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the r
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from . import bench, lab, ui_bench  # noqa: E402  (after the environment: transformers reads it on import)
+from .checks import whole_number  # noqa: E402
 from .models import ModelLoadError  # noqa: E402
 from .sampling import Rule, SamplingConfig  # noqa: E402
 from .settings import DRAFTERS, MAX_GAMMA, MAX_NEW_TOKENS, RunSettings  # noqa: E402
@@ -115,9 +116,8 @@ def run_generate(args) -> int:
     from .models import load_pair
 
     settings = settings_of(args)
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    if args.threads:
+    if args.threads is not None:
+        whole_number(args.threads, "--threads", 1)
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from .checks import whole_number
 from .decoding import autoregressive_generate, speculative_generate
 from .drafters import KVCache, NgramDrafter
 from .sampling import SamplingConfig
@@ -649,10 +650,7 @@ def config_from_args(args) -> BenchConfig:
         return base.get(name, DEFAULTS.get(name)) if value is None else value
 
     def whole(name, value, lo, hi=None):
-        if not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-            span = f"from {lo} to {hi}" if hi is not None else f"at least {lo}"
-            raise ValueError(f"--{name} must be a whole number {span}, got {value}")
-        return value
+        return whole_number(value, f"--{name}", lo, hi, strict=True)
 
     gammas = parse_gammas(pick("gammas"))
     temperatures = parse_temperatures(pick("temperatures"))

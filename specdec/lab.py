@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import limits
+from .checks import MAX_SEED, whole_number
 from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, sample, verify
 from .trace import visible_token
 
@@ -45,7 +46,6 @@ RULE_NAMES: dict[Rule, RuleName] = {
 }
 MIN_TOKENS, MAX_TOKENS = 2, 20
 MAX_SAMPLES = limits.MAX_LAB_SAMPLES   # SPECDEC_MAX_LAB_SAMPLES (default 1,000,000)
-MAX_SEED = 2**63 - 1                   # torch.Generator.manual_seed takes a signed 64-bit number
 CHUNK = 1 << 16            # rows per verify call: bounds memory to ~20 MB at V = 20 (and stays cache-friendly)
 ALPHA = 0.001              # chi-square significance level used for verdicts
 
@@ -134,28 +134,6 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = 1e-6
             notes.append(f"{name} summed to {total:.6g}; normalised to 1")
         rows[name] = scaled / scaled.sum()
     return tokens, rows["p"], rows["q"], notes
-
-
-def whole_number(value, name: str, lo: int, hi: int) -> int:
-    """A form or command-line value as a whole number in [lo, hi]; ValueError naming it otherwise
-    (text, a missing value, NaN, a fraction such as 2.5, or a number out of range)."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{name} is empty: give a whole number from {lo:,} to {hi:,}")
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}")
-    if isinstance(value, (int, np.integer)):
-        x = int(value)
-    else:
-        try:
-            f = float(value)
-        except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}") from None
-        if not math.isfinite(f) or f != int(f):
-            raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}")
-        x = int(f)
-    if not lo <= x <= hi:
-        raise ValueError(f"{name} must be a whole number from {lo:,} to {hi:,}, got {value!r}")
-    return x
 
 
 OTHER = "(everything else)"
@@ -602,8 +580,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
     chi-square, p-value, acceptance). Bad values raise ValueError (the CLI prints one line)."""
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    whole_number(args.threads, "--threads", 1)
     if args.bench:
         for v in (8, 20):
             s = benchmark_vocab(v, threads=args.threads)

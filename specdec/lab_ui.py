@@ -13,6 +13,8 @@ import gradio as gr
 import pandas as pd
 
 from . import lab, lab_charts
+from .checks import seed as seed_number
+from .checks import whole_number
 from .serving import CheckedNumber
 from .trace import visible_token
 
@@ -128,8 +130,8 @@ def take_from_run(gen, selection) -> dict:
 def run_lab(df, samples, seed) -> dict:
     try:
         tokens, p, q = parse_frame(df)
-        n = lab.whole_number(samples, "samples per rule", 1, lab.MAX_SAMPLES)
-        seed = lab.whole_number(seed, "the seed", 0, lab.MAX_SEED)
+        n = whole_number(samples, "samples per rule", 1, lab.MAX_SAMPLES)
+        seed = seed_number(seed, "the seed")
         result = lab.run(tokens, p, q, n, seed)
     except ValueError as err:
         raise _error(_sentence(str(err))) from None

@@ -17,6 +17,8 @@ from enum import Enum
 
 import torch
 
+from .checks import whole_number
+
 # ---------------------------------------------------------------- logits -> probabilities
 
 @dataclass(frozen=True)
@@ -39,8 +41,7 @@ class SamplingConfig:
             raise ValueError(f"temperature must be between 0 (greedy) and 100, got {t}")
         if 0 < t < 1e-3:
             raise ValueError(f"temperature {t} is too small to be meaningful: use 0 for greedy, or at least 0.001")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-            raise ValueError(f"top-k must be a whole number >= 0 (0 turns it off), got {k}")
+        whole_number(k, "top-k (0 turns it off)", 0, strict=True)
         if not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:
             raise ValueError(f"top-p must be in (0, 1] (1 turns it off), got {p}")
         return self

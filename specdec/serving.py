@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import time
 
 import gradio as gr
 
 from . import housekeeping, limits
+from .checks import number
 
 __all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "limit_time",
            "user_message", "BUSY"]
@@ -48,35 +48,22 @@ def _name(component) -> str:
     return str(label) if label else "this number"
 
 
-def _fmt(x) -> str:
-    return f"{int(x):,}" if float(x) == int(x) else f"{x:g}"
-
-
 def check_number(component, payload, whole: bool):
-    """A number control's value as Gradio would pass it on, or gr.Error naming the control."""
-    name = _name(component)
-    if payload is None or (isinstance(payload, str) and not payload.strip()):
-        raise _error(f"{name} is empty: give a number.")
-    if isinstance(payload, bool) or not isinstance(payload, (int, float, str)):
-        raise _error(f"{name} must be a number, got {payload!r}.")
+    """A number control's value (within its minimum and maximum), or gr.Error naming the control."""
     try:
-        x = float(payload)
-    except (TypeError, ValueError, OverflowError):
-        raise _error(f"{name} must be a number, got {payload!r}.") from None
-    if math.isnan(x) or math.isinf(x):
-        raise _error(f"{name} must be a finite number, got {payload!r}.")
-    if whole and x != int(x):
-        raise _error(f"{name} must be a whole number, got {payload!r}.")
-    lo, hi = getattr(component, "minimum", None), getattr(component, "maximum", None)
-    if lo is not None and x < lo:
-        raise _error(f"{name}: value {payload} is less than minimum value {_fmt(lo)}.")
-    if hi is not None and x > hi:
-        raise _error(f"{name}: value {payload} is greater than maximum value {_fmt(hi)}.")
-    return payload if isinstance(payload, int) else x
+        return number(payload, _name(component), getattr(component, "minimum", None),
+                      getattr(component, "maximum", None), whole=whole)
+    except ValueError as err:
+        raise _error(f"{err}.") from None
+
+
+def _whole_steps(slider) -> bool:
+    """A slider that only stops at whole numbers (γ, max new tokens): a fraction is refused, not rounded."""
+    return all(float(x).is_integer() for x in (slider.step or 1, slider.minimum or 0))
 
 
 def _slider_preprocess(self, payload):
-    x = check_number(self, payload, whole=False)
+    x = check_number(self, payload, whole=_whole_steps(self))
     return gr.Number.round_to_precision(x, self.precision)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from . import limits
+from .checks import seed, whole_number
 from .sampling import Rule, SamplingConfig
 
 MAX_GAMMA = limits.MAX_GAMMA            # SPECDEC_MAX_GAMMA
 MAX_NEW_TOKENS = limits.MAX_NEW_TOKENS  # SPECDEC_MAX_NEW_TOKENS
-MAX_SEED = 2**63 - 1                    # torch.Generator.manual_seed takes a signed 64-bit number
 
 SPECULATIVE = "speculative"
 AUTOREGRESSIVE = "autoregressive"
@@ -53,14 +53,9 @@ class RunSettings:
         """Raise ValueError with a message a user can act on; return self when all is well."""
         if self.mode not in (SPECULATIVE, AUTOREGRESSIVE):
             raise ValueError(f"unknown mode {self.mode!r}: choose {SPECULATIVE!r} or {AUTOREGRESSIVE!r}")
-        if not _whole(self.gamma) or not 1 <= self.gamma <= MAX_GAMMA:
-            raise ValueError(f"gamma (drafts per round) must be a whole number from 1 to {MAX_GAMMA}, "
-                             f"got {self.gamma!r}")
-        if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise ValueError(f"max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, "
-                             f"got {self.max_new_tokens!r}")
-        if not _whole(self.seed) or not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"seed must be a whole number from 0 to 2^63 - 1, got {self.seed!r}")
+        whole_number(self.gamma, "gamma (drafts per round)", 1, MAX_GAMMA, strict=True)
+        whole_number(self.max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS, strict=True)
+        seed(self.seed, strict=True)
         if self.drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(map(repr, DRAFTERS))}")
         if not isinstance(self.rule, Rule):
@@ -83,7 +78,3 @@ class RunSettings:
                    sampling=SamplingConfig(**d.get("sampling", {})),
                    seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", "model"))
 
-
-def _whole(x) -> bool:
-    """An int and not a bool (True is an int in Python): forms convert their numbers first."""
-    return isinstance(x, int) and not isinstance(x, bool)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import queue
 import threading
 import urllib.parse
@@ -27,6 +26,8 @@ import gradio as gr
 import pandas as pd
 
 from . import charts, housekeeping, limits
+from .checks import number, whole_number
+from .checks import seed as seed_number
 from .decoding import autoregressive_generate, speculative_generate
 from .models import BUNDLED, PRESETS, ModelLoadError, context_of, get_pair, is_loaded
 from .sampling import Rule, SamplingConfig
@@ -97,26 +98,6 @@ def _error(msg: str) -> gr.Error:
     return gr.Error(msg, print_exception=False)
 
 
-def _as_int(value, name: str, lo: int, hi: int) -> int:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise _error(f"{name} must be a number, got {value!r}") from None
-    if math.isnan(x) or x != int(x) or not lo <= x <= hi:
-        raise _error(f"{name} must be a whole number from {lo} to {hi}, got {value!r}")
-    return int(x)
-
-
-def _as_float(value, name: str) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise _error(f"{name} must be a number, got {value!r}") from None
-    if math.isnan(x) or math.isinf(x):
-        raise _error(f"{name} must be a finite number, got {value!r}")
-    return x
-
-
 def parse_request(prompt, preset, drafter, gamma, max_new_tokens, temperature, top_k, top_p, seed,
                   skip_adjustment=False) -> tuple[str, str, RunSettings]:
     """Check the controls' values: (prompt, preset key, settings), or gr.Error with a message the
@@ -127,15 +108,15 @@ def parse_request(prompt, preset, drafter, gamma, max_new_tokens, temperature, t
         raise _error(f"The prompt is {len(prompt)} characters long; keep it under {MAX_PROMPT_CHARS}.")
     if preset not in PRESETS:
         raise _error(f"Unknown model pair {preset!r}; choose one of: {', '.join(PRESETS)}.")
-    settings = RunSettings(
-        gamma=_as_int(gamma, "γ (drafts per round)", 1, MAX_GAMMA),
-        max_new_tokens=_as_int(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS),
-        sampling=SamplingConfig(temperature=_as_float(temperature, "temperature"),
-                                top_k=_as_int(top_k, "top-k", 0, 1_000_000), top_p=_as_float(top_p, "top-p")),
-        seed=_as_int(seed, "seed", 0, 2**63 - 1),
-        rule=Rule.SKIP_ADJUSTMENT if skip_adjustment else Rule.EXACT,
-        drafter=drafter if isinstance(drafter, str) else repr(drafter))
     try:
+        settings = RunSettings(
+            gamma=whole_number(gamma, "γ (drafts per round)", 1, MAX_GAMMA),
+            max_new_tokens=whole_number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS),
+            sampling=SamplingConfig(temperature=number(temperature, "temperature"),
+                                    top_k=whole_number(top_k, "top-k", 0), top_p=number(top_p, "top-p")),
+            seed=seed_number(seed),
+            rule=Rule.SKIP_ADJUSTMENT if skip_adjustment else Rule.EXACT,
+            drafter=drafter if isinstance(drafter, str) else repr(drafter))
         settings.validate()
     except ValueError as err:
         raise _error(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None

@@ -86,13 +86,14 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import torch
 
+    from .checks import whole_number
     from .models import BUNDLED, load_pair
     from .settings import RunSettings
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: type at least one word")
-    if args.repeats < 1 or args.threads < 1:
-        raise ValueError(f"--repeats and --threads must be >= 1, got {args.repeats} and {args.threads}")
+    whole_number(args.repeats, "--repeats", 1)
+    whole_number(args.threads, "--threads", 1)
     settings = [RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed + k).validate()
                 for k in range(args.repeats)]
     torch.set_num_threads(args.threads)   # this process is the benchmark: the global count is ours

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import limits
+from .checks import is_whole
 
 SCHEMA = "specdec.trace"
 VERSIONS = (1, 2)
@@ -156,16 +157,12 @@ def _fail(where: str, problem: str):
     raise _Bad(f"{where} {problem}")
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _is_num(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _int(x, where: str, lo: int, hi: int, what: str = "a whole number") -> int:
-    if not _is_int(x):
+    if not is_whole(x):
         _fail(where, f"is {_show(x)}: expected {what} from {lo} to {hi}")
     if not lo <= x <= hi:
         _fail(where, f"is {x}: expected {what} from {lo} to {hi}")
@@ -224,12 +221,12 @@ def _obj(x, where: str, required: tuple[str, ...], optional: tuple[str, ...] = (
 
 
 def _equal(x, expected: int, where: str, what: str) -> None:
-    if not _is_int(x) or x != expected:
+    if not is_whole(x) or x != expected:
         _fail(where, f"is {_show(x)}, but it must be {expected}: {what}")
 
 
 def _id(x, where: str, vocab: int) -> int:
-    if not _is_int(x) or not 0 <= x < vocab:
+    if not is_whole(x) or not 0 <= x < vocab:
         _fail(where, f"is {_show(x)}: a token id must be a whole number from 0 to {vocab - 1} "
                      f"(the vocabulary has {vocab} tokens)")
     return x
@@ -418,7 +415,7 @@ def _settings(s, where: str):
     if "rule" in s and s["rule"] not in [r.value for r in Rule]:
         _fail(f"{where}.rule", f"is {_show(s['rule'])}: expected one of {', '.join(repr(r.value) for r in Rule)}")
     for key in ("gamma", "max_new_tokens", "seed"):
-        if key in s and not _is_int(s[key]):
+        if key in s and not is_whole(s[key]):
             _fail(f"{where}.{key}", f"is {_show(s[key])}: expected a whole number")
     try:
         settings = RunSettings.from_dict(s)
@@ -481,7 +478,7 @@ def _check(d) -> None:
     if d.get("schema") != SCHEMA:
         _fail("the file", f"is not a specdec trace (its schema is {_show(d.get('schema'))}, not {SCHEMA!r})")
     version = d.get("version")
-    if not _is_int(version) or version not in VERSIONS:
+    if not is_whole(version) or version not in VERSIONS:
         shown = f"the string {version!r}" if isinstance(version, str) else _show(version)
         _fail("version", f"is {shown}: this specdec reads trace versions "
                          f"{' and '.join(map(str, VERSIONS))} (a whole number, not text)")

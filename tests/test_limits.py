@@ -67,15 +67,16 @@ def test_prompts_over_the_token_limit_are_refused_by_the_pair(bundled, monkeypat
 
 # ---------------------------------------------------------------- number inputs through Gradio
 
-@pytest.mark.parametrize("payload, words", [
-    ("abc", "γ must be a number, got 'abc'"),
-    (None, "γ is empty: give a number"),
+@pytest.mark.parametrize("payload, words", [   # one wording for every number (specdec.checks)
+    ("abc", "γ must be a whole number from 1 to 16, got 'abc'"),
+    (None, "γ is empty: give a whole number from 1 to 16"),
     ("", "γ is empty"),
-    (float("nan"), "γ must be a finite number"),
-    (float("inf"), "γ must be a finite number"),
-    (99, "γ: value 99 is greater than maximum value 16"),
-    (0, "γ: value 0 is less than minimum value 1"),
-    ([4], "γ must be a number"),
+    (float("nan"), "γ must be a whole number from 1 to 16, got nan"),
+    (float("inf"), "γ must be a whole number from 1 to 16, got inf"),
+    (99, "γ must be a whole number from 1 to 16, got 99"),
+    (0, "γ must be a whole number from 1 to 16, got 0"),
+    (2.5, "γ must be a whole number from 1 to 16, got 2.5"),   # a slider of whole steps: refused, not rounded
+    ([4], "γ must be a whole number from 1 to 16, got [4]"),
 ])
 def test_a_checked_slider_names_itself_in_every_refusal(payload, words):
     slider = serving.CheckedSlider(1, 16, value=4, step=1, label="γ")
@@ -92,9 +93,9 @@ def test_a_checked_slider_passes_good_values_on_as_gradio_does():
 
 def test_a_whole_number_field_refuses_a_fraction_instead_of_rounding_it():
     samples = serving.CheckedNumber(100, precision=0, minimum=1, maximum=1_000_000, label="samples")
-    with pytest.raises(gr.Error, match="samples must be a whole number, got 2.5"):
+    with pytest.raises(gr.Error, match="samples must be a whole number from 1 to 1,000,000, got 2.5"):
         samples.preprocess(2.5)
-    with pytest.raises(gr.Error, match="greater than maximum value 1,000,000"):
+    with pytest.raises(gr.Error, match="from 1 to 1,000,000, got 1000000000"):
         samples.preprocess(10**9)
     assert samples.preprocess(3) == 3 and samples.preprocess(3.0) == 3
     assert samples.preprocess(None) is None   # the handler names what is missing
@@ -110,7 +111,7 @@ def test_harden_inputs_converts_an_apps_sliders_and_numbers_and_survives_updates
     assert isinstance(a, serving.CheckedSlider) and isinstance(b, serving.CheckedNumber)
     # Gradio re-creates an updated component from its class: the check comes along
     again = a.__class__(**{**a.constructor_args, "render": False})
-    with pytest.raises(gr.Error, match="a must be a number"):
+    with pytest.raises(gr.Error, match="a must be a number from 1 to 5, got 'x'"):
         again.preprocess("x")
 
 

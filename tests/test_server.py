@@ -256,13 +256,13 @@ def test_a_run_past_the_time_limit_is_stopped_with_a_message(small):
 # ---------------------------------------------------------------- bad input: a message a person can act on
 
 RUN_INPUTS = [
-    (dict(gamma="abc"), "γ (drafts per round) must be a number, got 'abc'"),
+    (dict(gamma="abc"), "γ (drafts per round) must be a whole number from 1 to 16, got 'abc'"),
     (dict(gamma=None), "γ (drafts per round) is empty"),
     (dict(gamma=2.5), "whole number"),
-    (dict(seed="x"), "seed must be a number, got 'x'"),
+    (dict(seed="x"), "seed must be a whole number of at least 0, got 'x'"),
     (dict(seed=2**70), "seed"),
     (dict(temperature="hot"), "temperature"),
-    (dict(max_new_tokens=100_000), "greater than maximum"),
+    (dict(max_new_tokens=100_000), "max new tokens must be a whole number from 1 to"),
     (dict(prompt="To be " * 600, max_new_tokens=10), "at most 1024 tokens (SPECDEC_MAX_PROMPT_TOKENS)"),
     (dict(prompt="To be " * 60, max_new_tokens=200), "lower max new tokens"),
 ]
@@ -278,11 +278,11 @@ def test_bad_run_input_gets_a_message_naming_it(c, changes, message):
 
 TABLE = {"headers": ["token", "p", "q"], "data": [["a", 0.5, 0.5], ["b", 0.5, 0.5]]}
 LAB_INPUTS = [
-    ((TABLE, "abc", 0), "must be a number, got 'abc'"),
-    ((TABLE, 2.5, 0), "must be a whole number, got 2.5"),
+    ((TABLE, "abc", 0), "must be a whole number from 1 to 1,000,000, got 'abc'"),
+    ((TABLE, 2.5, 0), "must be a whole number from 1 to 1,000,000, got 2.5"),
     ((TABLE, 100, 2**70), "seed must be a whole number from 0 to 9,223,372,036,854,775,807"),
     (({"headers": ["token", "p", "q"], "data": []}, 100, 0), "no rows"),
-    ((TABLE, 10**9, 0), "greater than maximum value 1,000,000"),
+    ((TABLE, 10**9, 0), "from 1 to 1,000,000, got 1000000000"),
 ]
 
 
