@@ -18,7 +18,7 @@ import torch  # noqa: E402
 # (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
-from specdec.models import preload  # noqa: E402
+from specdec.pairs import preload  # noqa: E402
 from specdec.serving import configure, launch_options  # noqa: E402
 from specdec.ui import build_app, launch_kwargs, warm_up  # noqa: E402
 

@@ -20,11 +20,11 @@ from pathlib import Path
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from . import bench, lab, ui_bench  # noqa: E402  (after the environment: transformers reads it on import)
+from . import bench, lab, limits, ui_bench  # noqa: E402  (after the environment: transformers reads it on import)
 from .checks import whole_number  # noqa: E402
 from .models import ModelLoadError  # noqa: E402
 from .sampling import Rule, SamplingConfig  # noqa: E402
-from .settings import DRAFTERS, MAX_GAMMA, MAX_NEW_TOKENS, RunSettings  # noqa: E402
+from .settings import DRAFTERS, RunSettings  # noqa: E402
 from .trace import LOOKS, Generation, events, expected_tokens_per_round, speedup  # noqa: E402
 
 PROG = "python -m specdec"
@@ -104,11 +104,14 @@ def stats_lines(gen: Generation) -> list[str]:
 
 
 def settings_of(args) -> RunSettings:
-    """The run the command line asks for, checked (ValueError) before any model loads."""
-    return RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                       sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
-                       rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
-                       drafter=args.drafter).validate()
+    """The run the command line asks for, checked (ValueError) before any model loads: valid, and
+    within the limits (`limits.check_run`) that the app keeps too."""
+    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                           sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                           rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
+                           drafter=args.drafter).validate()
+    limits.check_run(settings)
+    return settings
 
 
 def run_generate(args) -> int:
@@ -121,6 +124,7 @@ def run_generate(args) -> int:
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
+    limits.check_prompt_tokens(len(pair.encode(args.prompt)[1]))
     gen = speculative_generate(pair, args.prompt, settings=settings)
     colour = use_colour(args.color)
     s = settings.sampling
@@ -149,8 +153,8 @@ def run_generate(args) -> int:
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, type=prompt_text)
-    p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{MAX_GAMMA})")
-    p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{MAX_NEW_TOKENS}")
+    p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
+    p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
@@ -167,6 +171,63 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model: folder or hub id (with --draft)")
     p.add_argument("--draft", help="draft model: folder or hub id (with --target)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+# ---------------------------------------------------------------- lab
+
+LAB_BENCH_SAMPLES = 1_000_000
+
+
+def _numbers(text: str) -> list[float]:
+    """argparse type: "0.5,0.3,0.2" -> [0.5, 0.3, 0.2]."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `lab` subcommand's options."""
+    parser.add_argument("--preset", default="over-confident", choices=list(lab.PRESETS), metavar="NAME",
+                        help=f"one of: {', '.join(map(repr, lab.PRESETS))}")
+    parser.add_argument("--p", type=_numbers, help="target distribution, comma-separated (overrides the preset)")
+    parser.add_argument("--q", type=_numbers, help="draft distribution, comma-separated (with --p)")
+    parser.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
+    parser.add_argument("--samples", type=int, default=100_000, help=f"1 to {limits.MAX_LAB_SAMPLES:,}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bench", action="store_true", help=f"print samples/second for {LAB_BENCH_SAMPLES:,} samples")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the Monte Carlo (default 1: fastest for these small ops)")
+
+
+def run_lab(args: argparse.Namespace) -> int:
+    """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
+    chi-square, p-value, acceptance). Bad values raise ValueError (one line, exit 2)."""
+    whole_number(args.threads, "--threads", 1)
+    if args.bench:
+        for v in (8, 20):
+            s = lab.benchmark_vocab(v, threads=args.threads)
+            print(f"exact rule, V = {v:>2}: {LAB_BENCH_SAMPLES:,} samples in {s:.3f} s "
+                  f"= {LAB_BENCH_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
+        return 0
+    if (args.p is None) != (args.q is None):
+        raise ValueError("give both --p and --q, or neither")
+    limits.check_lab_samples(whole_number(args.samples, "--samples", 1), "--samples")
+    if args.p is not None:
+        p, q, name = args.p, args.q, "custom"
+        tokens = args.tokens.split(",") if args.tokens else [f"t{i}" for i in range(len(p))]
+    else:
+        tokens, p, q = lab.preset(args.preset)
+        name = args.preset
+    result = lab.run(tokens, p, q, args.samples, args.seed, threads=args.threads)
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"{name}: {len(result.tokens)} tokens, {result.n:,} samples, seed {result.seed}, "
+          f"beta = sum(min(p, q)) = {result.beta:.4f}   ({result.seconds:.2f} s)\n")
+    print(lab.format_table(*lab.decomposition_table(result)))
+    print()
+    print(lab.format_table(*lab.summary_table(result)))
+    return 0
 
 
 # ---------------------------------------------------------------- train and card
@@ -213,7 +274,7 @@ def add_card_arguments(p: argparse.ArgumentParser) -> None:
 COMMANDS = {
     "generate": ("generate with speculative decoding and show every round", add_generate_arguments, run_generate),
     "bench": ("measure cost ratio, acceptance rate and speedup", bench.add_arguments, bench.run),
-    "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", lab.add_arguments, lab.run_cli),
+    "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", add_lab_arguments, run_lab),
     "bench-app": ("time the app's work: first round, whole run, step switch", ui_bench.add_arguments, ui_bench.run),
     "train": ("train the bundled pair from scratch (about 45 minutes on 2 cores)", add_train_arguments, run_train),
     "card": ("measure the trained pair and write its model cards", add_card_arguments, run_card),

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import torch
 
+from . import limits
 from .checks import whole_number
 from .decoding import autoregressive_generate, speculative_generate
 from .drafters import KVCache, NgramDrafter
 from .sampling import SamplingConfig
-from .settings import MAX_GAMMA, MAX_NEW_TOKENS
 from .speed import leviathan_speedup, predicted_speedup
 
 PROMPTS = [
@@ -97,9 +97,8 @@ def parse_gammas(text: str) -> list[int]:
                 out.add(int(part))
         except ValueError:
             raise ValueError(f"--gammas takes whole numbers like '1-8' or '1,2,4', got {text!r}") from None
-    bad = sorted(g for g in out if not 1 <= g <= MAX_GAMMA)
-    if bad:
-        raise ValueError(f"gamma (drafts per round) must be from 1 to {MAX_GAMMA}, got {bad[0]}")
+    for g in (min(out), max(out)):
+        whole_number(g, "gamma (drafts per round)", 1, limits.MAX_GAMMA)
     return sorted(out)
 
 
@@ -654,7 +653,7 @@ def config_from_args(args) -> BenchConfig:
 
     gammas = parse_gammas(pick("gammas"))
     temperatures = parse_temperatures(pick("temperatures"))
-    max_new = whole("max-new-tokens", pick("max_new_tokens"), 1, MAX_NEW_TOKENS)
+    max_new = whole("max-new-tokens", pick("max_new_tokens"), 1, limits.MAX_NEW_TOKENS)
     n_prompts = whole("prompts", pick("prompts"), 1, len(PROMPTS))
     n_seeds = whole("seeds", pick("seeds"), 1)
     repeats = whole("repeats", pick("repeats"), 1)

@@ -38,6 +38,9 @@ def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
         raise ValueError("the prompt is empty: type at least one word")
     settings.validate()
     limit = pair.context_length
+    if limit and settings.gamma >= limit:
+        raise ValueError(f"gamma (drafts per round) is {settings.gamma}, but the models' context holds {limit} tokens: "
+                         f"lower gamma below {limit}")
     if limit and len(prompt_ids) + settings.max_new_tokens > limit:
         room = limit - len(prompt_ids)
         advice = (f"lower max new tokens to {room} or less" if room > 0

@@ -7,13 +7,12 @@ Speculative sampling is exact when that emitted token follows p. The closed form
 (`sampling.emission_parts`) says it does for the exact rule and by how much the shortcuts miss;
 the Monte Carlo here checks both against each other with TV distance and a chi-square test.
 
-No gradio here: the UI (`lab_ui`) and the `lab` subcommand (`add_arguments`, `run_cli`, wired
-by `specdec.__main__`) are thin layers over these functions.
+No gradio and no command line here: the app's lab tab and the CLI's `lab` command are thin
+layers over these functions, and bound the work a request may ask for where it enters.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import math
 import time
@@ -25,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import limits
-from .checks import MAX_SEED, whole_number
+from .checks import seed as seed_number
+from .checks import whole_number
 from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, sample, verify
 from .trace import visible_token
 
@@ -45,7 +44,6 @@ RULE_NAMES: dict[Rule, RuleName] = {
     Rule.GREEDY_MATCH: RuleName("greedy match", "greedy match"),
 }
 MIN_TOKENS, MAX_TOKENS = 2, 20
-MAX_SAMPLES = limits.MAX_LAB_SAMPLES   # SPECDEC_MAX_LAB_SAMPLES (default 1,000,000)
 CHUNK = 1 << 16            # rows per verify call: bounds memory to ~20 MB at V = 20 (and stays cache-friendly)
 ALPHA = 0.001              # chi-square significance level used for verdicts
 
@@ -440,8 +438,8 @@ def run(tokens, p, q, n: int, seed: int, rules=RULES, threads: int = 1) -> LabRe
     """Validate, then simulate every rule with the same seed (common random numbers: the same
     drafts and uniforms meet each rule), and compute every number the lab shows."""
     tokens, p, q, notes = validate(tokens, p, q)
-    n = whole_number(n, "the number of samples", 1, MAX_SAMPLES)
-    seed = whole_number(seed, "the seed", 0, MAX_SEED)
+    n = whole_number(n, "the number of samples", 1)
+    seed = seed_number(seed, "the seed")
     start = time.perf_counter()
     at = checkpoints(n)
     results = {Rule(rule): _rule_result(p, q, Rule(rule), n, seed, at, threads) for rule in rules}
@@ -539,9 +537,9 @@ def format_table(headers, rows) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- benchmark and the `lab` subcommand
+# ---------------------------------------------------------------- how fast the Monte Carlo runs
 
-def benchmark_vocab(v: int, n: int = MAX_SAMPLES, seed: int = 0, repeats: int = 3, threads: int = 1) -> float:
+def benchmark_vocab(v: int, n: int = 1_000_000, seed: int = 0, repeats: int = 3, threads: int = 1) -> float:
     """Best-of-`repeats` seconds for n samples of the exact rule on a fixed random (p, q) of size v."""
     g = torch.Generator().manual_seed(1234 + v)
     p, q = torch.rand(v, generator=g, dtype=torch.float64), torch.rand(v, generator=g, dtype=torch.float64)
@@ -553,54 +551,3 @@ def benchmark_vocab(v: int, n: int = MAX_SAMPLES, seed: int = 0, repeats: int = 
         simulate(p, q, Rule.EXACT, n, seed, threads=threads)
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def _numbers(text: str) -> list[float]:
-    """argparse type: "0.5,0.3,0.2" -> [0.5, 0.3, 0.2]."""
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `lab` subcommand's options."""
-    parser.add_argument("--preset", default="over-confident", choices=list(PRESETS), metavar="NAME",
-                        help=f"one of: {', '.join(map(repr, PRESETS))}")
-    parser.add_argument("--p", type=_numbers, help="target distribution, comma-separated (overrides the preset)")
-    parser.add_argument("--q", type=_numbers, help="draft distribution, comma-separated (with --p)")
-    parser.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
-    parser.add_argument("--samples", type=int, default=100_000, help=f"1 to {MAX_SAMPLES:,}")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bench", action="store_true", help=f"print samples/second for {MAX_SAMPLES:,} samples")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads for the Monte Carlo (default 1: fastest for these small ops)")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
-    chi-square, p-value, acceptance). Bad values raise ValueError (the CLI prints one line)."""
-    whole_number(args.threads, "--threads", 1)
-    if args.bench:
-        for v in (8, 20):
-            s = benchmark_vocab(v, threads=args.threads)
-            print(f"exact rule, V = {v:>2}: {MAX_SAMPLES:,} samples in {s:.3f} s "
-                  f"= {MAX_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
-        return 0
-    if (args.p is None) != (args.q is None):
-        raise ValueError("give both --p and --q, or neither")
-    if args.p is not None:
-        p, q, name = args.p, args.q, "custom"
-        tokens = args.tokens.split(",") if args.tokens else [f"t{i}" for i in range(len(p))]
-    else:
-        tokens, p, q = preset(args.preset)
-        name = args.preset
-    lab = run(tokens, p, q, args.samples, args.seed, threads=args.threads)
-    for note in lab.notes:
-        print(f"note: {note}")
-    print(f"{name}: {len(lab.tokens)} tokens, {lab.n:,} samples, seed {lab.seed}, "
-          f"beta = sum(min(p, q)) = {lab.beta:.4f}   ({lab.seconds:.2f} s)\n")
-    print(format_table(*decomposition_table(lab)))
-    print()
-    print(format_table(*summary_table(lab)))
-    return 0

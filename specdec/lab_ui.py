@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from . import lab, lab_charts
+from . import lab, lab_charts, limits
 from .checks import seed as seed_number
 from .checks import whole_number
 from .serving import CheckedNumber
@@ -130,7 +130,8 @@ def take_from_run(gen, selection) -> dict:
 def run_lab(df, samples, seed) -> dict:
     try:
         tokens, p, q = parse_frame(df)
-        n = whole_number(samples, "samples per rule", 1, lab.MAX_SAMPLES)
+        n = whole_number(samples, "samples per rule", 1)
+        limits.check_lab_samples(n)
         seed = seed_number(seed, "the seed")
         result = lab.run(tokens, p, q, n, seed)
     except ValueError as err:
@@ -165,8 +166,8 @@ def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
             v.preset = gr.Dropdown([*lab.PRESETS, FROM_RUN], value=DEFAULT_PRESET, label="Preset",
                                    elem_id="lab-preset")
             from_run = gr.Button("Take from the last run (Decode tab)", elem_id="lab-from-run")
-            samples = CheckedNumber(DEFAULT_SAMPLES, label=f"samples per rule (up to {lab.MAX_SAMPLES:,})",
-                                precision=0, minimum=1, maximum=lab.MAX_SAMPLES, elem_id="lab-samples")
+            samples = CheckedNumber(DEFAULT_SAMPLES, label=f"samples per rule (up to {limits.MAX_LAB_SAMPLES:,})",
+                                    precision=0, minimum=1, maximum=limits.MAX_LAB_SAMPLES, elem_id="lab-samples")
             seed = CheckedNumber(0, label="seed", precision=0, minimum=0, elem_id="lab-seed")
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
     v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")

@@ -6,9 +6,13 @@ behind. The values are read ONCE, when this module is first imported (start the 
 variable set; changing it later has no effect). A value that is not a number, or out of its
 range, stops the import with a message naming the variable.
 
+The limits are enforced where a request enters (the app's handlers and `serving`, the CLI), never
+inside the library: read them as `limits.NAME` when a request comes (never copy one at import),
+and check a request with `check_run`, `check_prompt_tokens`, and an import with `import_limits()`.
+
 | variable                     | default   | what it bounds                                                       |
 |------------------------------|-----------|----------------------------------------------------------------------|
-| SPECDEC_MAX_NEW_TOKENS       | 1024      | tokens one run may generate (app, CLI, API; `RunSettings.validate`)  |
+| SPECDEC_MAX_NEW_TOKENS       | 1024      | tokens one run may generate (the app, its API and the CLI)           |
 | SPECDEC_MAX_GAMMA            | 16        | γ, drafted tokens per round                                          |
 | SPECDEC_MAX_PROMPT_CHARS     | 4000      | characters of a prompt typed into the app                            |
 | SPECDEC_MAX_PROMPT_TOKENS    | 1024      | tokens of a prompt (the model's context bounds it further)           |
@@ -42,10 +46,13 @@ from __future__ import annotations
 
 import os
 
+from .validate import ImportLimits
+
 __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
            "DECODE_CONCURRENCY", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS", "SESSION_IDLE_SECONDS",
-           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "max_new_tokens_for", "describe"]
+           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "max_new_tokens_for", "describe", "check_run",
+           "check_prompt_tokens", "check_lab_samples", "import_limits"]
 
 
 def _read(name: str, default: float, lo: float, hi: float, whole: bool = True) -> int | float:
@@ -89,6 +96,40 @@ def max_new_tokens_for(context: int | None) -> int:
     if not context:
         return MAX_NEW_TOKENS
     return max(1, min(MAX_NEW_TOKENS, int(context) - 1))
+
+
+def _within(value: int, name: str, most: int, variable: str) -> None:
+    if value > most:
+        raise ValueError(f"{name} must be a whole number from 1 to {most:,}, got {value:,} "
+                         f"(this server's {variable})")
+
+
+def check_run(settings) -> None:
+    """A run's size (a valid `RunSettings`) against this server's limits; ValueError naming the limit."""
+    _within(settings.gamma, "gamma (drafts per round)", MAX_GAMMA, "SPECDEC_MAX_GAMMA")
+    _within(settings.max_new_tokens, "max new tokens", MAX_NEW_TOKENS, "SPECDEC_MAX_NEW_TOKENS")
+
+
+def check_prompt_tokens(n: int) -> None:
+    """A prompt of n tokens against SPECDEC_MAX_PROMPT_TOKENS."""
+    if n > MAX_PROMPT_TOKENS:
+        raise ValueError(f"the prompt is {n} tokens; this server takes prompts of at most {MAX_PROMPT_TOKENS} "
+                         "tokens (SPECDEC_MAX_PROMPT_TOKENS): shorten it")
+
+
+def check_lab_samples(n: int, name: str = "samples per rule") -> None:
+    """The lab's samples per rule against SPECDEC_MAX_LAB_SAMPLES."""
+    _within(n, name, MAX_LAB_SAMPLES, "SPECDEC_MAX_LAB_SAMPLES")
+
+
+def import_limits() -> ImportLimits:
+    """The bounds an imported trace is held to on this server, named by their variables."""
+    return ImportLimits(max_bytes=MAX_UPLOAD_BYTES, max_depth=MAX_JSON_DEPTH, max_tokens=MAX_NEW_TOKENS,
+                        max_prompt_tokens=MAX_PROMPT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
+                        names={"max_bytes": "SPECDEC_MAX_UPLOAD_MB", "max_depth": "SPECDEC_MAX_JSON_DEPTH",
+                               "max_tokens": "SPECDEC_MAX_NEW_TOKENS",
+                               "max_prompt_tokens": "SPECDEC_MAX_PROMPT_TOKENS",
+                               "max_prompt_chars": "SPECDEC_MAX_PROMPT_CHARS"})
 
 
 def describe() -> dict[str, int | float]:

@@ -4,9 +4,8 @@ Safety by default: never `trust_remote_code`, safetensors weights only. Offline 
 the bundled pair in `assets/models/` loads from disk; hub presets load only when asked for, and
 fail fast with a clear message when the hub cannot be reached.
 
-Loaded pairs are shared by every request and kept in a least-recently-used cache of at most
-`limits.MAX_PAIRS` pairs (SPECDEC_MAX_PAIRS); the bundled pair is pinned and never evicted. An
-evicted pair's memory returns once the last run using it ends.
+A loaded pair is read-only and may be shared between threads. Which pairs a server keeps loaded,
+and how many, is the server's business (`specdec.app.pairs`).
 """
 
 from __future__ import annotations
@@ -17,13 +16,10 @@ import gc
 import os
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-from . import limits
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 BUNDLED = "bundled"
@@ -110,17 +106,15 @@ class ModelPair:
 
     # -------------------------------------------------------------- text <-> ids
     def encode(self, prompt) -> tuple[str, list[int]]:
-        """(text, ids) of a prompt given as text or as ids. ValueError when it is longer than
-        `limits.MAX_PROMPT_TOKENS` (SPECDEC_MAX_PROMPT_TOKENS) or an id is not in the vocabulary."""
+        """(text, ids) of a prompt given as text or as ids; ValueError when an id is not in the
+        vocabulary. (How long a prompt fits is the models' context: see `decoding.check_request`.)"""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("this pair has no tokenizer: pass token ids")
             with self._tokenizer_lock:
                 ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            _check_prompt_length(len(ids))
             return prompt, ids
         ids = [int(t) for t in prompt]
-        _check_prompt_length(len(ids))
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise ValueError(f"token id {bad} is not in the vocabulary (ids 0 to {self.vocab_size - 1})")
@@ -150,12 +144,6 @@ class ModelPair:
                 "draft": display_name(self.draft_name),
                 "device": self.device, "dtype": str(self.dtype).replace("torch.", ""),
                 "vocab_size": self.vocab_size, "context_length": self.context_length}
-
-
-def _check_prompt_length(n: int) -> None:
-    if n > limits.MAX_PROMPT_TOKENS:
-        raise ValueError(f"the prompt is {n} tokens; this server takes prompts of at most {limits.MAX_PROMPT_TOKENS} "
-                         "tokens (SPECDEC_MAX_PROMPT_TOKENS): shorten it")
 
 
 def _logit_size(model) -> int:
@@ -265,84 +253,7 @@ def _in_hub_cache(*names: str) -> bool:
     return all(isinstance(try_to_load_from_cache(n, "config.json"), str) for n in names)
 
 
-# ---------------------------------------------------------------- pairs loaded once per process
-
-PINNED = frozenset({BUNDLED})              # never evicted
-_LOADED: OrderedDict[str, ModelPair] = OrderedDict()   # least recently used first
-_CACHE = threading.Lock()                  # guards _LOADED (held for dict operations only)
-_LOADING = threading.Lock()                # one load at a time (a load can take minutes)
-
-
-def get_pair(key: str = BUNDLED) -> ModelPair:
-    """The pair of a preset key, loaded on first use and shared (read-only) by every request.
-
-    At most `limits.MAX_PAIRS` pairs stay loaded: before a new pair loads, the least recently
-    used pairs that are not pinned are evicted (so peak memory stays within the limit); the
-    bundled pair is pinned, and one pair that is not pinned may always load.
-    """
-    if key not in PRESETS:
-        raise ModelLoadError(f"unknown model pair {key!r}; choose one of: {', '.join(PRESETS)}")
-    pair = _cached(key)
-    if pair is not None:
-        return pair
-    with _LOADING:
-        pair = _cached(key)
-        if pair is not None:
-            return pair
-        _evict(room_for=1)
-        pair = load_pair(preset=key)
-        with _CACHE:
-            _LOADED[key] = pair
-        return pair
-
-
-def _cached(key: str) -> ModelPair | None:
-    with _CACHE:
-        pair = _LOADED.get(key)
-        if pair is not None:
-            _LOADED.move_to_end(key)
-        return pair
-
-
-def _evict(room_for: int = 0) -> list[str]:
-    """Evict least recently used pairs that are not pinned until `room_for` more fit the limit."""
-    evicted = []
-    with _CACHE:
-        pinned = sum(k in PINNED for k in _LOADED)
-        keep = max(limits.MAX_PAIRS, pinned + room_for) - room_for
-        for key in list(_LOADED):
-            if len(_LOADED) <= keep:
-                break
-            if key not in PINNED:
-                del _LOADED[key]
-                evicted.append(key)
-    if evicted:
-        release_memory()
-    return evicted
-
-
-def unload_pair(key: str) -> bool:
-    """Drop a pair from the cache (pinned ones too); True if it was loaded. Its memory returns
-    once no run holds it."""
-    with _CACHE:
-        pair = _LOADED.pop(key, None)
-    if pair is None:
-        return False
-    del pair
-    release_memory()
-    return True
-
-
-def loaded_pairs() -> list[str]:
-    """Keys of the loaded pairs, least recently used first."""
-    with _CACHE:
-        return list(_LOADED)
-
-
-def is_loaded(key: str) -> bool:
-    with _CACHE:
-        return key in _LOADED
-
+# ---------------------------------------------------------------- memory
 
 def release_memory() -> None:
     """Hand freed memory back: collect cycles, empty the CUDA cache, and ask glibc to return
@@ -366,21 +277,6 @@ def _malloc_trim():
         except (OSError, AttributeError):   # not glibc (macOS, musl): nothing to trim
             _TRIM.append(None)
     return _TRIM[0]
-
-
-def preload(key: str = BUNDLED, then=None) -> threading.Thread:
-    """Load a pair in the background at start-up so the first request does not wait for it;
-    `then(pair)` runs after loading (the app warms the decoders up with it)."""
-    def work():
-        try:
-            pair = get_pair(key)
-        except ModelLoadError:
-            return   # reported when a request asks for it
-        if then is not None:
-            then(pair)
-    thread = threading.Thread(target=work, daemon=True, name="specdec-preload")
-    thread.start()
-    return thread
 
 
 def context_of(key: str) -> int | None:

@@ -1,21 +1,17 @@
 """The settings of one run, typed and checked in one place.
 
 `RunSettings` is what a run was asked to do: the decoder reads it, the trace stores it, the app,
-the CLI and the bench build it. Its limits (`MAX_GAMMA`, `MAX_NEW_TOKENS`) come from `specdec.limits`
-(each set by an environment variable there); `validate` turns a bad value into a message a user can
-act on (ValueError).
+the CLI and the bench build it. `validate` turns a bad value into a message that names the setting
+(ValueError). How large a run may be is not the library's business: a server bounds what it accepts
+where a request enters (`specdec.app.limits`), and a library caller asks for what they need.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from . import limits
 from .checks import seed, whole_number
 from .sampling import Rule, SamplingConfig
-
-MAX_GAMMA = limits.MAX_GAMMA            # SPECDEC_MAX_GAMMA
-MAX_NEW_TOKENS = limits.MAX_NEW_TOKENS  # SPECDEC_MAX_NEW_TOKENS
 
 SPECULATIVE = "speculative"
 AUTOREGRESSIVE = "autoregressive"
@@ -53,8 +49,8 @@ class RunSettings:
         """Raise ValueError with a message a user can act on; return self when all is well."""
         if self.mode not in (SPECULATIVE, AUTOREGRESSIVE):
             raise ValueError(f"unknown mode {self.mode!r}: choose {SPECULATIVE!r} or {AUTOREGRESSIVE!r}")
-        whole_number(self.gamma, "gamma (drafts per round)", 1, MAX_GAMMA, strict=True)
-        whole_number(self.max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS, strict=True)
+        whole_number(self.gamma, "gamma (drafts per round)", 1, strict=True)
+        whole_number(self.max_new_tokens, "max new tokens", 1, strict=True)
         seed(self.seed, strict=True)
         if self.drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(map(repr, DRAFTERS))}")

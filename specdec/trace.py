@@ -17,7 +17,7 @@ import numpy as np
 
 from .sampling import Rule
 from .settings import RunSettings
-from .validate import SCHEMA, check_trace, load_json
+from .validate import SCHEMA, ImportLimits, check_trace, load_json
 
 SCHEMA_VERSION = 2   # the version written; validate.VERSIONS are the versions read
 TOP_N = 20   # tokens kept per distribution (the union of p's and q's top-N at a drafted position)
@@ -270,8 +270,8 @@ class Generation:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     @classmethod
-    def from_dict(cls, d: dict) -> Generation:
-        check_trace(d)   # schema, version, types, ranges, consistency: the first thing wrong, by name
+    def from_dict(cls, d: dict, limits: ImportLimits | None = None) -> Generation:
+        check_trace(d, limits)   # schema, version, types, ranges, consistency: the first thing wrong, by name
         try:
             rounds = [_round_from_dict(r) for r in d["rounds"]]
             known = {f.name for f in fields(cls)}
@@ -287,8 +287,8 @@ class Generation:
             raise ValueError(f"malformed specdec trace: {err}") from None
 
     @classmethod
-    def from_json(cls, text: str) -> Generation:
-        return cls.from_dict(load_json(text))   # size and nesting depth bounded before parsing
+    def from_json(cls, text: str, limits: ImportLimits | None = None) -> Generation:
+        return cls.from_dict(load_json(text, limits), limits)   # size and nesting depth bounded before parsing
 
     # -------------------------------------------------------------- helpers for readers
     def token(self, token_id: int) -> str:

@@ -29,10 +29,11 @@ from . import charts, housekeeping, limits
 from .checks import number, whole_number
 from .checks import seed as seed_number
 from .decoding import autoregressive_generate, speculative_generate
-from .models import BUNDLED, PRESETS, ModelLoadError, context_of, get_pair, is_loaded
+from .models import BUNDLED, PRESETS, ModelLoadError, context_of
+from .pairs import get_pair, is_loaded
 from .sampling import Rule, SamplingConfig
 from .serving import user_message
-from .settings import DRAFTERS, MAX_GAMMA, MAX_NEW_TOKENS, RunSettings
+from .settings import DRAFTERS, RunSettings
 from .trace import LOOKS, MAX_NOTE, MAX_TITLE, Ending, Generation, Status, cap_text
 from .validate import read_trace_file
 
@@ -62,7 +63,6 @@ EXAMPLES = [   # prompt, drafter, gamma, temperature
     ["the king, the king, the king, the king, the king, the king, the", "ngram", 8, 1.0],
     ["HAMLET:\nWhat a piece of work is a man!", "model", 4, 0.0],
 ]
-MAX_PROMPT_CHARS = limits.MAX_PROMPT_CHARS
 
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
 STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
@@ -88,10 +88,6 @@ def warm_up(pair) -> None:
     autoregressive_generate(pair, DEFAULT_PROMPT, max_new_tokens=8)
 
 
-def _bundled_context() -> int:
-    return context_of(BUNDLED) or MAX_NEW_TOKENS
-
-
 # ---------------------------------------------------------------- input checks
 
 def _error(msg: str) -> gr.Error:
@@ -104,20 +100,20 @@ def parse_request(prompt, preset, drafter, gamma, max_new_tokens, temperature, t
     user can act on."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise _error("The prompt is empty: type at least one word.")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise _error(f"The prompt is {len(prompt)} characters long; keep it under {MAX_PROMPT_CHARS}.")
+    if len(prompt) > limits.MAX_PROMPT_CHARS:
+        raise _error(f"The prompt is {len(prompt)} characters long; keep it under {limits.MAX_PROMPT_CHARS}.")
     if preset not in PRESETS:
         raise _error(f"Unknown model pair {preset!r}; choose one of: {', '.join(PRESETS)}.")
     try:
         settings = RunSettings(
-            gamma=whole_number(gamma, "γ (drafts per round)", 1, MAX_GAMMA),
-            max_new_tokens=whole_number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS),
+            gamma=whole_number(gamma, "γ (drafts per round)", 1),
+            max_new_tokens=whole_number(max_new_tokens, "max new tokens", 1),
             sampling=SamplingConfig(temperature=number(temperature, "temperature"),
                                     top_k=whole_number(top_k, "top-k", 0), top_p=number(top_p, "top-p")),
             seed=seed_number(seed),
             rule=Rule.SKIP_ADJUSTMENT if skip_adjustment else Rule.EXACT,
             drafter=drafter if isinstance(drafter, str) else repr(drafter))
-        settings.validate()
+        limits.check_run(settings.validate())
     except ValueError as err:
         raise _error(f"{str(err)[:1].upper()}{str(err)[1:]}.") from None
     return prompt, preset, settings
@@ -317,7 +313,9 @@ def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: threadi
 
     def work():
         try:
-            gen = speculative_generate(get_pair(preset), prompt, settings=settings, on_round=on_round)
+            pair = get_pair(preset)
+            limits.check_prompt_tokens(len(pair.encode(prompt)[1]))
+            gen = speculative_generate(pair, prompt, settings=settings, on_round=on_round)
             out.put(("done", gen))
         except _Cancelled:
             out.put(("cancelled", None))
@@ -432,11 +430,11 @@ def import_trace(file) -> dict:
         raise _error("Choose a specdec trace (.json) to import.")
     path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
     try:
-        text = read_trace_file(path)   # refused by its size before it is read
+        text = read_trace_file(path, limits.import_limits())   # refused by its size before it is read
     except ValueError as err:
         raise _error(f"Not a valid specdec trace: {err}") from None
     try:
-        gen = Generation.from_json(text)
+        gen = Generation.from_json(text, limits.import_limits())
     except ValueError as err:
         raise _error(f"Not a valid specdec trace: {err}") from None
     if not gen.settings.speculative or not gen.rounds:
@@ -483,10 +481,10 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
 
 def max_new_for(preset_key, current):
     """A pair's context caps max new tokens; hub pairs (context unknown before loading) allow
-    up to MAX_NEW_TOKENS and are checked when they run."""
+    up to SPECDEC_MAX_NEW_TOKENS and are checked when they run."""
     limit = limits.max_new_tokens_for(context_of(preset_key))
     info = (f"The bundled pair's context is {limit} tokens (prompt included)." if preset_key == BUNDLED
-            else f"Up to {MAX_NEW_TOKENS}, within the models' context.")
+            else f"Up to {limits.MAX_NEW_TOKENS}, within the models' context.")
     value = current if isinstance(current, (int, float)) and current <= limit else min(64, limit)
     return gr.update(maximum=limit, value=value, info=info)
 
@@ -522,7 +520,8 @@ def build_app() -> gr.Blocks:
                                                elem_id="skip-adjustment")
                         v.compare = gr.Checkbox(False, label="compare with autoregressive", elem_id="compare-ar")
                 with gr.Column(scale=1):
-                    v.gamma = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ (drafts per round)", elem_id="gamma")
+                    v.gamma = gr.Slider(1, limits.MAX_GAMMA, value=4, step=1, label="γ (drafts per round)",
+                                        elem_id="gamma")
                     most = limits.max_new_tokens_for(context)
                     v.max_new = gr.Slider(1, most, value=min(64, most), step=1,
                                         label="max new tokens",

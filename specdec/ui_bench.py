@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import torch
 
+    from . import limits
     from .checks import whole_number
     from .models import BUNDLED, load_pair
     from .settings import RunSettings
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     whole_number(args.threads, "--threads", 1)
     settings = [RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, seed=args.seed + k).validate()
                 for k in range(args.repeats)]
+    for s in settings:
+        limits.check_run(s)
     torch.set_num_threads(args.threads)   # this process is the benchmark: the global count is ours
 
     t0 = time.perf_counter()

@@ -12,8 +12,9 @@ drawn: ids inside the vocabulary; every probability finite and in [0, 1]; every 
 distribution adding up to 1 (within MASS_TOL); p(x), q(x), p/q and beta agreeing with the
 stored rows; statuses and n_accepted agreeing with u < p/q and with gamma; each round's emitted
 tokens being its accepted drafts then its drawn token; the run's tokens being the rounds'
-emitted tokens; the statistics counting what the rounds hold; and the run-size limits of
-`specdec.limits` (rounds, tokens, prompt length).
+emitted tokens; the statistics counting what the rounds hold; and the size bounds it is given
+(`ImportLimits`: bytes, depth, rounds, tokens, prompt length). The library's own bounds are
+generous; a server passes its limits, named by its environment variables (`specdec.app.limits`).
 
 Schema 1 traces (no tail split, `end_rule` instead of `ending`) pass the checks that apply to them.
 """
@@ -24,11 +25,12 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import limits
 from .checks import is_whole
 
 SCHEMA = "specdec.trace"
@@ -40,7 +42,24 @@ MAX_IDS = 4096       # ids kept per stored distribution (the decoder keeps at mo
 MAX_TEXT = 100_000   # characters of a free-text field (label, title, note, token text)
 MAX_ID = 2**31 - 1   # the vocabulary bound when a trace does not say its vocabulary size
 
-__all__ = ["read_trace_file", "load_json", "check_trace", "json_depth", "SCHEMA", "VERSIONS"]
+__all__ = ["ImportLimits", "read_trace_file", "load_json", "check_trace", "json_depth", "SCHEMA", "VERSIONS"]
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """How large an imported trace may be. The defaults bound only what no real trace comes near
+    (a trace nests 5 deep); a server passes its own limits, and `names` says what a message calls
+    each bound (the server's environment variables; by default the field's own name)."""
+
+    max_bytes: int = 1_000_000_000
+    max_depth: int = 16
+    max_tokens: int = 1 << 20            # generated tokens, and rounds
+    max_prompt_tokens: int = 1 << 22
+    max_prompt_chars: int = 1 << 24
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def name(self, bound: str) -> str:
+        return self.names.get(bound, bound)
 
 
 # ---------------------------------------------------------------- bytes and JSON
@@ -49,20 +68,20 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
-def _too_big(size: int, max_bytes: int) -> str:
-    return (f"the file is {_mb(size)}; this server imports traces up to {_mb(max_bytes)} "
-            "(SPECDEC_MAX_UPLOAD_MB)")
+def _too_big(size: int, lim: ImportLimits) -> str:
+    return (f"the file is {_mb(size)}; traces are imported up to {_mb(lim.max_bytes)} here "
+            f"({lim.name('max_bytes')})")
 
 
-def read_trace_file(path, max_bytes: int | None = None) -> str:
+def read_trace_file(path, lim: ImportLimits | None = None) -> str:
     """The text of an uploaded trace, refused by its size BEFORE it is read (ValueError)."""
-    max_bytes = limits.MAX_UPLOAD_BYTES if max_bytes is None else max_bytes
+    lim = lim or ImportLimits()
     try:
         size = os.stat(path).st_size
     except (OSError, TypeError, ValueError) as err:
         raise ValueError(f"could not read the file: {getattr(err, 'strerror', None) or err}") from None
-    if size > max_bytes:
-        raise ValueError(_too_big(size, max_bytes))
+    if size > lim.max_bytes:
+        raise ValueError(_too_big(size, lim))
     try:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -86,28 +105,27 @@ def json_depth(text: str) -> int:
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
-def load_json(text, max_bytes: int | None = None, max_depth: int | None = None) -> dict:
+def load_json(text, lim: ImportLimits | None = None) -> dict:
     """Parse a trace's JSON text (str or bytes) safely: refused (ValueError with a message a person
-    can act on) when over `max_bytes` (default SPECDEC_MAX_UPLOAD_MB), nested deeper than
-    `max_depth` (default SPECDEC_MAX_JSON_DEPTH), not JSON, or not a JSON object."""
-    max_bytes = limits.MAX_UPLOAD_BYTES if max_bytes is None else max_bytes
-    max_depth = limits.MAX_JSON_DEPTH if max_depth is None else max_depth
+    can act on) when over `lim.max_bytes`, nested deeper than `lim.max_depth`, not JSON, or not a
+    JSON object."""
+    lim = lim or ImportLimits()
     if isinstance(text, (bytes, bytearray)):
-        if len(text) > max_bytes:
-            raise ValueError(_too_big(len(text), max_bytes))
+        if len(text) > lim.max_bytes:
+            raise ValueError(_too_big(len(text), lim))
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise ValueError("the file is not UTF-8 text (a specdec trace is a JSON file)") from None
     if not isinstance(text, str):
         raise ValueError(f"expected the JSON text of a trace, got {type(text).__name__}")
-    size = len(text) if len(text) * 4 <= max_bytes else len(text.encode("utf-8"))
-    if size > max_bytes:
-        raise ValueError(_too_big(size, max_bytes))
+    size = len(text) if len(text) * 4 <= lim.max_bytes else len(text.encode("utf-8"))
+    if size > lim.max_bytes:
+        raise ValueError(_too_big(size, lim))
     depth = json_depth(text)
-    if depth > max_depth:
-        raise ValueError(f"the JSON is nested {depth} levels deep; a specdec trace nests at most {max_depth} "
-                         "(SPECDEC_MAX_JSON_DEPTH): this is not a specdec trace")
+    if depth > lim.max_depth:
+        raise ValueError(f"the JSON is nested {depth} levels deep; a specdec trace nests at most {lim.max_depth} "
+                         f"({lim.name('max_depth')}): this is not a specdec trace")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -459,18 +477,18 @@ def _stats(s, where: str, gen: dict, ctx: dict) -> None:
 _TOP = ("schema", "version", "prompt", "prompt_ids", "token_ids", "text", "rounds", "stats", "settings", "models")
 
 
-def check_trace(data) -> None:
+def check_trace(data, lim: ImportLimits | None = None) -> None:
     """Raise ValueError naming the first thing wrong with a parsed trace; return None when it may
     be built and shown. Call it before any object is built from `data`."""
     try:
-        _check(data)
+        _check(data, lim or ImportLimits())
     except _Bad as err:
         raise ValueError(str(err)) from None
     except RecursionError:
         raise ValueError("the trace is nested too deeply") from None
 
 
-def _check(d) -> None:
+def _check(d, lim: ImportLimits) -> None:
     from .sampling import Rule
 
     if not isinstance(d, dict):
@@ -492,16 +510,16 @@ def _check(d) -> None:
     for key in ("label", "target", "draft", "device", "dtype"):
         if key in models:
             _text(models[key], f"models.{key}", 1000)
-    _text(d["prompt"], "prompt", limits.MAX_PROMPT_CHARS * 4)   # a typed prompt, or the text of given ids
-    _ids(d["prompt_ids"], "prompt_ids", vocab, limits.MAX_PROMPT_TOKENS, "SPECDEC_MAX_PROMPT_TOKENS")
-    token_ids = _ids(d["token_ids"], "token_ids", vocab, limits.MAX_NEW_TOKENS, "SPECDEC_MAX_NEW_TOKENS")
+    _text(d["prompt"], "prompt", lim.max_prompt_chars * 4)   # a typed prompt, or the text of given ids
+    _ids(d["prompt_ids"], "prompt_ids", vocab, lim.max_prompt_tokens, lim.name("max_prompt_tokens"))
+    token_ids = _ids(d["token_ids"], "token_ids", vocab, lim.max_tokens, lim.name("max_tokens"))
     _text(d["text"], "text", MAX_TEXT * 10)
     settings = _settings(d["settings"], "settings")
     if len(token_ids) > settings.max_new_tokens:
         _fail("token_ids", f"has {len(token_ids)} tokens, but the run asked for at most {settings.max_new_tokens}")
     if d.get("eos_token_id") is not None:
         _id(d["eos_token_id"], "eos_token_id", vocab)
-    rounds = _list(d["rounds"], "rounds", limits.MAX_NEW_TOKENS, "SPECDEC_MAX_NEW_TOKENS")
+    rounds = _list(d["rounds"], "rounds", lim.max_tokens, lim.name("max_tokens"))
     ctx = dict(vocab=vocab, version=version, rule=Rule(settings.rule), gamma=settings.gamma, tokens=0, drafted=0,
                tested=0, accepted=0, speculative=settings.speculative)
     if rounds and not settings.speculative:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from specdec.models import BUNDLED, context_of
 from specdec.trace import Generation
-from specdec.ui import MAIN_OUTPUTS, _bundled_context, api_outputs
+from specdec.ui import MAIN_OUTPUTS, api_outputs
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
@@ -113,7 +114,7 @@ def test_compare_with_autoregressive(client):
     assert "measured speedup" in out["metrics"]
 
 
-CONTEXT = _bundled_context()
+CONTEXT = context_of(BUNDLED)
 
 
 # Out-of-range slider values are refused by Gradio itself ("greater than maximum"), the rest by the app.

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from specdec import lab, limits, serving, settings
+from specdec import lab, limits, serving
 from specdec.__main__ import main
 
 gr = pytest.importorskip("gradio")
@@ -32,8 +32,18 @@ def test_every_limit_has_a_documented_variable_and_a_default():
     for name in names:
         assert name in limits.__doc__, f"{name} is not documented in specdec/limits.py"
     assert limits.MAX_NEW_TOKENS == 1024 and limits.MAX_GAMMA == 16 and limits.MAX_PAIRS == 2
-    assert settings.MAX_GAMMA == limits.MAX_GAMMA and settings.MAX_NEW_TOKENS == limits.MAX_NEW_TOKENS
-    assert lab.MAX_SAMPLES == limits.MAX_LAB_SAMPLES
+
+
+def test_the_library_keeps_no_copy_of_a_limit():
+    """Limits are enforced where requests enter, read when a request comes: no library module
+    holds a copy that a changed limit would leave stale."""
+    import specdec.lab
+    import specdec.models
+    import specdec.settings
+    import specdec.validate
+
+    for module in (specdec.settings, specdec.models, specdec.lab, specdec.validate):
+        assert not hasattr(module, "limits") and not hasattr(module, "MAX_GAMMA"), module.__name__
 
 
 def test_a_variable_sets_its_limit():
@@ -57,12 +67,27 @@ def test_the_max_new_tokens_slider_maximum_leaves_room_for_the_prompt():
     assert limits.max_new_tokens_for(1) == 1
 
 
-def test_prompts_over_the_token_limit_are_refused_by_the_pair(bundled, monkeypatch):
+def test_prompts_over_the_token_limit_are_refused_where_requests_enter(bundled, monkeypatch):
+    """The server's prompt limit is checked by the app and the CLI; the library's pair encodes any
+    prompt (the models' context bounds a run) and refuses only ids outside the vocabulary."""
     monkeypatch.setattr(limits, "MAX_PROMPT_TOKENS", 5)
+    text, ids = bundled.encode("To be, or not to be, that is the question")
+    assert len(ids) > 5
     with pytest.raises(ValueError, match=r"at most 5 tokens \(SPECDEC_MAX_PROMPT_TOKENS\)"):
-        bundled.encode("To be, or not to be, that is the question")
+        limits.check_prompt_tokens(len(ids))
     with pytest.raises(ValueError, match="not in the vocabulary"):
         bundled.encode([1, 2, 10**9])
+
+
+def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatch):
+    from specdec.settings import RunSettings
+
+    monkeypatch.setattr(limits, "MAX_GAMMA", 3)   # read when the request comes: never a stale copy
+    RunSettings(gamma=8).validate()                # the library takes it
+    with pytest.raises(ValueError, match=r"gamma \(drafts per round\) must be a whole number from 1 to 3, got 8 "
+                                         r"\(this server's SPECDEC_MAX_GAMMA\)"):
+        limits.check_run(RunSettings(gamma=8))
+    assert main(["generate", "--prompt", "x", "--gamma", "8"]) == 2   # the CLI keeps the same limits
 
 
 # ---------------------------------------------------------------- number inputs through Gradio
@@ -166,18 +191,32 @@ def test_other_failures_name_the_error_without_server_paths():
 TABLE = ["a", "b"], [0.5, 0.5], [0.5, 0.5]
 
 
-@pytest.mark.parametrize("samples, seed, words", [
-    ("abc", 0, "must be a whole number from 1 to 1,000,000, got 'abc'"),
+@pytest.mark.parametrize("samples, seed, words", [   # the library's own bounds; the tab and CLI add the limit
+    ("abc", 0, "the number of samples must be a whole number of at least 1, got 'abc'"),
     (float("nan"), 0, "got nan"),
     (2.5, 0, "got 2.5"),
     (None, 0, "is empty"),
-    (0, 0, "from 1 to"),
+    (0, 0, "of at least 1"),
     (100, 2**70, "seed must be a whole number from 0 to 9,223,372,036,854,775,807"),
     (100, -1, "seed"),
 ])
 def test_lab_numbers_are_refused_with_their_name(samples, seed, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):
         lab.run(*TABLE, samples, seed)
+
+
+def test_the_lab_samples_limit_is_kept_by_the_tab_and_the_cli(capsys, monkeypatch):
+    import pandas as pd
+
+    from specdec import lab_ui
+
+    monkeypatch.setattr(limits, "MAX_LAB_SAMPLES", 500)
+    table = pd.DataFrame({"token": ["a", "b"], "p": [0.5, 0.5], "q": [0.5, 0.5]})
+    with pytest.raises(gr.Error, match="Samples per rule must be a whole number from 1 to 500, got 1,000"):
+        lab_ui.run_lab(table, 1000, 0)
+    assert main(["lab", "--samples", "1000"]) == 2
+    assert "SPECDEC_MAX_LAB_SAMPLES" in capsys.readouterr().err
+    assert lab.run(*TABLE, 1000, 0).n == 1000   # the library itself has no such limit
 
 
 def test_lab_weights_too_large_to_sum_are_normalised_not_called_massless():

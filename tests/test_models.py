@@ -67,20 +67,20 @@ def test_pairs_with_different_tokenizers_are_refused(tmp_path):
 @pytest.fixture
 def fake_loads(monkeypatch):
     """get_pair with a loader that makes a small object per preset and counts the loads."""
-    import specdec.models as models
+    import specdec.pairs as pairs
 
     loads = []
 
     def fake_load_pair(preset=None, **_):
         loads.append(preset)
         return object()
-    monkeypatch.setattr(models, "load_pair", fake_load_pair)
-    monkeypatch.setattr(models, "_LOADED", type(models._LOADED)())
+    monkeypatch.setattr(pairs, "load_pair", fake_load_pair)
+    monkeypatch.setattr(pairs, "_LOADED", type(pairs._LOADED)())
     return loads
 
 
 def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads, monkeypatch):
-    import specdec.models as models
+    import specdec.pairs as models
 
     monkeypatch.setattr(models.limits, "MAX_PAIRS", 2)
     bundled = models.get_pair("bundled")
@@ -94,7 +94,7 @@ def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads,
 
 
 def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_loads, monkeypatch):
-    import specdec.models as models
+    import specdec.pairs as models
 
     monkeypatch.setattr(models.limits, "MAX_PAIRS", 1)
     models.get_pair("bundled")
@@ -105,8 +105,9 @@ def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_
 
 def test_a_failed_load_leaves_the_cache_as_it_was(monkeypatch):
     import specdec.models as models
+    import specdec.pairs as pairs
 
-    monkeypatch.setattr(models, "_LOADED", type(models._LOADED)())
+    monkeypatch.setattr(pairs, "_LOADED", type(pairs._LOADED)())
 
     def no_memory(*_a, **_k):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
@@ -116,8 +117,8 @@ def test_a_failed_load_leaves_the_cache_as_it_was(monkeypatch):
     monkeypatch.setattr(models, "_in_hub_cache", lambda *names: True)
     monkeypatch.setattr(models, "_is_offline", lambda: True)
     with pytest.raises(ModelLoadError, match="not enough memory on this server to load"):
-        models.get_pair("gpt2")
-    assert models.loaded_pairs() == []
+        pairs.get_pair("gpt2")
+    assert pairs.loaded_pairs() == []
 
 
 def test_describe_names_models_never_server_paths(bundled):

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from specdec import limits, validate
+from specdec import limits
 from specdec.decoding import speculative_generate
 from specdec.sampling import Rule, SamplingConfig
-from specdec.validate import check_trace, json_depth, load_json, read_trace_file
+from specdec.validate import ImportLimits, check_trace, json_depth, load_json, read_trace_file
 
 PROMPT = "To be, or not to be"
 
@@ -34,9 +34,9 @@ def bad(good: dict, change) -> dict:
     return d
 
 
-def refused(d: dict, *fragments: str) -> str:
+def refused(d: dict, *fragments: str, lim: ImportLimits | None = None) -> str:
     with pytest.raises(ValueError) as err:
-        check_trace(d)
+        check_trace(d, lim)
     msg = str(err.value)
     for f in fragments:
         assert f in msg, msg
@@ -89,12 +89,16 @@ def test_not_json():
 
 
 def test_too_big_is_refused_before_parsing(tmp_path):
-    with pytest.raises(ValueError, match=r"this server imports traces up to 1\.0 kB \(SPECDEC_MAX_UPLOAD_MB\)"):
-        load_json("[" + "0," * 2000 + "0]", max_bytes=1000)
+    """The library names the bound by its argument; a server's limits name its variable."""
+    with pytest.raises(ValueError, match=r"traces are imported up to 1\.0 kB here \(max_bytes\)"):
+        load_json("[" + "0," * 2000 + "0]", ImportLimits(max_bytes=1000))
+    served = ImportLimits(max_bytes=1000, names={"max_bytes": "SPECDEC_MAX_UPLOAD_MB"})
+    with pytest.raises(ValueError, match=r"up to 1\.0 kB here \(SPECDEC_MAX_UPLOAD_MB\)"):
+        load_json("[" + "0," * 2000 + "0]", served)
     big = tmp_path / "big.json"
     big.write_bytes(b" " * 5000)
     with pytest.raises(ValueError, match="the file is 5.0 kB"):
-        read_trace_file(big, max_bytes=1000)
+        read_trace_file(big, ImportLimits(max_bytes=1000))
 
 
 def test_deep_nesting_is_refused_without_recursion():
@@ -176,13 +180,14 @@ def test_n_accepted_above_gamma(good):
 
 
 def test_rounds_over_the_limit(good, monkeypatch):
-    monkeypatch.setattr(limits, "MAX_NEW_TOKENS", 3)
-    refused(good, "has", "at most 3 here (SPECDEC_MAX_NEW_TOKENS)")
+    refused(good, "has", "at most 3 here (max_tokens)", lim=ImportLimits(max_tokens=3))
+    monkeypatch.setattr(limits, "MAX_NEW_TOKENS", 3)   # the server's limits, read when the import comes
+    refused(good, "has", "at most 3 here (SPECDEC_MAX_NEW_TOKENS)", lim=limits.import_limits())
 
 
 def test_prompt_over_the_limit(good, monkeypatch):
     monkeypatch.setattr(limits, "MAX_PROMPT_TOKENS", 2)
-    refused(good, "prompt_ids has", "at most 2 here (SPECDEC_MAX_PROMPT_TOKENS)")
+    refused(good, "prompt_ids has", "at most 2 here (SPECDEC_MAX_PROMPT_TOKENS)", lim=limits.import_limits())
 
 
 def test_bad_settings(good):
@@ -259,8 +264,11 @@ def test_message_names_only_the_first_problem(good):
     assert "rounds[1]" not in msg
 
 
-def test_default_limits_are_the_documented_ones():
-    assert validate.limits.MAX_JSON_DEPTH == limits.MAX_JSON_DEPTH
+def test_the_servers_import_limits_are_the_documented_ones():
+    served = limits.import_limits()
+    assert served.max_depth == limits.MAX_JSON_DEPTH and served.max_bytes == limits.MAX_UPLOAD_BYTES
+    assert served.max_tokens == limits.MAX_NEW_TOKENS and served.name("max_bytes") == "SPECDEC_MAX_UPLOAD_MB"
+    assert ImportLimits().max_depth == limits.MAX_JSON_DEPTH   # a real trace nests 5 deep: 16 either way
     assert "SPECDEC_MAX_UPLOAD_MB" in limits.__doc__ and "SPECDEC_MAX_PAIRS" in limits.__doc__
 
 

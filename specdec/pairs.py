@@ -1,0 +1,95 @@
+"""The model pairs a server keeps loaded: each preset loaded once, shared (read-only) by every
+request, at most SPECDEC_MAX_PAIRS of them in memory.
+
+A least-recently-used cache: before a new pair loads, the least recently used pairs that are not
+pinned are evicted, so peak memory stays within the limit. The bundled pair is pinned and never
+evicted. An evicted pair's memory returns once the last run using it ends. The limit is read at
+each load (`limits.MAX_PAIRS`), never copied.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from . import limits
+from .models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, release_memory
+
+PINNED = frozenset({BUNDLED})              # never evicted
+_LOADED: OrderedDict[str, ModelPair] = OrderedDict()   # least recently used first
+_CACHE = threading.Lock()                  # guards _LOADED (held for dict operations only)
+_LOADING = threading.Lock()                # one load at a time (a load can take minutes)
+
+
+def get_pair(key: str = BUNDLED) -> ModelPair:
+    """The pair of a preset key, loaded on first use and shared (read-only) by every request.
+
+    At most `limits.MAX_PAIRS` pairs stay loaded: before a new pair loads, the least recently
+    used pairs that are not pinned are evicted (so peak memory stays within the limit); the
+    bundled pair is pinned, and one pair that is not pinned may always load.
+    """
+    if key not in PRESETS:
+        raise ModelLoadError(f"unknown model pair {key!r}; choose one of: {', '.join(PRESETS)}")
+    pair = _cached(key)
+    if pair is not None:
+        return pair
+    with _LOADING:
+        pair = _cached(key)
+        if pair is not None:
+            return pair
+        _evict(room_for=1)
+        pair = load_pair(preset=key)
+        with _CACHE:
+            _LOADED[key] = pair
+        return pair
+
+
+def _cached(key: str) -> ModelPair | None:
+    with _CACHE:
+        pair = _LOADED.get(key)
+        if pair is not None:
+            _LOADED.move_to_end(key)
+        return pair
+
+
+def _evict(room_for: int = 0) -> list[str]:
+    """Evict least recently used pairs that are not pinned until `room_for` more fit the limit."""
+    evicted = []
+    with _CACHE:
+        pinned = sum(k in PINNED for k in _LOADED)
+        keep = max(limits.MAX_PAIRS, pinned + room_for) - room_for
+        for key in list(_LOADED):
+            if len(_LOADED) <= keep:
+                break
+            if key not in PINNED:
+                del _LOADED[key]
+                evicted.append(key)
+    if evicted:
+        release_memory()
+    return evicted
+
+
+def loaded_pairs() -> list[str]:
+    """Keys of the loaded pairs, least recently used first."""
+    with _CACHE:
+        return list(_LOADED)
+
+
+def is_loaded(key: str) -> bool:
+    with _CACHE:
+        return key in _LOADED
+
+
+def preload(key: str = BUNDLED, then=None) -> threading.Thread:
+    """Load a pair in the background at start-up so the first request does not wait for it;
+    `then(pair)` runs after loading (the app warms the decoders up with it)."""
+    def work():
+        try:
+            pair = get_pair(key)
+        except ModelLoadError:
+            return   # reported when a request asks for it
+        if then is not None:
+            then(pair)
+    thread = threading.Thread(target=work, daemon=True, name="specdec-preload")
+    thread.start()
+    return thread
