@@ -22,10 +22,13 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from . import bench, lab, limits, ui_bench  # noqa: E402  (after the environment: transformers reads it on import)
 from .checks import whole_number  # noqa: E402
+from .looks import LOOKS  # noqa: E402
 from .models import ModelLoadError  # noqa: E402
+from .outcomes import events  # noqa: E402
 from .sampling import Rule, SamplingConfig  # noqa: E402
 from .settings import DRAFTERS, RunSettings  # noqa: E402
-from .trace import LOOKS, Generation, events, expected_tokens_per_round, speedup  # noqa: E402
+from .speed import expected_tokens_per_round, speedup  # noqa: E402
+from .trace import Generation  # noqa: E402
 
 PROG = "python -m specdec"
 RESET = "\033[0m"

@@ -13,14 +13,13 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-# Okabe & Ito (2008), "Color Universal Design": colour-blind safe (the project's palette).
-OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
-             "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999"}
+from .looks import PALETTE
+
 STYLE = {   # kind -> colour, marker (tells the series apart in greyscale too), x nudge (error bars apart)
-    "specdec_model": dict(color=OKABE_ITO["blue"], symbol="circle", nudge=-0.15),
-    "specdec_ngram": dict(color=OKABE_ITO["vermillion"], symbol="square", nudge=-0.05),
-    "hf_assisted": dict(color=OKABE_ITO["green"], symbol="diamond", nudge=0.05),
-    "hf_lookup": dict(color=OKABE_ITO["orange"], symbol="triangle-up", nudge=0.15),
+    "specdec_model": dict(color=PALETTE["blue"], symbol="circle", nudge=-0.15),
+    "specdec_ngram": dict(color=PALETTE["vermillion"], symbol="square", nudge=-0.05),
+    "hf_assisted": dict(color=PALETTE["green"], symbol="diamond", nudge=0.05),
+    "hf_lookup": dict(color=PALETTE["orange"], symbol="triangle-up", nudge=0.15),
 }
 SERIES = {  # series -> row key, line dash, marker variant, legend suffix
     "measured": ("speedup", "solid", "", "measured"),
@@ -68,7 +67,7 @@ def speedup_figure(results: dict) -> go.Figure:
                     hovertemplate=f"{name}<br>T={t:g}, γ=%{{customdata}}: %{{y:.2f}}x<extra></extra>",
                     meta={"kind": kind, "series": series, "temperature": t}), row=1, col=col)
                 shown.add(name)
-        fig.add_hline(y=1.0, line=dict(color=OKABE_ITO["grey"], dash="longdash", width=1), row=1, col=col)
+        fig.add_hline(y=1.0, line=dict(color=PALETTE["grey"], dash="longdash", width=1), row=1, col=col)
         fig.update_xaxes(title_text="γ (drafts per round)", dtick=1, row=1, col=col)
     fig.update_yaxes(title_text="speedup (x the faster target-alone loop)", row=1, col=1)
     pair = results.get("pair", {}).get("label", "")

@@ -13,8 +13,10 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .speed import explain, time_split
-from .trace import LOOKS, PALETTE, Ending, Generation, Status, events, expected_tokens_per_round, visible_token
+from .looks import LOOKS, PALETTE, tail_labels, token_label, visible_token
+from .outcomes import Ending, Status, events
+from .speed import expected_tokens_per_round, explain, time_split
+from .trace import Generation
 
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"
@@ -29,7 +31,7 @@ def plotly_text(text: str) -> str:
 
 def show_token(gen: Generation, token_id: int) -> str:
     """A token as a Plotly label: whitespace and EOS made visible, markup escaped."""
-    return plotly_text(gen.label(token_id))
+    return plotly_text(token_label(gen, token_id))
 
 
 def _labels(gen: Generation, ids: list[int]) -> list[str]:
@@ -200,9 +202,9 @@ def timeline_rows(gen: Generation | None) -> list[list]:
     drafts: dict[int, list[str]] = {}
     for ev in events(gen):
         if ev.position is not None:
-            drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + gen.label(ev.token))
+            drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + token_label(gen, ev.token))
     return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
-             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", gen.label(r.end_token),
+             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", token_label(gen, r.end_token),
              visible_token("".join(gen.token(t) for t in r.emitted)), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
@@ -223,14 +225,6 @@ def _position(gen: Generation, round_index: int, position: int | None):
     if position is None or not 0 <= position < len(r.positions):
         return r, None
     return r, r.positions[position]
-
-
-TAIL_LABELS = ("rest where p ≥ q", "rest where p < q")
-LEGACY_TAIL = ("everything else",)
-
-
-def tail_labels(d) -> tuple[str, ...]:
-    return TAIL_LABELS if d.split is not None else LEGACY_TAIL
 
 
 def _scale_buttons(log: bool, axes: tuple[str, ...]) -> list[dict]:
@@ -300,7 +294,7 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
-    rows = [[gen.label(i), i, round(a, 6), round(b, 6), round(min(a, b), 6),
+    rows = [[token_label(gen, i), i, round(a, 6), round(b, 6), round(min(a, b), 6),
              "◀ drafted" if i == pos.draft_token else ""]
             for i, a, b in zip(pos.p.ids, pos.p.probs, pos.q.probs)]
     rows += [[name, None, round(a, 6), round(b, 6), round(min(a, b), 6), ""]
@@ -366,7 +360,7 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
-    return [["drafted token", gen.label(pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
+    return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
             ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
             ["min(1, p/q): chance this draft passes", round(min(1.0, pos.ratio), 6)], ["u", round(pos.u, 6)],
             ["β = Σ min(p, q): chance a draft from q passes here", round(pos.beta, 6)], ["verdict", pos.status.value],
@@ -454,7 +448,7 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
     for k, i in enumerate(r.end_dist.ids):
         p = r.end_p.prob(i)
         q = r.end_q.prob(i) if r.end_q is not None else None
-        rows.append([gen.label(i), i, _r(p), _r(q), _r(None if q is None or p is None else p - q),
+        rows.append([token_label(gen, i), i, _r(p), _r(q), _r(None if q is None or p is None else p - q),
                      round(r.end_dist.probs[k], 6), "◀ drawn" if i == r.end_token else ""])
     q_tail = r.end_q.buckets() if r.end_q is not None else [None] * len(r.end_dist.buckets())
     for name, d, p, q in zip(tail_labels(r.end_dist), r.end_dist.buckets(), r.end_p.buckets(), q_tail):

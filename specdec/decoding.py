@@ -22,9 +22,10 @@ import torch
 
 from . import trace as tr
 from .drafters import KVCache, align_logits, make_drafter
+from .outcomes import Ending, status_at
 from .sampling import Rule, SamplingConfig, logits_to_probs, sample, verify
 from .settings import AUTOREGRESSIVE, RunSettings
-from .trace import Ending, Generation, Position, Round, Status
+from .trace import Generation, Position, Round
 
 
 def _sync(device) -> None:
@@ -199,7 +200,7 @@ def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, ru
         kept, mask = tr.keep_top(p[:g], q, np.array(drafts))
         p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, mask)
         for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept)):
-            status = Status.ACCEPTED if i < n else (Status.REJECTED if i == n else Status.UNUSED)
+            status = status_at(i, n)
             positions.append(Position(
                 draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i], status=status,
                 beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i]),

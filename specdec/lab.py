@@ -26,8 +26,8 @@ import torch
 
 from .checks import seed as seed_number
 from .checks import whole_number
+from .looks import LUMPED_TAIL, TAIL_LABELS, visible_token
 from .sampling import Rule, acceptance_probability, emission_parts, output_distribution, sample, verify
-from .trace import visible_token
 
 RULES: tuple[Rule, ...] = (Rule.EXACT, Rule.SKIP_ADJUSTMENT, Rule.ACCEPT_ALL, Rule.GREEDY_MATCH)
 
@@ -134,10 +134,8 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = 1e-6
     return tokens, rows["p"], rows["q"], notes
 
 
-OTHER = "(everything else)"
-
-
-TAIL_NAMES = ("(rest where p ≥ q)", "(rest where p < q)")
+OTHER = f"({LUMPED_TAIL})"
+TAIL_NAMES = tuple(f"({label})" for label in TAIL_LABELS)
 
 
 def from_position(gen, round_index: int, position_index: int, max_tokens: int = MAX_TOKENS

@@ -1,6 +1,6 @@
 """Plotly figures of the exactness lab: pure functions, a `lab.LabResult` in, a Figure out.
 
-Colours come from `trace.PALETTE` (Okabe–Ito, colour-blind safe) and every rule also has its own
+Colours come from `looks.PALETTE` (Okabe–Ito, colour-blind safe) and every rule also has its own
 marker, dash and bar pattern, so the charts read in greyscale too. Every number drawn is read from
 the `LabResult` (frequencies, intervals, noise floor, closed forms), never recomputed here.
 Every trace of a rule carries `meta={"rule": <rule value>, "role": ...}` so tests (and the
@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .lab import RULE_NAMES, LabResult
+from .looks import PALETTE
 from .sampling import Rule
-from .trace import PALETTE
 
 STYLE = {
     Rule.EXACT: dict(color=PALETTE["blue"], symbol="circle", dash="solid", pattern=""),

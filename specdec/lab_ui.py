@@ -15,8 +15,8 @@ import pandas as pd
 from . import lab, lab_charts, limits
 from .checks import seed as seed_number
 from .checks import whole_number
+from .looks import visible_token
 from .serving import CheckedNumber
-from .trace import visible_token
 
 COLUMNS = ["token", "p", "q"]
 DEFAULT_PRESET = "over-confident"

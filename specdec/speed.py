@@ -1,7 +1,7 @@
 """Where a run's time went, and how fast speculative decoding should have been.
 
 Pure arithmetic over `Stats` (no models, no timing of its own): the app explains a comparison
-with it, the bench predicts speedups with it, and both use the same formulas.
+with it, the bench predicts speedups with it, the CLI prints them: one definition of each formula.
 
 - tokens per round if every draft is accepted with probability alpha: (1 - alpha^(g+1)) / (1 - alpha)
   (Leviathan et al. 2023, eq. 1);
@@ -16,7 +16,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .trace import Stats, expected_tokens_per_round
+from .trace import Stats
+
+
+def speedup(run: Stats, baseline: Stats) -> float:
+    """How many times faster `run` made tokens than `baseline`: a ratio of token rates, so two
+    runs that stopped at different lengths (EOS) still compare fairly. 0 when either is empty."""
+    if not (run.wall_seconds and baseline.wall_seconds and run.new_tokens and baseline.new_tokens):
+        return 0.0
+    return (run.new_tokens / run.wall_seconds) / (baseline.new_tokens / baseline.wall_seconds)
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """(1 - alpha^(gamma+1)) / (1 - alpha): tokens per target forward if every position had alpha."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
 def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
@@ -58,7 +73,7 @@ def time_split(stats: Stats) -> TimeSplit:
 class SpeedStory:
     """A speculative run measured against the target alone: the numbers and one sentence."""
 
-    measured: float          # ratio of token rates (trace.speedup)
+    measured: float          # ratio of token rates (`speedup`)
     predicted: float         # from this run's own costs and alpha
     tokens_per_round: float  # expected from alpha
     gamma: float             # drafts per round, on average
@@ -70,8 +85,6 @@ class SpeedStory:
 
 def explain(spec: Stats, ar: Stats) -> SpeedStory:
     """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow."""
-    from .trace import speedup
-
     measured = speedup(spec, ar)
     rounds = max(spec.rounds, 1)
     gamma = spec.drafted / rounds

@@ -2,94 +2,26 @@
 
 The decoder writes it; charts, the UI, the CLI and the lab only read it. It stores sparse
 distributions (the top tokens plus the rest of the vocabulary in two exact parts), so a trace is small
-enough to export as JSON and replay later without any model.
+enough to export as JSON and replay later without any model. Data only: how it looks is
+`specdec.looks`, what its outcomes mean is `specdec.outcomes`, and a trace from anyone is read
+through `specdec.validate.load_trace`, which checks it before building one.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
 
 import numpy as np
 
-from .sampling import Rule
+from .outcomes import Ending, Status
 from .settings import RunSettings
-from .validate import SCHEMA, ImportLimits, check_trace, load_json
 
-SCHEMA_VERSION = 2   # the version written; validate.VERSIONS are the versions read
+SCHEMA = "specdec.trace"
+SCHEMA_VERSION = 2   # the version written
+VERSIONS = (1, 2)    # the versions read (`validate` checks them; schema 1: no tail split, `end_rule`)
 TOP_N = 20   # tokens kept per distribution (the union of p's and q's top-N at a drafted position)
-
-
-# ---------------------------------------------------------------- the outcome vocabulary
-
-class Status(str, Enum):
-    """What happened to one drafted token."""
-
-    ACCEPTED = "accepted"
-    REJECTED = "rejected"
-    UNUSED = "unused"      # drafted after the first rejection: never tested, thrown away
-
-
-class Ending(str, Enum):
-    """How a round's last token was produced."""
-
-    RESIDUAL = "residual"  # first rejection: drawn from norm(max(0, p - q))
-    BIASED_P = "biased_p"  # first rejection: drawn from p, the adjustment skipped (biased)
-    GREEDY = "greedy"      # first rejection under greedy match: argmax p
-    BONUS = "bonus"        # every draft accepted: drawn from p at position gamma + 1
-    PLAIN = "plain"        # the round drafted nothing: one plain target step, drawn from p
-
-    @classmethod
-    def of(cls, drafted: int, rejected: bool, rule: Rule) -> Ending:
-        if drafted == 0:
-            return cls.PLAIN
-        if not rejected:
-            return cls.BONUS
-        return {Rule.EXACT: cls.RESIDUAL, Rule.GREEDY_MATCH: cls.GREEDY}.get(rule, cls.BIASED_P)
-
-
-Outcome = Status | Ending
-
-# Okabe-Ito: a palette that colour-blind readers can tell apart.
-PALETTE = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
-           "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
-           "black": "#000000"}
-
-
-@dataclass(frozen=True)
-class Look:
-    """How one outcome is shown everywhere: colour is never the only cue (symbol, line, marker)."""
-
-    label: str     # what the legend says
-    symbol: str    # the mark after the token, in the app and in the terminal
-    colour: str    # a PALETTE colour
-    marker: str    # Plotly marker symbol (timeline)
-    css: str       # the token's style in the app's text
-    ansi: str      # SGR code for the terminal
-
-
-LOOKS: dict[Outcome, Look] = {
-    Status.ACCEPTED: Look("accepted draft", "✓", PALETTE["green"], "square",
-                          "background:#009E7326;border-bottom:2px solid #009E73;", "32"),
-    Status.REJECTED: Look("rejected draft (struck through)", "✗", PALETTE["vermillion"], "x",
-                          "color:#D55E00;text-decoration:line-through;text-decoration-thickness:2px;opacity:.85;",
-                          "31;9"),
-    Status.UNUSED: Look("unused draft (after a rejection)", "·", PALETTE["grey"], "square-open",
-                        "color:#777;", "90"),
-    Ending.RESIDUAL: Look("resampled from the residual", "↺", PALETTE["blue"], "circle",
-                          "background:#0072B226;border:1px dashed #0072B2;border-radius:3px;", "34"),
-    Ending.BIASED_P: Look("sampled from p (adjustment skipped: biased)", "⚠", PALETTE["purple"], "triangle-up",
-                          "background:#CC79A740;border-bottom:3px double #CC79A7;", "35"),
-    Ending.GREEDY: Look("argmax of p (greedy match)", "=", PALETTE["yellow"], "diamond",
-                        "background:#F0E44260;border-bottom:2px dotted #000;", "33"),
-    Ending.BONUS: Look("bonus token (all drafts accepted)", "★", PALETTE["orange"], "star",
-                       "background:#E69F0033;border-bottom:2px dotted #E69F00;", "36"),
-    Ending.PLAIN: Look("plain target step (nothing drafted)", "○", PALETTE["sky"], "circle-open",
-                       "background:#56B4E926;border-bottom:1px solid #56B4E9;", "94"),
-}
 
 
 @dataclass
@@ -270,8 +202,9 @@ class Generation:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     @classmethod
-    def from_dict(cls, d: dict, limits: ImportLimits | None = None) -> Generation:
-        check_trace(d, limits)   # schema, version, types, ranges, consistency: the first thing wrong, by name
+    def from_dict(cls, d: dict) -> Generation:
+        """Build a Generation from its dict. The dict is trusted: a trace from anyone goes through
+        `validate.load_trace`, which checks it first and names the first thing wrong."""
         try:
             rounds = [_round_from_dict(r) for r in d["rounds"]]
             known = {f.name for f in fields(cls)}
@@ -286,19 +219,10 @@ class Generation:
         except ValueError as err:   # an unknown status, ending or rule names itself
             raise ValueError(f"malformed specdec trace: {err}") from None
 
-    @classmethod
-    def from_json(cls, text: str, limits: ImportLimits | None = None) -> Generation:
-        return cls.from_dict(load_json(text, limits), limits)   # size and nesting depth bounded before parsing
-
     # -------------------------------------------------------------- helpers for readers
     def token(self, token_id: int) -> str:
+        """A token's own text (as it appears in the output)."""
         return self.token_text.get(token_id, f"<{token_id}>")
-
-    def label(self, token_id: int) -> str:
-        """A token as charts and tables name it: whitespace made visible, EOS as ⟨eos⟩."""
-        if token_id == self.eos_token_id:
-            return "⟨eos⟩"
-        return visible_token(self.token(token_id))
 
 
 MAX_TITLE, MAX_NOTE = 200, 2000   # characters kept of a trace's title and of each round's note
@@ -327,34 +251,6 @@ def _round_from_dict(r: dict) -> Round:
                     "end_p": Dist(**r["end_p"]), "end_q": Dist(**r["end_q"]) if r.get("end_q") else None})
 
 
-# ---------------------------------------------------------------- the walk every view shares
-
-@dataclass(frozen=True)
-class Event:
-    """One token of a run as the views show it, in emission order."""
-
-    outcome: Outcome
-    token: int
-    round: int
-    position: int | None   # the drafted position, or None for the round's last token
-    emitted: bool          # part of the generated text
-    in_text: bool          # shown in the text: emitted, or the rejected draft where it was proposed
-
-
-def events(gen: Generation) -> Iterator[Event]:
-    """Every drafted token and every round's last token, round by round: the accepted drafts,
-    the rejected one, the unused ones, then the token that ended the round. A round cut short
-    (EOS among the accepted drafts, or max_new_tokens) emits fewer tokens than it decided."""
-    for r in gen.rounds:
-        n_emitted = len(r.emitted)
-        end_emitted = n_emitted > r.n_accepted
-        for i, pos in enumerate(r.positions):
-            emitted = pos.status is Status.ACCEPTED and i < n_emitted
-            shown = emitted or (pos.status is Status.REJECTED and end_emitted)
-            yield Event(pos.status, pos.draft_token, r.index, i, emitted, shown)
-        yield Event(r.ending, r.end_token, r.index, None, end_emitted, end_emitted)
-
-
 def summarize(rounds: list[Round], new_tokens: int, target_forwards: int, draft_forwards: int,
               wall_seconds: float, stopped: str) -> Stats:
     """The run statistics, all derived from the rounds (so an imported trace can be checked)."""
@@ -373,24 +269,3 @@ def summarize(rounds: list[Round], new_tokens: int, target_forwards: int, draft_
         draft_seconds=sum(r.draft_seconds for r in rounds),
         verify_seconds=sum(r.verify_seconds for r in rounds),
         wall_seconds=wall_seconds, stopped=stopped)
-
-
-def visible_token(text: str) -> str:
-    """A token's text with spaces, newlines and tabs made visible (for labels and tables)."""
-    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
-    return shown or "∅"
-
-
-def speedup(run: Stats, baseline: Stats) -> float:
-    """How many times faster `run` made tokens than `baseline`: a ratio of token rates, so two
-    runs that stopped at different lengths (EOS) still compare fairly. 0 when either is empty."""
-    if not (run.wall_seconds and baseline.wall_seconds and run.new_tokens and baseline.new_tokens):
-        return 0.0
-    return (run.new_tokens / run.wall_seconds) / (baseline.new_tokens / baseline.wall_seconds)
-
-
-def expected_tokens_per_round(alpha: float, gamma: int) -> float:
-    """(1 - alpha^(gamma+1)) / (1 - alpha): tokens per target forward if every position had alpha."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)

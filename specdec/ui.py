@@ -29,13 +29,16 @@ from . import charts, housekeeping, limits
 from .checks import number, whole_number
 from .checks import seed as seed_number
 from .decoding import autoregressive_generate, speculative_generate
+from .looks import LOOKS, token_label
 from .models import BUNDLED, PRESETS, ModelLoadError, context_of
+from .outcomes import Ending, Status
 from .pairs import get_pair, is_loaded
 from .sampling import Rule, SamplingConfig
 from .serving import user_message
 from .settings import DRAFTERS, RunSettings
-from .trace import LOOKS, MAX_NOTE, MAX_TITLE, Ending, Generation, Status, cap_text
-from .validate import read_trace_file
+from .speed import speedup
+from .trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
+from .validate import load_trace, read_trace_file
 
 try:   # the exactness lab is built by its own module; the app works without it
     from .lab_ui import build_lab_tab
@@ -135,7 +138,7 @@ def position_choices(gen: Generation | None, round_index: int) -> list[tuple[str
     if gen is None or not gen.rounds:
         return []
     r = gen.rounds[round_index]
-    return [(f"{i + 1} {LOOKS[pos.status].symbol} {gen.label(pos.draft_token)}", i)
+    return [(f"{i + 1} {LOOKS[pos.status].symbol} {token_label(gen, pos.draft_token)}", i)
             for i, pos in enumerate(r.positions)]
 
 
@@ -390,8 +393,6 @@ def _describe(err: Exception) -> str:
 
 
 def _done_status(gen: Generation, ar: Generation | None) -> str:
-    from .trace import speedup
-
     s = gen.stats
     msg = f"Done: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({s.stopped.replace('_', ' ')})."
     if ar is not None:
@@ -434,7 +435,7 @@ def import_trace(file) -> dict:
     except ValueError as err:
         raise _error(f"Not a valid specdec trace: {err}") from None
     try:
-        gen = Generation.from_json(text, limits.import_limits())
+        gen = load_trace(text, limits.import_limits())
     except ValueError as err:
         raise _error(f"Not a valid specdec trace: {err}") from None
     if not gen.settings.speculative or not gen.rounds:

@@ -32,9 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from .checks import is_whole
+from .outcomes import Ending, Status, status_at
+from .sampling import Rule, SamplingConfig
+from .settings import RunSettings
+from .trace import SCHEMA, VERSIONS, Dist, Generation, beta_of, residual_mass_of
 
-SCHEMA = "specdec.trace"
-VERSIONS = (1, 2)
 PROB_TOL = 1e-5      # a stored probability may exceed [0, 1] by float32 rounding, not more
 MASS_TOL = 1e-3      # a stored distribution (kept ids + tail) adds up to 1 within this
 MATCH_TOL = 1e-4     # p(x), q(x), beta, the residual mass agree with the stored rows within this
@@ -42,7 +44,7 @@ MAX_IDS = 4096       # ids kept per stored distribution (the decoder keeps at mo
 MAX_TEXT = 100_000   # characters of a free-text field (label, title, note, token text)
 MAX_ID = 2**31 - 1   # the vocabulary bound when a trace does not say its vocabulary size
 
-__all__ = ["ImportLimits", "read_trace_file", "load_json", "check_trace", "json_depth", "SCHEMA", "VERSIONS"]
+__all__ = ["ImportLimits", "load_trace", "read_trace_file", "load_json", "check_trace", "json_depth"]
 
 
 @dataclass(frozen=True)
@@ -283,10 +285,6 @@ def _dist(d, where: str, vocab: int) -> dict:
     return d
 
 
-def _buckets(d: dict) -> list[float]:
-    return list(d["split"]) if d.get("split") is not None else [d["rest"]]
-
-
 def _same_ids(a: dict, b: dict, where: str, names: str) -> None:
     if a["ids"] != b["ids"]:
         _fail(where, f"stores {names} over different ids: they must be over the same ids")
@@ -320,7 +318,7 @@ def _position(pos, where: str, vocab: int) -> dict:
     if abs(ratio - p_x / q_x) > MATCH_TOL * max(1.0, ratio):
         _fail(f"{where}.ratio", f"is {ratio:.6g}, but p(x)/q(x) = {p_x / q_x:.6g}")
     if p.get("split") is not None and q.get("split") is not None:
-        beta = math.fsum(min(a, b) for a, b in zip(p["probs"] + _buckets(p), q["probs"] + _buckets(q)))
+        beta = beta_of(Dist(**p), Dist(**q))   # the trace's own beta, on the stored view
         if abs(beta - pos["beta"]) > MATCH_TOL:
             _fail(f"{where}.beta", f"is {pos['beta']:.6g}, but sum(min(p, q)) over the stored rows is {beta:.6g}")
     return pos
@@ -328,9 +326,6 @@ def _position(pos, where: str, vocab: int) -> dict:
 
 def _round(r, where: str, k: int, ctx: dict) -> dict:
     """One round; ctx carries the vocabulary, the version, the rule, gamma and the tokens so far."""
-    from .sampling import Rule
-    from .trace import Ending, Status
-
     vocab, version = ctx["vocab"], ctx["version"]
     ending_key = ("ending",) if version >= 2 else ()
     _obj(r, where, ("index", "start", "gamma", "positions", "n_accepted", "end_token", "end_dist", "end_p",
@@ -345,7 +340,7 @@ def _round(r, where: str, k: int, ctx: dict) -> dict:
     n = _int(r["n_accepted"], f"{where}.n_accepted", 0, g, "accepted drafts (at most the round's gamma)")
     for i, pos in enumerate(positions):
         _position(pos, f"{where}.positions[{i}]", vocab)
-        expected = Status.ACCEPTED if i < n else Status.REJECTED if i == n else Status.UNUSED
+        expected = status_at(i, n)
         if pos["status"] != expected.value:
             _fail(f"{where}.positions[{i}].status", f"is {_show(pos['status'])}, but with n_accepted = {n} "
                                                      f"draft {i + 1} is {expected.value!r}")
@@ -390,8 +385,7 @@ def _round(r, where: str, k: int, ctx: dict) -> dict:
         if version >= 2 and r["ending"] != Ending.RESIDUAL.value:
             _fail(f"{where}.residual_mass", "is stored, but only a round ended by the residual has one")
         if end_q is not None and end_p.get("split") is not None and end_q.get("split") is not None:
-            mass = math.fsum(max(0.0, a - b) for a, b in zip(end_p["probs"] + _buckets(end_p),
-                                                              end_q["probs"] + _buckets(end_q)))
+            mass = residual_mass_of(Dist(**end_p), Dist(**end_q))   # the trace's own residual mass
             if abs(mass - rm) > MATCH_TOL:
                 _fail(f"{where}.residual_mass", f"is {rm:.6g}, but sum(max(0, p - q)) over the stored rows is "
                                                 f"{mass:.6g}")
@@ -416,9 +410,6 @@ _SETTINGS_KEYS = ("mode", "gamma", "max_new_tokens", "sampling", "seed", "rule",
 
 
 def _settings(s, where: str):
-    from .sampling import Rule, SamplingConfig
-    from .settings import RunSettings
-
     _obj(s, where, (), _SETTINGS_KEYS, extra_scalars=False)
     sampling = s.get("sampling", {})
     _obj(sampling, f"{where}.sampling", (), ("temperature", "top_k", "top_p"), extra_scalars=False)
@@ -477,6 +468,14 @@ def _stats(s, where: str, gen: dict, ctx: dict) -> None:
 _TOP = ("schema", "version", "prompt", "prompt_ids", "token_ids", "text", "rounds", "stats", "settings", "models")
 
 
+def load_trace(data, lim: ImportLimits | None = None) -> Generation:
+    """A trace from anyone (its JSON text, bytes, or the parsed dict) as a `Generation`: parsed
+    within `lim`, checked (`check_trace`), then built. ValueError names the first thing wrong."""
+    d = data if isinstance(data, dict) else load_json(data, lim)
+    check_trace(d, lim)
+    return Generation.from_dict(d)
+
+
 def check_trace(data, lim: ImportLimits | None = None) -> None:
     """Raise ValueError naming the first thing wrong with a parsed trace; return None when it may
     be built and shown. Call it before any object is built from `data`."""
@@ -489,8 +488,6 @@ def check_trace(data, lim: ImportLimits | None = None) -> None:
 
 
 def _check(d, lim: ImportLimits) -> None:
-    from .sampling import Rule
-
     if not isinstance(d, dict):
         _fail("the file", f"is {_show(d)}: a specdec trace is a JSON object")
     if d.get("schema") != SCHEMA:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from specdec import load_trace
 from specdec.models import BUNDLED, context_of
-from specdec.trace import Generation
 from specdec.ui import MAIN_OUTPUTS, api_outputs
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -59,7 +59,7 @@ def test_generate_returns_a_complete_trace(run_result):
     status, text = run_result["status"], run_result["text"]
     assert status.startswith("Done: 12 tokens")
     assert 'class="tok tok-' in text
-    trace = Generation.from_json(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
+    trace = load_trace(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
     assert trace.stats.new_tokens == 12
     assert trace.settings.gamma == 4 and trace.settings.seed == 3
     assert trace.prompt == GOOD["prompt"]
@@ -77,8 +77,8 @@ def test_generate_returns_a_complete_trace(run_result):
 def test_same_seed_same_run(client, run_result):
     again = generate(client)
     assert again["export_file"] is None   # nothing written until an export is asked for
-    a = Generation.from_json(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
-    b = Generation.from_json(Path(export(client)).read_text(encoding="utf-8"))
+    a = load_trace(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
+    b = load_trace(Path(export(client)).read_text(encoding="utf-8"))
     assert a.token_ids == b.token_ids
     assert [r.ending for r in a.rounds] == [r.ending for r in b.rounds]
 

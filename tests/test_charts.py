@@ -7,7 +7,11 @@ import html
 import pytest
 
 from specdec import SamplingConfig, charts, speculative_generate
-from specdec.trace import Ending, Generation, expected_tokens_per_round
+from specdec.looks import TAIL_LABELS
+from specdec.outcomes import Ending
+from specdec.speed import expected_tokens_per_round
+from specdec.trace import Generation
+from specdec.validate import load_trace
 from tiny import tiny_pair
 
 ENDINGS = {e.value for e in Ending}
@@ -85,13 +89,13 @@ def test_pq_bars_equal_the_trace(gen):
     assert p.name == p_tail.name == "p (target)" and q.name == q_tail.name == "q (draft)"
     assert list(p.y) == pos.p.probs and list(q.y) == pos.q.probs
     assert list(p_tail.y) == pos.p.split and list(q_tail.y) == pos.q.split
-    assert list(p_tail.x) == list(charts.TAIL_LABELS) and sum(p_tail.y) == pytest.approx(pos.p.rest)
+    assert list(p_tail.x) == list(TAIL_LABELS) and sum(p_tail.y) == pytest.approx(pos.p.rest)
     # the drafted token, and only it, is outlined
     k = pos.p.ids.index(pos.draft_token)
     widths = list(p.marker.line.width)
     assert widths[k] > 0 and sum(w > 0 for w in widths) == 1
     rows = charts.pq_rows(gen, r.index, i)
-    assert [row[0] for row in rows[-2:]] == list(charts.TAIL_LABELS)
+    assert [row[0] for row in rows[-2:]] == list(TAIL_LABELS)
     assert [row[2] for row in rows[-2:]] == [round(v, 6) for v in pos.p.split]
     assert [row[5] for row in rows].count("◀ drafted") == 1
 
@@ -116,7 +120,7 @@ def test_drafted_token_always_has_its_own_bar(gen):
         pos[side]["split"][part] += mass
         pos[side]["ids"].pop(k)
     with pytest.raises(ValueError, match="draft_token .* not among the stored ids"):
-        Generation.from_dict(d)
+        load_trace(d)
 
 
 def test_acceptance_figure_shows_threshold_u_and_verdict(gen):
@@ -206,7 +210,7 @@ def test_metrics_use_the_trace_numbers(gen):
 
 
 def test_import_round_trip_gives_identical_figures(gen):
-    back = Generation.from_json(gen.to_json())
+    back = load_trace(gen.to_json())
     for r in range(len(gen.rounds)):
         assert charts.end_figure(back, r).to_json() == charts.end_figure(gen, r).to_json()
     assert charts.timeline_figure(back, 1).to_json() == charts.timeline_figure(gen, 1).to_json()

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from specdec import Generation
+from specdec import load_trace
 from specdec.__main__ import COMMANDS, main
-from specdec.trace import LOOKS, Ending, Stats, Status, speedup
+from specdec.looks import LOOKS
+from specdec.outcomes import Ending, Status
+from specdec.speed import speedup
+from specdec.trace import Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
@@ -45,7 +48,7 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "legend:" in r.stdout and "acceptance rate alpha" in r.stdout
     assert "tokens per target forward" in r.stdout and "speedup" in r.stdout
-    gen = Generation.from_json(out.read_text())
+    gen = load_trace(out.read_text())
     assert len(gen.token_ids) == 40 and gen.settings.gamma == 4
     assert f"= {gen.stats.acceptance_rate:.3f}" in r.stdout
     assert "\033[" not in r.stdout     # NO_COLOR: symbols only

@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency, chisquare
 
-from specdec import Generation, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec import Generation, SamplingConfig, autoregressive_generate, load_trace, speculative_generate
 from specdec.drafters import KVCache, NgramDrafter
 from specdec.models import ModelPair
+from specdec.outcomes import Status
 from specdec.sampling import logits_to_probs
-from specdec.trace import Status
 from tiny import tiny_model, tiny_pair
 
 ACCEPTED, REJECTED, UNUSED = Status.ACCEPTED, Status.REJECTED, Status.UNUSED
@@ -169,11 +169,11 @@ def test_same_seed_same_trace_and_json_round_trip():
     c = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=6)
     assert without_timings(a) == without_timings(b)
     assert without_timings(a) != without_timings(c)
-    assert Generation.from_json(a.to_json()) == a
+    assert load_trace(a.to_json()) == a
     with pytest.raises(ValueError):
-        Generation.from_json('{"schema": "specdec.trace", "version": 99}')
+        load_trace('{"schema": "specdec.trace", "version": 99}')
     with pytest.raises(ValueError):
-        Generation.from_json("not json")
+        load_trace("not json")
 
 
 def test_no_global_rng_is_touched():
@@ -305,7 +305,7 @@ def test_stored_tail_keeps_beta_and_residual_exact(bundled, temperature, top_k, 
     for seed in range(3):
         gen = speculative_generate(bundled, "ROMEO.\nBut soft,", gamma=4, max_new_tokens=48, seed=seed,
                                    sampling=sampling)
-        gen = type(gen).from_json(gen.to_json())   # what an export and an import keep
+        gen = load_trace(gen.to_json())   # what an export and an import keep
         for r in gen.rounds:
             for pos in r.positions:
                 assert pos.p.split is not None and pos.q.split is not None

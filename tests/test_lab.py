@@ -15,9 +15,10 @@ from scipy import stats
 
 from specdec import lab
 from specdec.__main__ import main
+from specdec.outcomes import Ending, Status
 from specdec.sampling import Rule
 from specdec.settings import RunSettings
-from specdec.trace import Dist, Ending, Generation, Position, Round, Stats, Status
+from specdec.trace import Dist, Generation, Position, Round, Stats
 
 N_RANDOM = 200
 MC_SAMPLES = 10_000          # trials per (case, rule) in the closed-form vs Monte Carlo check

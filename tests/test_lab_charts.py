@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 import pytest
 
 from specdec import lab, lab_charts
+from specdec.looks import PALETTE
 from specdec.sampling import Rule
-from specdec.trace import PALETTE
 
 
 @pytest.fixture(scope="module")

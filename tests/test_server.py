@@ -260,7 +260,7 @@ RUN_INPUTS = [
     (dict(gamma=None), "γ (drafts per round) is empty"),
     (dict(gamma=2.5), "whole number"),
     (dict(seed="x"), "seed must be a whole number of at least 0, got 'x'"),
-    (dict(seed=2**70), "seed"),
+    (dict(seed=2**70), "Seed must be a whole number from 0 to 9,223,372,036,854,775,807"),
     (dict(temperature="hot"), "temperature"),
     (dict(max_new_tokens=100_000), "max new tokens must be a whole number from 1 to"),
     (dict(prompt="To be " * 600, max_new_tokens=10), "at most 1024 tokens (SPECDEC_MAX_PROMPT_TOKENS)"),
