@@ -2,6 +2,10 @@
 
 Browser tests are skipped with a clear reason only when chromium is not installed; `.ci/run`
 installs it, so in CI they always run.
+
+Markers (pytest.ini): a test that uses the browser gets `browser`, one that needs the app server
+gets `slow`, here, from its fixtures; other slow tests and GPU tests carry their marker
+themselves. `python -m pytest -m "not slow and not browser"` is the fast subset.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 SCREENSHOTS = ROOT / "assets" / "screenshots"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if {"browser", "page"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.browser)
+        if "app_url" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
 
 
 def free_port() -> int:

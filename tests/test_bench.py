@@ -312,6 +312,7 @@ def test_cost_and_acceptance_keep_the_keys_the_model_cards_read(pair, monkeypatc
     assert 0 <= a["alpha"] <= 1 and a["runs"] == 1
 
 
+@pytest.mark.slow
 def test_quick_bench_on_the_bundled_pair(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specdec", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=300)

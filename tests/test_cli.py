@@ -41,6 +41,7 @@ def text_block(stdout: str) -> str:
 
 # ---------------------------------------------------------------- generate
 
+@pytest.mark.slow
 def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     out = tmp_path / "trace.json"
     r = run("generate", "--prompt", "To be, or not to be", "--gamma", "4", "--max-new-tokens", "40",
@@ -69,6 +70,7 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     assert abs(float(m[3]) - expected) <= 0.01 + 0.01 * expected, (m[0], expected)
 
 
+@pytest.mark.slow
 def test_colour_and_symbols_with_skip_adjustment():
     r = run("generate", "--prompt", "ROMEO.\n", "--max-new-tokens", "48", "--skip-adjustment",
             "--color", "always", "--seed", "1")
@@ -78,6 +80,7 @@ def test_colour_and_symbols_with_skip_adjustment():
     assert re.search(rf"\033\[{re.escape(biased.ansi)}m[^\033]*{biased.symbol}\033\[0m", r.stdout), r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["generate", "--prompt", "x", "--gamma", "0"], "gamma"),
     (["generate", "--prompt", "x", "--temperature", "-2"], "temperature"),
@@ -97,6 +100,7 @@ def test_bad_arguments_exit_2_with_one_line(args, words):
 
 # ---------------------------------------------------------------- every other subcommand, by subprocess
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["bench", "--gammas", "0"], "gamma"),
     (["lab", "--samples", "0"], "samples"),
@@ -112,6 +116,7 @@ def test_every_subcommand_reports_bad_arguments_in_one_line(args, words):
     assert words in one_error_line(r.stderr)
 
 
+@pytest.mark.slow
 def test_help_lists_every_subcommand():
     r = run("--help")
     assert r.returncode == 0 and r.stderr == ""
@@ -119,12 +124,14 @@ def test_help_lists_every_subcommand():
         assert name in r.stdout
 
 
+@pytest.mark.slow
 def test_lab_succeeds():
     r = run("lab", "--preset", "over-confident", "--samples", "20000", "--seed", "0")
     assert r.returncode == 0, r.stderr
     assert "exact (residual)" in r.stdout and "not rejected" in r.stdout
 
 
+@pytest.mark.slow
 def test_bench_app_succeeds_with_exit_0():
     """It used to exit 1 after a successful run (its result dict went to sys.exit)."""
     r = run("bench-app", "--repeats", "1", "--max-new-tokens", "12", timeout=300)
@@ -133,12 +140,14 @@ def test_bench_app_succeeds_with_exit_0():
     assert r.stderr == ""
 
 
+@pytest.mark.slow
 def test_bench_quick_succeeds(tmp_path):
     r = run("bench", "--quick", "--out", str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_train_then_card_succeed(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

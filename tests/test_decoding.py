@@ -68,6 +68,7 @@ def joint_setup():
 RUNS = 2000
 
 
+@pytest.mark.slow
 def test_pipeline_joint_of_first_two_tokens_matches_target(joint_setup):
     pair, sampling, joint = joint_setup
     # max_new_tokens=3 with gamma=2: both of the first two tokens come out of the draft/verify
@@ -84,6 +85,7 @@ def test_pipeline_joint_of_first_two_tokens_matches_target(joint_setup):
     assert chi2_contingency(table).pvalue > SIGNIFICANCE
 
 
+@pytest.mark.slow
 def test_pipeline_negative_control_skip_adjustment_is_detected(joint_setup):
     pair, sampling, joint = joint_setup
     skip = [first_two(speculative_generate(pair, PROMPT, gamma=2, max_new_tokens=3, sampling=sampling, seed=s,

@@ -72,6 +72,7 @@ def run_offline(cache: Path, code: str, **env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
     key = HUB_PRESETS[0]
     result = run_offline(hub_cache, f"""
@@ -89,6 +90,7 @@ def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
     assert result["context"] == 256   # read from the cached config, before or without loading
 
 
+@pytest.mark.slow
 def test_a_preset_missing_from_the_cache_fails_fast_with_a_clear_message(tmp_path):
     result = run_offline(tmp_path, f"""
         import time
@@ -106,6 +108,7 @@ def test_a_preset_missing_from_the_cache_fails_fast_with_a_clear_message(tmp_pat
     assert result["seconds"] < 10 and result["loaded"] == []
 
 
+@pytest.mark.slow
 def test_a_broken_cached_model_fails_to_load_and_the_cache_keeps_serving(tmp_path):
     key = HUB_PRESETS[0]
     snapshot = add_to_hub_cache(tmp_path, PRESETS[key].target, ASSETS / "specdec-target")
@@ -129,6 +132,7 @@ def test_a_broken_cached_model_fails_to_load_and_the_cache_keeps_serving(tmp_pat
     assert result["loaded"] == ["bundled"] and result["ok"]
 
 
+@pytest.mark.slow
 def test_the_pair_cache_evicts_the_least_recently_used_and_memory_returns(hub_cache):
     """SPECDEC_MAX_PAIRS=2: the bundled pair (pinned) and one hub pair. Loading three hub pairs in
     turn evicts the older ones; resident memory grows by about one pair, not three."""
@@ -160,6 +164,7 @@ def test_the_pair_cache_evicts_the_least_recently_used_and_memory_returns(hub_ca
     assert rss[3] - rss[1] < 0.5 * one_pair, rss
 
 
+@pytest.mark.slow
 def test_the_recently_used_pair_survives(hub_cache):
     """Least recently USED, not first loaded: a pair used again outlives one loaded after it."""
     a, b, c = HUB_PRESETS

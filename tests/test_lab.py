@@ -70,6 +70,7 @@ def test_exact_decomposition_sums_to_p():
         assert abs(a.sum() - lab.beta(p, q)) < 1e-6          # accepted mass is beta
 
 
+@pytest.mark.slow
 def test_closed_form_matches_monte_carlo_for_every_rule():
     """Per-token exact binomial acceptance regions around n * closed_form. Multiple comparisons:
     M = (cases) x (rules) x (tokens in each case's vocabulary) tests in all, each at level
@@ -239,6 +240,7 @@ def test_cli_bench_prints_rate(capsys, monkeypatch):
     assert "V = 20: 1,000,000 samples in 0.500 s = 2,000,000 samples/s" in out
 
 
+@pytest.mark.slow
 def test_million_samples_speed(capsys):
     """Print the 10^6-sample figure (the CPU is shared in CI, so the bound is loose: 10 s)."""
     s = lab.benchmark_vocab(20, repeats=1)

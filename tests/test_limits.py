@@ -46,6 +46,7 @@ def test_the_library_keeps_no_copy_of_a_limit():
         assert not hasattr(module, "limits") and not hasattr(module, "MAX_GAMMA"), module.__name__
 
 
+@pytest.mark.slow
 def test_a_variable_sets_its_limit():
     out = _limits_in_a_fresh_process(SPECDEC_MAX_GAMMA="8", SPECDEC_MAX_UPLOAD_MB="2.5", SPECDEC_MAX_PAIRS="3")
     assert out.returncode == 0, out.stderr
@@ -53,6 +54,7 @@ def test_a_variable_sets_its_limit():
     assert got["SPECDEC_MAX_GAMMA"] == 8 and got["SPECDEC_MAX_UPLOAD_MB"] == 2.5 and got["SPECDEC_MAX_PAIRS"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, words", [("lots", "is not a number"), ("0", "from 1"), ("2.5", "whole number")])
 def test_a_bad_variable_stops_the_start_with_its_name(value, words):
     out = _limits_in_a_fresh_process(SPECDEC_MAX_GAMMA=value)

@@ -44,6 +44,8 @@ runpy.run_path("app.py", run_name="__main__")
 """
 BROKEN = "smollm2"   # its hub-cache copy has garbage weights
 
+pytestmark = pytest.mark.slow   # every test here talks to a server of its own
+
 
 
 @pytest.fixture(scope="module")
