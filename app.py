@@ -1,9 +1,9 @@
 """specdec web app: `python app.py` locally, or as a Hugging Face Space.
 
-Only builds and launches; the app lives in `specdec/ui.py`, how it is served to anyone (limits,
-input checks, housekeeping) in `specdec/serving.py`, every limit and its environment variable in
-`specdec/limits.py`. Binds 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise (a Space sets it to
-0.0.0.0); GRADIO_SERVER_PORT picks the port.
+Only builds and launches; the app lives in `specdec/app/` (see ARCHITECTURE.md): how it is served
+to anyone (limits, input checks, housekeeping) in `specdec/app/serving.py`, every limit and its
+environment variable in `specdec/app/limits.py`. Binds 127.0.0.1 unless GRADIO_SERVER_NAME says
+otherwise (a Space sets it to 0.0.0.0); GRADIO_SERVER_PORT picks the port.
 """
 
 import os
@@ -18,11 +18,11 @@ import torch  # noqa: E402
 # (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
-from specdec.pairs import preload  # noqa: E402
-from specdec.serving import configure, launch_options  # noqa: E402
-from specdec.ui import build_app, launch_kwargs, warm_up  # noqa: E402
+from specdec.app.pairs import preload  # noqa: E402
+from specdec.app.serving import configure, launch_options  # noqa: E402
+from specdec.app.ui import build_app, launch_kwargs, warm_up  # noqa: E402
 
-demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/serving.py)
+demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/app/serving.py)
 preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens
 
 if __name__ == "__main__":

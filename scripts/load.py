@@ -5,12 +5,12 @@ retry, nothing else fails, and the server answers right after.
     python scripts/load.py
     python scripts/load.py --clients 4 --burst 12 --queue 2     # a short form
 
-Exit status 0 when all of that holds. The measuring lives in `specdec.serverload`.
+Exit status 0 when all of that holds. The measuring lives in `serverload.py` beside it.
 """
 
 import sys
 
-from specdec.serverload import main_load
+from serverload import main_load
 
 if __name__ == "__main__":
     sys.exit(main_load())

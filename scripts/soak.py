@@ -5,12 +5,12 @@ within 5 % of after run 20, and the temp and Gradio cache folders grow by at mos
     python scripts/soak.py --runs 40       # a short form
     python scripts/soak.py --export        # also export the trace after every run
 
-Exit status 0 when both hold. The measuring lives in `specdec.serverload`.
+Exit status 0 when both hold. The measuring lives in `serverload.py` beside it.
 """
 
 import sys
 
-from specdec.serverload import main_soak
+from serverload import main_soak
 
 if __name__ == "__main__":
     sys.exit(main_soak())

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specdec import load_trace
+from specdec.app.ui import MAIN_OUTPUTS, api_outputs
 from specdec.models import BUNDLED, context_of
-from specdec.ui import MAIN_OUTPUTS, api_outputs
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
@@ -150,7 +150,7 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     import sys
     import types
 
-    import specdec.ui as ui
+    import specdec.app.ui as ui
 
     wrapped = []
     fake = types.ModuleType("spaces")
@@ -165,10 +165,10 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     assert ui.gpu(len) is len   # elsewhere a no-op
 
 
-@pytest.mark.parametrize("example", range(len(__import__("specdec.ui", fromlist=["EXAMPLES"]).EXAMPLES)))
+@pytest.mark.parametrize("example", range(len(__import__("specdec.app.ui", fromlist=["EXAMPLES"]).EXAMPLES)))
 def test_every_example_runs(example):
     """The example prompts run as listed (in-process: the Run handler generator itself)."""
-    from specdec import ui
+    from specdec.app import ui
 
     prompt, drafter, gamma, temperature = ui.EXAMPLES[example]
     outputs = list(ui.run_generation(prompt, "bundled", drafter, gamma, 6, temperature, 0, 1.0, 0, False, False))

@@ -11,9 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from specdec import bench
-from specdec.bench import HF_ASSISTED, HF_GENERATE, HF_LOOKUP, SPECDEC_AR, SPECDEC_MODEL, SPECDEC_NGRAM, Contender, Run
-from specdec.bench_chart import speedup_figure
+from specdec import measure, speed
+from specdec.bench import contenders, report, run
+from specdec.bench.chart import speedup_figure
+from specdec.bench.contenders import (
+    HF_ASSISTED,
+    HF_GENERATE,
+    HF_LOOKUP,
+    SPECDEC_AR,
+    SPECDEC_MODEL,
+    SPECDEC_NGRAM,
+    Contender,
+    Run,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
@@ -29,32 +39,32 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": 
     (0.8, 4, 0.05, (1 - 0.8 ** 5) / (0.2 * 1.2)),        # 0.67232 / 0.24 = 2.8013
 ])
 def test_leviathan_speedup_by_hand(alpha, gamma, c, expected):
-    assert bench.leviathan_speedup(alpha, gamma, c) == pytest.approx(expected)
+    assert speed.leviathan_speedup(alpha, gamma, c) == pytest.approx(expected)
 
 
 def test_leviathan_speedup_refuses_a_probability_outside_0_1():
     with pytest.raises(ValueError):
-        bench.leviathan_speedup(1.2, 4, 0.1)
+        speed.leviathan_speedup(1.2, 4, 0.1)
 
 
 def test_predicted_speedup_by_hand():
     # 3 tokens per round; a round = 4 draft steps of 1 ms + a 5 ms verify; the target alone 4 ms a token.
-    assert bench.predicted_speedup(3.0, 4, 0.001, 0.005, 0.004) == pytest.approx(12 / 9)
+    assert speed.predicted_speedup(3.0, 4, 0.001, 0.005, 0.004) == pytest.approx(12 / 9)
     # The target alone in this form: one token per round, no drafts, verify = one step.
-    assert bench.predicted_speedup(1.0, 0, 0.001, 0.004, 0.004) == pytest.approx(1.0)
+    assert speed.predicted_speedup(1.0, 0, 0.001, 0.004, 0.004) == pytest.approx(1.0)
 
 
 def test_quartiles():
-    assert bench.quartiles([5.0]) == (5.0, 5.0, 5.0)
-    assert bench.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+    assert report.quartiles([5.0]) == (5.0, 5.0, 5.0)
+    assert report.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
 
 
 def test_verify_cost_counts_each_forward_at_its_width():
     costs = {"1": 2.0, "2": 2.5, "3": 3.0}
     # two forwards of 3 tokens and one of 1: (3 + 3 + 2) / 3 ms = 2.667 ms = 1.333 steps
-    assert bench.verify_cost_steps({"3": 2, "1": 1}, costs) == pytest.approx(8 / 3 / 2)
-    assert bench.verify_cost_steps({"7": 1}, costs) == pytest.approx(1.5)   # wider than measured: the widest
-    assert bench.verify_cost_steps({}, costs) is None
+    assert report.verify_cost_steps({"3": 2, "1": 1}, costs) == pytest.approx(8 / 3 / 2)
+    assert report.verify_cost_steps({"7": 1}, costs) == pytest.approx(1.5)   # wider than measured: the widest
+    assert report.verify_cost_steps({}, costs) is None
 
 
 # ---------------------------------------------------------------- options
@@ -62,35 +72,35 @@ def test_verify_cost_counts_each_forward_at_its_width():
 @pytest.mark.parametrize("text, expected", [("1-8", list(range(1, 9))), ("1,2,4", [1, 2, 4]), ("4", [4]),
                                             ("3, 1-2", [1, 2, 3]), ("2,2", [2])])
 def test_parse_gammas(text, expected):
-    assert bench.parse_gammas(text) == expected
+    assert run.parse_gammas(text) == expected
 
 
 @pytest.mark.parametrize("text", ["0", "17", "a", "8-1", "1-", ""])
 def test_parse_gammas_refuses(text):
     with pytest.raises(ValueError, match="gamma"):
-        bench.parse_gammas(text)
+        run.parse_gammas(text)
 
 
 def test_parse_temperatures():
-    assert bench.parse_temperatures("1, 0") == [0.0, 1.0]
+    assert run.parse_temperatures("1, 0") == [0.0, 1.0]
     for bad in ("-1", "x", "0.0001"):
         with pytest.raises(ValueError, match="temperature"):
-            bench.parse_temperatures(bad)
+            run.parse_temperatures(bad)
 
 
 def _args(*argv):
     parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
+    run.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 
 def test_quick_and_defaults_resolve_and_explicit_options_win(tmp_path):
-    quick = bench.config_from_args(_args("--quick", "--out", str(tmp_path)))
-    assert quick.gammas == bench.parse_gammas(bench.QUICK["gammas"]) and quick.threads == 1
-    assert len(quick.prompts) == bench.QUICK["prompts"] and quick.out == tmp_path
-    default = bench.config_from_args(_args())
+    quick = run.config_from_args(_args("--quick", "--out", str(tmp_path)))
+    assert quick.gammas == run.parse_gammas(run.QUICK["gammas"]) and quick.threads == 1
+    assert len(quick.prompts) == run.QUICK["prompts"] and quick.out == tmp_path
+    default = run.config_from_args(_args())
     assert default.gammas == list(range(1, 9)) and default.temperatures == [0.0, 1.0]
-    assert bench.config_from_args(_args("--quick", "--gammas", "2")).gammas == [2]
+    assert run.config_from_args(_args("--quick", "--gammas", "2")).gammas == [2]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -100,12 +110,12 @@ def test_quick_and_defaults_resolve_and_explicit_options_win(tmp_path):
 ])
 def test_bad_values_raise_one_line_value_errors(argv, words):
     with pytest.raises(ValueError, match=words) as err:
-        bench.config_from_args(_args(*argv))
+        run.config_from_args(_args(*argv))
     assert "\n" not in str(err.value)
 
 
 def test_main_turns_a_bad_value_into_exit_2_before_loading_models(capsys):
-    assert bench.main(["--gammas", "99"]) == 2
+    assert run.main(["--gammas", "99"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specdec: error:") and "gamma" in err[0]
 
@@ -113,29 +123,29 @@ def test_main_turns_a_bad_value_into_exit_2_before_loading_models(capsys):
 # ---------------------------------------------------------------- contenders and transformers settings
 
 def test_every_contender_once_per_temperature_and_gamma():
-    lineup = bench.contenders([1, 2], [0.0, 1.0])
+    lineup = contenders.contenders([1, 2], [0.0, 1.0])
     assert len(lineup) == 2 * (2 + 4 * 2) and len(set(lineup)) == len(lineup)
     assert Contender(SPECDEC_AR, 0.0) in lineup and Contender(HF_LOOKUP, 1.0, 2) in lineup
 
 
 def test_rotation_runs_everyone_once_per_pass_from_different_starts():
     items = list(range(10))
-    orders = [bench.rotated(items, k, 4) for k in range(4)]
+    orders = [contenders.rotated(items, k, 4) for k in range(4)]
     assert all(sorted(o) == items for o in orders)
     assert len({o[0] for o in orders}) == 4
 
 
 def test_transformers_settings_match_specdecs():
-    sampled = bench.transformers_kwargs(HF_ASSISTED, 1.0, 3, 64, 0, ngram=3)
+    sampled = contenders.transformers_kwargs(HF_ASSISTED, 1.0, 3, 64, 0, ngram=3)
     assert sampled["do_sample"] and sampled["temperature"] == 1.0
     assert sampled["top_k"] == 0 and sampled["top_p"] == 1.0          # not generate()'s default top-k 50
     assert sampled["num_assistant_tokens"] == 3 and sampled["num_assistant_tokens_schedule"] == "constant"
     assert sampled["assistant_confidence_threshold"] == 0
     assert sampled["eos_token_id"] == sampled["pad_token_id"] == 0 and sampled["max_new_tokens"] == 64
-    greedy = bench.transformers_kwargs(HF_LOOKUP, 0.0, 5, 64, 0, ngram=3)
+    greedy = contenders.transformers_kwargs(HF_LOOKUP, 0.0, 5, 64, 0, ngram=3)
     assert not greedy["do_sample"] and "temperature" not in greedy and "top_k" not in greedy
     assert greedy["prompt_lookup_num_tokens"] == 5 and greedy["max_matching_ngram_size"] == 3
-    assert "prompt_lookup_num_tokens" not in bench.transformers_kwargs(HF_GENERATE, 0.0, None, 64, 0, 3)
+    assert "prompt_lookup_num_tokens" not in contenders.transformers_kwargs(HF_GENERATE, 0.0, None, 64, 0, 3)
 
 
 def test_assistant_settings_are_set_for_the_call_and_restored():
@@ -147,7 +157,7 @@ def test_assistant_settings_are_set_for_the_call_and_restored():
         generation_config = Config()
 
     draft = Draft()
-    with bench.assistant_settings(draft, 5):
+    with contenders.assistant_settings(draft, 5):
         assert draft.generation_config.num_assistant_tokens == 5
         assert draft.generation_config.assistant_confidence_threshold == 0
         assert draft.generation_config.num_assistant_tokens_schedule == "constant"
@@ -181,11 +191,11 @@ def _hand_made_results():
         _record(SPECDEC_NGRAM, 0.0, 3, 0.10, widths={"1": 5, "4": 2}, accepted=4, tested=6),
         _record(HF_LOOKUP, 0.0, 3, 0.12, widths={"1": 5, "4": 2}),
     ]
-    rows = bench.aggregate(records, COSTS)
-    baselines = bench.add_speedups(rows)
+    rows = report.aggregate(records, COSTS)
+    baselines = report.add_speedups(rows)
     greedy = {"checked": True, "agree": True, "compared": 5, "mismatches": [], "how": "a; b"}
     return {"rows": rows, "baselines": {f"{t:g}": b for t, b in baselines.items()}, "greedy": greedy,
-            "summary": bench.summarize(rows, baselines, greedy), "pair": {"label": "hand-made"},
+            "summary": report.summarize(rows, baselines, greedy), "pair": {"label": "hand-made"},
             "settings": {"max_new_tokens": 12, "threads": 1}}
 
 
@@ -225,9 +235,9 @@ def test_rows_by_hand():
 
 def test_assisted_rows_that_did_not_draft_gamma_are_flagged():
     row = dict(gamma=3, runs=1, target_widths={"4": 10, "2": 1, "1": 1})
-    assert bench.drafted_gamma(row)                                    # only end-of-run rounds are short
-    assert not bench.drafted_gamma(dict(row, target_widths={"4": 3, "2": 6, "1": 4}))   # stopped early
-    assert not bench.drafted_gamma(dict(row, target_widths={"21": 3}))                  # drafted 20
+    assert report.drafted_gamma(row)                                    # only end-of-run rounds are short
+    assert not report.drafted_gamma(dict(row, target_widths={"4": 3, "2": 6, "1": 4}))   # stopped early
+    assert not report.drafted_gamma(dict(row, target_widths={"21": 3}))                  # drafted 20
 
 
 def _run(kind, tokens, gamma=None, t=0.0, prompt=0):
@@ -237,29 +247,30 @@ def _run(kind, tokens, gamma=None, t=0.0, prompt=0):
 def test_greedy_check_compares_whole_outputs_with_specdecs_loop():
     same = [_run(SPECDEC_AR, [1, 2, 3]), _run(HF_GENERATE, [1, 2, 3]), _run(SPECDEC_MODEL, [1, 2, 3], 2),
             _run(SPECDEC_MODEL, [9, 9], 2, t=1.0)]                      # T = 1 is not compared
-    verdict = bench.check_greedy(same)
+    verdict = report.check_greedy(same)
     assert verdict["checked"] and verdict["agree"] and verdict["compared"] == 2
     differ = same + [_run(HF_ASSISTED, [1, 2, 4], 2), _run(HF_LOOKUP, [1, 2], 2)]
-    verdict = bench.check_greedy(differ)
+    verdict = report.check_greedy(differ)
     assert not verdict["agree"]
     assert [(m["kind"], m["first_difference"], m["lengths"]) for m in verdict["mismatches"]] == [
         (HF_ASSISTED, 2, [3, 3]), (HF_LOOKUP, 2, [3, 2])]
-    assert not bench.check_greedy([_run(SPECDEC_MODEL, [1], 2, t=1.0)])["checked"]
+    assert not report.check_greedy([_run(SPECDEC_MODEL, [1], 2, t=1.0)])["checked"]
 
 
 def test_table_and_summary_read_back_the_rows():
     results = _hand_made_results()
-    table = bench.format_table(results["rows"])
+    table = report.format_table(results["rows"])
     lines = table.splitlines()
     assert "Leviathan" in lines[0] and "predicted" in lines[0] and "÷HF" in lines[0]
     assert len({len(line) for line in lines if line and not line.startswith("-")}) == 1   # fixed width
     model_line = next(line for line in lines if line.startswith("specdec + draft model"))
     assert "200" in model_line and "0.80" in model_line and "0.75" in model_line
-    summary = bench.format_summary(results)
+    summary = report.format_summary(results)
     assert "greedy agreement: OK" in summary and "specdec + draft model γ=3" in summary
     results["greedy"] = {"checked": True, "agree": False, "compared": 5, "how": "a; b", "mismatches": [
         dict(label="transformers assisted", gamma=3, prompt=0, seed=0, first_difference=7, lengths=[12, 12])]}
-    assert "FAILED" in bench.format_summary(results) and "first difference at token 7" in bench.format_summary(results)
+    summary = report.format_summary(results)
+    assert "FAILED" in summary and "first difference at token 7" in summary
 
 
 # ---------------------------------------------------------------- the chart
@@ -302,12 +313,12 @@ def pair():
 
 
 def test_cost_and_acceptance_keep_the_keys_the_model_cards_read(pair, monkeypatch):
-    c = bench.cost(pair, gamma=3)
+    c = measure.cost(pair, gamma=3)
     assert set(c) >= {"draft_step_ms", "target_step_ms", "c", "verify_ms", "verify_over_step", "gamma"}
     assert c["c"] == pytest.approx(c["draft_step_ms"] / c["target_step_ms"]) and c["gamma"] == 3
-    monkeypatch.setattr(bench, "PROMPTS", bench.PROMPTS[:1])
-    monkeypatch.setattr(bench, "SEEDS", [0])
-    a = bench.acceptance(pair, gamma=3, max_new_tokens=8)
+    monkeypatch.setattr(measure, "PROMPTS", measure.PROMPTS[:1])
+    monkeypatch.setattr(measure, "SEEDS", [0])
+    a = measure.acceptance(pair, gamma=3, max_new_tokens=8)
     assert set(a) >= {"alpha", "tested", "runs", "tokens_per_target_forward", "gamma", "temperature"}
     assert 0 <= a["alpha"] <= 1 and a["runs"] == 1
 
@@ -323,7 +334,7 @@ def test_quick_bench_on_the_bundled_pair(tmp_path):
     settings = results["settings"]
     assert settings["threads"] == 1
     expected = {(c.kind, c.temperature, c.gamma)
-                for c in bench.contenders(settings["gammas"], settings["temperatures"])}
+                for c in contenders.contenders(settings["gammas"], settings["temperatures"])}
     assert {(r["kind"], r["temperature"], r["gamma"]) for r in results["rows"]} == expected
     for row in results["rows"]:
         assert row["tok_s"] > 0 and row["speedup"] > 0 and row["predicted"] > 0

@@ -6,7 +6,8 @@ import html
 
 import pytest
 
-from specdec import SamplingConfig, charts, speculative_generate
+from specdec import SamplingConfig, speculative_generate
+from specdec.app import charts
 from specdec.looks import TAIL_LABELS
 from specdec.outcomes import Ending
 from specdec.speed import expected_tokens_per_round

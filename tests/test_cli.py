@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specdec import load_trace
-from specdec.__main__ import COMMANDS, main
+from specdec.cli import COMMANDS, main
 from specdec.looks import LOOKS
 from specdec.outcomes import Ending, Status
 from specdec.speed import speedup

@@ -14,7 +14,7 @@ gr = pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
 from conftest import free_port  # noqa: E402
-from specdec import housekeeping, serving  # noqa: E402
+from specdec.app import housekeeping, serving  # noqa: E402
 
 
 def tiny_app() -> gr.Blocks:

@@ -14,7 +14,7 @@ import torch
 from scipy import stats
 
 from specdec import lab
-from specdec.__main__ import main
+from specdec.cli import main
 from specdec.outcomes import Ending, Status
 from specdec.sampling import Rule
 from specdec.settings import RunSettings
@@ -254,7 +254,7 @@ def test_ui_callbacks_without_a_browser():
     gr = pytest.importorskip("gradio")
     import pandas as pd
 
-    from specdec import lab_ui
+    from specdec.app import lab_tab as lab_ui
 
     out = lab_ui.load_preset("disjoint")
     frame, msg = out["table"], out["status"]
@@ -280,7 +280,7 @@ def test_tab_handlers_return_component_dicts():
     """Each registered handler returns {component: value} for components among its outputs, in the
     order the API reports them."""
     gr = pytest.importorskip("gradio")
-    from specdec import lab_ui
+    from specdec.app import lab_tab as lab_ui
 
     with gr.Blocks() as demo:
         lab_ui.build_lab_tab(gr.State(None), gr.State((None, None)))

@@ -6,7 +6,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from specdec import lab, lab_charts
+from specdec import lab
+from specdec.app import lab_charts
 from specdec.looks import PALETTE
 from specdec.sampling import Rule
 

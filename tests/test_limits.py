@@ -12,8 +12,9 @@ import time
 import pytest
 import torch
 
-from specdec import lab, limits, serving
-from specdec.__main__ import main
+from specdec import lab
+from specdec.app import limits, serving
+from specdec.cli import main
 
 gr = pytest.importorskip("gradio")
 
@@ -21,7 +22,7 @@ gr = pytest.importorskip("gradio")
 # ---------------------------------------------------------------- limits
 
 def _limits_in_a_fresh_process(**env) -> subprocess.CompletedProcess:
-    code = "import json, specdec.limits as l; print(json.dumps(l.describe()))"
+    code = "import json, specdec.app.limits as l; print(json.dumps(l.describe()))"
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=60)
 
@@ -210,7 +211,7 @@ def test_lab_numbers_are_refused_with_their_name(samples, seed, words):
 def test_the_lab_samples_limit_is_kept_by_the_tab_and_the_cli(capsys, monkeypatch):
     import pandas as pd
 
-    from specdec import lab_ui
+    from specdec.app import lab_tab as lab_ui
 
     monkeypatch.setattr(limits, "MAX_LAB_SAMPLES", 500)
     table = pd.DataFrame({"token": ["a", "b"], "p": [0.5, 0.5], "q": [0.5, 0.5]})
@@ -229,7 +230,7 @@ def test_lab_weights_too_large_to_sum_are_normalised_not_called_massless():
 def test_a_lab_table_with_no_rows_says_so():
     import pandas as pd
 
-    from specdec import lab_ui
+    from specdec.app import lab_tab as lab_ui
 
     with pytest.raises(gr.Error, match="The table has no rows"):
         lab_ui.run_lab(pd.DataFrame(columns=lab_ui.COLUMNS), 100, 0)

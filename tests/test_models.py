@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.models import ASSETS, ModelLoadError, check_same_tokenizer, load_pair
-from specdec.training import train_tokenizer
+from specdec.training.recipe import train_tokenizer
 
 
 def test_bundled_folders_load_with_auto_classes_and_share_a_tokenizer():
@@ -67,7 +67,7 @@ def test_pairs_with_different_tokenizers_are_refused(tmp_path):
 @pytest.fixture
 def fake_loads(monkeypatch):
     """get_pair with a loader that makes a small object per preset and counts the loads."""
-    import specdec.pairs as pairs
+    import specdec.app.pairs as pairs
 
     loads = []
 
@@ -80,7 +80,7 @@ def fake_loads(monkeypatch):
 
 
 def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads, monkeypatch):
-    import specdec.pairs as models
+    import specdec.app.pairs as models
 
     monkeypatch.setattr(models.limits, "MAX_PAIRS", 2)
     bundled = models.get_pair("bundled")
@@ -94,7 +94,7 @@ def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads,
 
 
 def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_loads, monkeypatch):
-    import specdec.pairs as models
+    import specdec.app.pairs as models
 
     monkeypatch.setattr(models.limits, "MAX_PAIRS", 1)
     models.get_pair("bundled")
@@ -104,8 +104,8 @@ def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_
 
 
 def test_a_failed_load_leaves_the_cache_as_it_was(monkeypatch):
+    import specdec.app.pairs as pairs
     import specdec.models as models
-    import specdec.pairs as pairs
 
     monkeypatch.setattr(pairs, "_LOADED", type(pairs._LOADED)())
 

@@ -1,6 +1,6 @@
 """The real server, as anyone reaches it, with small limits set by environment variables.
 
-Three servers of our own (`specdec.serverload.start_server`: `python app.py` on a free port, with its
+Three servers of our own (`serverload.start_server` (scripts/): `python app.py` on a free port, with its
 own temp and Gradio cache folders):
 
 - `main`: a 1 MB upload cap, files deleted after 2 s, a hub cache holding a broken copy of a hub
@@ -25,15 +25,15 @@ import pytest
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from specdec import serverload  # noqa: E402
+import serverload  # noqa: E402
+from serverload import client, generate  # noqa: E402
 from specdec.models import ASSETS, PRESETS  # noqa: E402
-from specdec.serverload import client, generate  # noqa: E402
 from test_hub_cache import add_to_hub_cache  # noqa: E402
 
 OOM_PROMPT = "simulate out of memory"
 LAUNCHER = f"""
 import runpy, torch
-import specdec.ui as ui
+import specdec.app.ui as ui
 real = ui.speculative_generate
 def faulty(pair, prompt, *args, **kwargs):
     if prompt == {OOM_PROMPT!r}:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from specdec import limits
+from specdec.app import limits
 from specdec.decoding import speculative_generate
 from specdec.sampling import Rule, SamplingConfig
 from specdec.validate import ImportLimits, check_trace, json_depth, load_json, load_trace, read_trace_file

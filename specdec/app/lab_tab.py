@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from . import lab, lab_charts, limits
-from .checks import seed as seed_number
-from .checks import whole_number
-from .looks import visible_token
+from .. import lab
+from ..checks import seed as seed_number
+from ..checks import whole_number
+from ..looks import visible_token
+from . import lab_charts, limits
 from .serving import CheckedNumber
 
 COLUMNS = ["token", "p", "q"]

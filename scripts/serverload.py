@@ -1,7 +1,8 @@
 """Measure a running specdec server from outside, as visitors use it: the soak and the load test.
 
 `scripts/soak.py` and `scripts/load.py` are thin command lines over `soak()` and `load()`; the
-server tests (tests/test_server.py) call the same functions in a short form.
+server tests (tests/test_server.py) call the same functions in a short form (pytest.ini puts this
+folder on the path). A test and operations harness: it is not part of the package.
 
 - `start_server(env)` starts `python app.py` on a free port with its own temp and Gradio cache
   folders (so their growth is the server's alone) and waits until it serves.
@@ -149,7 +150,7 @@ def client(url: str):
 
 def output_names() -> list[str]:
     """The names of what /generate returns, in order (the app's own list)."""
-    from .ui import MAIN_OUTPUTS, api_outputs
+    from specdec.app.ui import MAIN_OUTPUTS, api_outputs
 
     return api_outputs(MAIN_OUTPUTS)
 

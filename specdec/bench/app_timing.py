@@ -23,7 +23,7 @@ def switch_step(gen, round_index: int) -> dict:
     which redraws the text and timeline with that round outlined as well as the step view
     (`ui.step_view`). Point this function elsewhere if ui's handlers change shape.
     """
-    from . import ui
+    from ..app import ui
 
     return ui.show_step(gen, round_index + 1, None)
 
@@ -44,7 +44,7 @@ def serialise(values: dict) -> None:
 
 def timed_run(pair, prompt: str, settings) -> tuple[float, float, object]:
     """(seconds until the first round is decoded, seconds for the whole run, the Generation)."""
-    from .decoding import speculative_generate
+    from ..decoding import speculative_generate
 
     first: list[float] = []
     t0 = time.perf_counter()
@@ -86,10 +86,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import torch
 
-    from . import limits
-    from .checks import whole_number
-    from .models import BUNDLED, load_pair
-    from .settings import RunSettings
+    from ..app import limits
+    from ..checks import whole_number
+    from ..models import BUNDLED, load_pair
+    from ..settings import RunSettings
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: type at least one word")

@@ -13,10 +13,10 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .looks import LOOKS, PALETTE, tail_labels, token_label, visible_token
-from .outcomes import Ending, Status, events
-from .speed import expected_tokens_per_round, explain, time_split
-from .trace import Generation
+from ..looks import LOOKS, PALETTE, tail_labels, token_label, visible_token
+from ..outcomes import Ending, Status, events
+from ..speed import expected_tokens_per_round, explain, time_split
+from ..trace import Generation
 
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"

@@ -213,7 +213,7 @@ def drop_idle_sessions(demo, max_idle: float | None = None, now: float | None = 
 
 def sweep(demo=None) -> dict:
     """One full pass: files, idle and closed sessions, orphaned copies, freed memory."""
-    from .models import release_memory
+    from ..models import release_memory
 
     out = dict(files=sweep_files(keep=kept_files(demo) if demo is not None else ()))
     if demo is not None:

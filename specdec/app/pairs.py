@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ..models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, release_memory
 from . import limits
-from .models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, release_memory
 
 PINNED = frozenset({BUNDLED})              # never evicted
 _LOADED: OrderedDict[str, ModelPair] = OrderedDict()   # least recently used first

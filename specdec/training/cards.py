@@ -1,7 +1,7 @@
 """Model cards for the bundled pair: measured, never typed by hand.
 
 `python -m specdec card` loads the pair from its folders exactly as the app does, measures the
-acceptance rate and the cost gap (see bench.py), draws a few samples, and writes README.md in
+acceptance rate and the cost gap (`specdec.measure`), draws a few samples, and writes README.md in
 each model folder from the folder's `training.json` (written by `python -m specdec train`).
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from . import bench
-from .decoding import autoregressive_generate
-from .models import ModelPair, load_pair
-from .sampling import SamplingConfig
+from .. import measure
+from ..decoding import autoregressive_generate
+from ..models import ModelPair, load_pair
+from ..sampling import SamplingConfig
 
 SAMPLE_PROMPTS = ["ROMEO.\n", "To be, or not to be,", "KING LEAR.\nBlow, winds,"]
 
@@ -103,8 +103,8 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
 
 | measure | value |
 |---|---|
-| acceptance rate α at T = 1, γ = {a['gamma']} ({a['runs']} runs: {len(bench.PROMPTS)} prompts x \
-{len(bench.SEEDS)} seeds, {a['tested']} drafts tested) | {a['alpha']:.3f} |
+| acceptance rate α at T = 1, γ = {a['gamma']} ({a['runs']} runs: {len(measure.PROMPTS)} prompts x \
+{len(measure.SEEDS)} seeds, {a['tested']} drafts tested) | {a['alpha']:.3f} |
 | tokens per target forward (same runs) | {a['tokens_per_target_forward']:.2f} |
 | one draft decode step / one target decode step (KV cache), c | {c['draft_step_ms']:.2f} ms / \
 {c['target_step_ms']:.2f} ms = {c['c']:.3f} |
@@ -132,7 +132,7 @@ def write_cards(out_dir: str = "assets/models", quick: bool = False) -> None:
                     "acceptance": {"alpha": 0, "tested": 0, "runs": 0, "tokens_per_target_forward": 0, "gamma": 4},
                     "machine": "not measured (--quick)"}
     else:
-        measures = {"cost": bench.cost(pair), "acceptance": bench.acceptance(pair),
+        measures = {"cost": measure.cost(pair), "acceptance": measure.acceptance(pair),
                     "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
     for name, role, other, model in (("specdec-target", "target", "specdec-draft", "target"),
                                      ("specdec-draft", "draft", "specdec-target", "draft")):

@@ -27,8 +27,8 @@ import time
 
 import gradio as gr
 
+from ..checks import number
 from . import housekeeping, limits
-from .checks import number
 
 __all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "limit_time",
            "user_message", "BUSY"]
@@ -148,7 +148,7 @@ def user_message(err: BaseException) -> str:
     the server stays up for the next request either way."""
     import torch
 
-    from .models import ModelLoadError, release_memory
+    from ..models import ModelLoadError, release_memory
 
     if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
         release_memory()
@@ -157,7 +157,7 @@ def user_message(err: BaseException) -> str:
     if isinstance(err, (ValueError, ModelLoadError)):
         text = str(err)
         return text[:1].upper() + text[1:] if text else type(err).__name__
-    from .models import scrub_paths
+    from ..models import scrub_paths
 
     detail = scrub_paths(str(err))[:300]
     return f"The run failed ({type(err).__name__}: {detail}); the server is ready for the next run."

@@ -25,23 +25,23 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
+from ..checks import number, whole_number
+from ..checks import seed as seed_number
+from ..decoding import autoregressive_generate, speculative_generate
+from ..looks import LOOKS, token_label
+from ..models import BUNDLED, PRESETS, ModelLoadError, context_of
+from ..outcomes import Ending, Status
+from ..sampling import Rule, SamplingConfig
+from ..settings import DRAFTERS, RunSettings
+from ..speed import speedup
+from ..trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
+from ..validate import load_trace, read_trace_file
 from . import charts, housekeeping, limits
-from .checks import number, whole_number
-from .checks import seed as seed_number
-from .decoding import autoregressive_generate, speculative_generate
-from .looks import LOOKS, token_label
-from .models import BUNDLED, PRESETS, ModelLoadError, context_of
-from .outcomes import Ending, Status
 from .pairs import get_pair, is_loaded
-from .sampling import Rule, SamplingConfig
 from .serving import user_message
-from .settings import DRAFTERS, RunSettings
-from .speed import speedup
-from .trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
-from .validate import load_trace, read_trace_file
 
 try:   # the exactness lab is built by its own module; the app works without it
-    from .lab_ui import build_lab_tab
+    from .lab_tab import build_lab_tab
 except ImportError:   # pragma: no cover - depends on what is installed
     build_lab_tab = None
 

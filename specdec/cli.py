@@ -1,0 +1,320 @@
+"""The one command line: `python -m specdec <command>` (or `specdec <command>` once installed).
+
+Every subcommand is declared on ONE argparse parser. A module that owns a command gives it
+`add_arguments(parser)` and a runner `(args) -> int`; `generate`, `train` and `card` are thin
+enough to live here. One exit-code policy for every command:
+
+  0  success
+  1  a check the command ran failed (e.g. bench's greedy outputs disagree), or an unexpected crash
+  2  bad arguments, or a library error the user can act on (ValueError, ModelLoadError, OSError):
+     ONE line `specdec: error: ...` on stderr, never the whole usage or a traceback
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+from . import lab  # noqa: E402  (after the environment: transformers reads it on import)
+from .app import limits  # noqa: E402
+from .bench import app_timing  # noqa: E402
+from .bench import run as bench
+from .checks import whole_number  # noqa: E402
+from .looks import LOOKS  # noqa: E402
+from .models import ModelLoadError  # noqa: E402
+from .outcomes import events  # noqa: E402
+from .sampling import Rule, SamplingConfig  # noqa: E402
+from .settings import DRAFTERS, RunSettings  # noqa: E402
+from .speed import expected_tokens_per_round, speedup  # noqa: E402
+from .trace import Generation  # noqa: E402
+
+PROG = "python -m specdec"
+RESET = "\033[0m"
+
+
+class UsageError(Exception):
+    """A bad command line: argparse's message, reported by `main` as one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):   # argparse would print the whole usage and exit by itself
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def fail(message: str) -> int:
+    print(f"specdec: error: {message}", file=sys.stderr)
+    return 2
+
+
+# ---------------------------------------------------------------- argument types
+
+def prompt_text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the prompt is empty: type at least one word")
+    return text
+
+
+def folder(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder")
+    return text
+
+
+# ---------------------------------------------------------------- generate: how a run is shown
+
+def use_colour(mode: str) -> bool:
+    if mode == "always":
+        return True
+    if mode == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty()
+
+
+def mark(outcome, text: str, colour: bool) -> str:
+    """One piece of text followed by its outcome's symbol (the app's symbols), in its colour if asked."""
+    look = LOOKS[outcome]
+    return f"\033[{look.ansi}m{text}{look.symbol}{RESET}" if colour else f"{text}{look.symbol}"
+
+
+def render_tokens(gen: Generation, colour: bool) -> str:
+    """The generated text with every token marked: accepted drafts, rejected drafts (where they
+    were proposed), and how each round's last token was produced."""
+    return "".join(mark(ev.outcome, gen.token(ev.token), colour) for ev in events(gen) if ev.in_text)
+
+
+def legend(gen: Generation, colour: bool) -> str:
+    """What the marks in this run's text mean, in the order of LOOKS."""
+    shown = {ev.outcome for ev in events(gen) if ev.in_text}
+    items = [f"{mark(outcome, '', colour)} {look.label}" for outcome, look in LOOKS.items() if outcome in shown]
+    return "legend: " + " | ".join(items)
+
+
+def stats_lines(gen: Generation) -> list[str]:
+    s = gen.stats
+    gamma = gen.settings.gamma
+    return [
+        f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {s.stopped}",
+        f"acceptance rate alpha = accepted/tested = {s.accepted}/{s.tested} = {s.acceptance_rate:.3f}"
+        f"   (accepted/drafted = {s.accepted}/{s.drafted} = {s.accepted_per_drafted:.3f};"
+        f" expected, mean beta = {s.expected_acceptance:.3f})",
+        f"tokens per target forward = {s.tokens_per_target_forward:.2f}"
+        f"   ((1 - alpha^(gamma+1)) / (1 - alpha) = {expected_tokens_per_round(s.acceptance_rate, gamma):.2f})",
+        f"forward passes: target {s.target_forwards}, draft {s.draft_forwards}",
+        f"time {s.wall_seconds:.3f} s (drafting {s.draft_seconds:.3f} s, verifying {s.verify_seconds:.3f} s)",
+    ]
+
+
+def settings_of(args) -> RunSettings:
+    """The run the command line asks for, checked (ValueError) before any model loads: valid, and
+    within the limits (`limits.check_run`) that the app keeps too."""
+    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                           sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                           rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
+                           drafter=args.drafter).validate()
+    limits.check_run(settings)
+    return settings
+
+
+def run_generate(args) -> int:
+    from .decoding import autoregressive_generate, speculative_generate
+    from .models import load_pair
+
+    settings = settings_of(args)
+    if args.threads is not None:
+        whole_number(args.threads, "--threads", 1)
+        import torch
+        torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
+    pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
+    limits.check_prompt_tokens(len(pair.encode(args.prompt)[1]))
+    gen = speculative_generate(pair, args.prompt, settings=settings)
+    colour = use_colour(args.color)
+    s = settings.sampling
+    print(f"{pair.label}  [{pair.device}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
+          f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
+          + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
+    print(legend(gen, colour))
+    print()
+    print(gen.prompt + render_tokens(gen, colour))
+    print()
+    for line in stats_lines(gen):
+        print(line)
+    if args.compare_ar:
+        ar = autoregressive_generate(pair, args.prompt, max_new_tokens=settings.max_new_tokens,
+                                     sampling=settings.sampling, seed=settings.seed)
+        print(f"autoregressive: {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.3f} s "
+              f"({ar.stats.target_forwards} target forwards); speedup x{speedup(gen.stats, ar.stats):.2f}")
+    if args.json:
+        try:
+            Path(args.json).write_text(gen.to_json(indent=1), encoding="utf-8")
+        except OSError as err:
+            return fail(f"cannot write {args.json}: {err.strerror}")
+        print(f"trace written to {args.json}")
+    return 0
+
+
+def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", required=True, type=prompt_text)
+    p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
+    p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-adjustment", action="store_true",
+                   help="on rejection sample from p instead of the residual (biased, for teaching)")
+    p.add_argument("--drafter", choices=list(DRAFTERS), default="model",
+                   help="; ".join(f"{key}: {label}" for key, label in DRAFTERS.items()))
+    p.add_argument("--json", help="write the trace to this file")
+    p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="auto: colour on a terminal unless NO_COLOR is set; the symbols are always shown")
+    p.add_argument("--preset", default=None, help="model pair preset (default: the bundled pair)")
+    p.add_argument("--target", help="target model: folder or hub id (with --draft)")
+    p.add_argument("--draft", help="draft model: folder or hub id (with --target)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+# ---------------------------------------------------------------- lab
+
+LAB_BENCH_SAMPLES = 1_000_000
+
+
+def _numbers(text: str) -> list[float]:
+    """argparse type: "0.5,0.3,0.2" -> [0.5, 0.3, 0.2]."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `lab` subcommand's options."""
+    parser.add_argument("--preset", default="over-confident", choices=list(lab.PRESETS), metavar="NAME",
+                        help=f"one of: {', '.join(map(repr, lab.PRESETS))}")
+    parser.add_argument("--p", type=_numbers, help="target distribution, comma-separated (overrides the preset)")
+    parser.add_argument("--q", type=_numbers, help="draft distribution, comma-separated (with --p)")
+    parser.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
+    parser.add_argument("--samples", type=int, default=100_000, help=f"1 to {limits.MAX_LAB_SAMPLES:,}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bench", action="store_true", help=f"print samples/second for {LAB_BENCH_SAMPLES:,} samples")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for the Monte Carlo (default 1: fastest for these small ops)")
+
+
+def run_lab(args: argparse.Namespace) -> int:
+    """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
+    chi-square, p-value, acceptance). Bad values raise ValueError (one line, exit 2)."""
+    whole_number(args.threads, "--threads", 1)
+    if args.bench:
+        for v in (8, 20):
+            s = lab.benchmark_vocab(v, threads=args.threads)
+            print(f"exact rule, V = {v:>2}: {LAB_BENCH_SAMPLES:,} samples in {s:.3f} s "
+                  f"= {LAB_BENCH_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
+        return 0
+    if (args.p is None) != (args.q is None):
+        raise ValueError("give both --p and --q, or neither")
+    limits.check_lab_samples(whole_number(args.samples, "--samples", 1), "--samples")
+    if args.p is not None:
+        p, q, name = args.p, args.q, "custom"
+        tokens = args.tokens.split(",") if args.tokens else [f"t{i}" for i in range(len(p))]
+    else:
+        tokens, p, q = lab.preset(args.preset)
+        name = args.preset
+    result = lab.run(tokens, p, q, args.samples, args.seed, threads=args.threads)
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"{name}: {len(result.tokens)} tokens, {result.n:,} samples, seed {result.seed}, "
+          f"beta = sum(min(p, q)) = {result.beta:.4f}   ({result.seconds:.2f} s)\n")
+    print(lab.format_table(*lab.decomposition_table(result)))
+    print()
+    print(lab.format_table(*lab.summary_table(result)))
+    return 0
+
+
+# ---------------------------------------------------------------- train and card
+
+def run_train(args) -> int:
+    from .training.cards import write_cards
+    from .training.recipe import TrainConfig, tiny_config, train
+
+    cfg = tiny_config(args.out, args.corpus_dir) if args.tiny else TrainConfig(out_dir=args.out,
+                                                                             corpus_dir=args.corpus_dir)
+    if args.seed is not None:
+        cfg.seed = args.seed
+    run = train(cfg, log=lambda msg: print(msg, flush=True))
+    if not args.no_card:
+        write_cards(args.out, quick=args.tiny)
+    print(f"trained in {run['total_seconds'] / 60:.1f} min")
+    return 0
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="assets/models")
+    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run, not a usable model")
+    p.add_argument("--corpus-dir", type=folder, default=None,
+                   help="train on the .txt files in this folder instead of the registry corpus")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-card", action="store_true", help="skip measuring and writing the model cards")
+
+
+def run_card(args) -> int:
+    from .training.cards import write_cards
+
+    write_cards(args.out, quick=args.quick)
+    return 0
+
+
+def add_card_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="assets/models", help="the folder holding specdec-target and specdec-draft")
+    p.add_argument("--quick", action="store_true", help="write the cards without measuring (a smoke test)")
+
+
+# ---------------------------------------------------------------- the parser and the policy
+
+# name -> (help, add_arguments, run): the whole command line in one table.
+COMMANDS = {
+    "generate": ("generate with speculative decoding and show every round", add_generate_arguments, run_generate),
+    "bench": ("measure cost ratio, acceptance rate and speedup", bench.add_arguments, bench.run),
+    "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", add_lab_arguments, run_lab),
+    "bench-app": ("time the app's work: first round, whole run, step switch", app_timing.add_arguments,
+                  app_timing.run),
+    "train": ("train the bundled pair from scratch (about 45 minutes on 2 cores)", add_train_arguments, run_train),
+    "card": ("measure the trained pair and write its model cards", add_card_arguments, run_card),
+}
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog=PROG, description="Exact, traced speculative decoding.",
+                    epilog="Exit status: 0 success, 1 a failed check, 2 bad arguments (one line on stderr).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for name, (help_text, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        add_arguments(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run, and turn every error a user can act on into one line and exit status 2."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except UsageError as err:
+        return fail(str(err))
+    except BrokenPipeError:   # the reader went away (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 1
+    except (ValueError, ModelLoadError, OSError) as err:
+        return fail(str(err))
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
