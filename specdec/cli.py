@@ -131,7 +131,7 @@ def run_generate(args) -> int:
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
     limits.check_prompt_tokens(len(pair.encode(args.prompt)[1]))
-    gen = speculative_generate(pair, args.prompt, settings=settings)
+    gen = speculative_generate(pair, args.prompt, settings)
     colour = use_colour(args.color)
     s = settings.sampling
     print(f"{pair.label}  [{pair.device}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
@@ -144,8 +144,7 @@ def run_generate(args) -> int:
     for line in stats_lines(gen):
         print(line)
     if args.compare_ar:
-        ar = autoregressive_generate(pair, args.prompt, max_new_tokens=settings.max_new_tokens,
-                                     sampling=settings.sampling, seed=settings.seed)
+        ar = autoregressive_generate(pair, args.prompt, settings)
         print(f"autoregressive: {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.3f} s "
               f"({ar.stats.target_forwards} target forwards); speedup x{speedup(gen.stats, ar.stats):.2f}")
     if args.json:

@@ -1,21 +1,29 @@
 """Speculative and autoregressive decoding over a `ModelPair`, writing a `Generation` trace.
 
 The loop, top to bottom: the drafter proposes up to gamma tokens with their q rows; ONE target
-forward over (uncached context + drafts) gives the gamma + 1 p rows; `verify` accepts a prefix
-and draws the round's last token; both KV caches are cut back to what was kept (lazily, at the
-next forward, see `drafters.KVCache`). All randomness comes from one `torch.Generator` seeded
-with the run's seed: the same seed gives the same trace, and no global RNG state is touched.
+forward over (uncached context + drafts) gives the gamma + 1 p rows (`TargetScorer`); `verify`
+accepts a prefix and draws the round's last token; both KV caches are cut back to what was kept
+(lazily, at the next forward, see `drafters.KVCache`). All randomness comes from one
+`torch.Generator` seeded with the run's seed: the same seed gives the same trace, and no global
+RNG state is touched.
+
+Every entry takes one `RunSettings`. A `stop` (a `threading.Event`, or a `StopSignal` that also
+carries a deadline and says why) is checked before every forward, the drafter's included: a
+stopped run returns what its finished rounds emitted, with `stats.stopped` saying why.
 
 For models this small the Python work around the two forwards costs as much as a forward, so
-the loop keeps it small: the trace of a round is recorded with a few batched tensor ops, the
-statistics and the text are derived once at the end (or when a caller streams rounds), and
-token texts come from the pair's cache.
+the loop keeps it small: the trace of a round is recorded with a few batched tensor ops, and the
+statistics are tallied one round at a time (`trace.Tally`). A caller that streams rounds
+(`on_round`) also gets the text and the token texts extended as the run goes; otherwise they are
+derived once at the end.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,9 +31,59 @@ import torch
 from . import trace as tr
 from .drafters import KVCache, align_logits, make_drafter
 from .outcomes import Ending, status_at
-from .sampling import Rule, SamplingConfig, logits_to_probs, sample, verify
+from .sampling import Rule, SamplingConfig, Verdict, logits_to_probs, sample, verify
 from .settings import AUTOREGRESSIVE, RunSettings
 from .trace import Generation, Position, Round
+
+STOPPED, TIME_LIMIT = "stopped", "time limit"   # why a run stopped early (stats.stopped)
+
+
+# ---------------------------------------------------------------- stopping
+
+class StopSignal:
+    """A `threading.Event` that says why it was set, and may carry a deadline (`seconds` from now):
+    past it, `is_set()` is true and the reason is "time limit". The decoders check it between
+    forwards; a visitor's Stop (or a closed page) sets it with the reason "stopped"."""
+
+    def __init__(self, seconds: float | None = None):
+        self._event = threading.Event()
+        self.reason: str | None = None
+        self.deadline = time.monotonic() + seconds if seconds is not None else None
+
+    def set(self, reason: str = STOPPED) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        if self.deadline is not None and not self._event.is_set() and time.monotonic() >= self.deadline:
+            self.set(TIME_LIMIT)
+        return self._event.is_set()
+
+
+def stop_reason(stop) -> str | None:
+    """Why `stop` (None, a threading.Event or a StopSignal) asks the run to end, or None."""
+    if stop is None or not stop.is_set():
+        return None
+    return getattr(stop, "reason", None) or STOPPED
+
+
+# ---------------------------------------------------------------- the target's side of a round
+
+class TargetScorer:
+    """The target's forward in a round: the uncached context and the drafts in one pass, as p rows
+    [len(drafts) + 1, V] (row i scores the token after i drafts). One seam, so another engine
+    (static caches, CUDA graphs) can stand behind the same loop."""
+
+    def __init__(self, pair):
+        self.cache = KVCache(pair.target)
+        self.vocab_size = pair.vocab_size
+        self.forwards = 0
+
+    def probs(self, context: list[int], drafts: list[int], sampling: SamplingConfig) -> torch.Tensor:
+        logits = self.cache.forward(context, drafts)
+        self.forwards += 1
+        return logits_to_probs(align_logits(logits, self.vocab_size), sampling)
 
 
 def _sync(device) -> None:
@@ -34,7 +92,7 @@ def _sync(device) -> None:
 
 
 def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
-    """Refuse a bad request up front with a message a user can act on (ValueError)."""
+    """Refuse a bad request up front with a message that names what is wrong (ValueError)."""
     if not prompt_ids:
         raise ValueError("the prompt is empty: type at least one word")
     settings.validate()
@@ -51,160 +109,153 @@ def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
             f"models' context holds {limit} tokens: {advice}")
 
 
-def settings_from(gamma: int = 4, max_new_tokens: int = 64, sampling: SamplingConfig | None = None,
-                  seed: int = 0, skip_adjustment: bool = False, drafter: str = "model",
-                  rule: Rule | None = None) -> RunSettings:
-    """The keyword form of a run's settings (the library's API) as a `RunSettings`."""
-    rule = rule or (Rule.SKIP_ADJUSTMENT if skip_adjustment else Rule.EXACT)
-    return RunSettings(gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling or SamplingConfig(),
-                       seed=seed, rule=rule, drafter=drafter)
-
+# ---------------------------------------------------------------- the decoders
 
 @torch.inference_mode()
-def speculative_generate(pair, prompt: str | list[int], gamma: int = 4, max_new_tokens: int = 64,
-                         sampling: SamplingConfig | None = None, seed: int = 0,
-                         skip_adjustment: bool = False, drafter: str = "model",
+def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | None = None, *,
                          on_round: Callable[[Round, Generation], None] | None = None,
-                         rule: Rule | None = None, settings: RunSettings | None = None,
-                         trace: bool = True) -> Generation:
+                         stop=None) -> Generation:
     """Generate with speculative sampling and return the full trace.
 
-    Settings come either as keywords or as one `RunSettings` (which wins). skip_adjustment=True
-    samples from p instead of the residual after a rejection: the deliberately biased shortcut
-    the app lets learners try. `on_round(round, generation_so_far)` is called after every round
-    (the app streams from it). trace=False records no rounds (for measuring what tracing costs).
+    `settings` (default `RunSettings()`) say what to run; under `Rule.SKIP_ADJUSTMENT` a rejection
+    samples from p instead of the residual: the deliberately biased shortcut the app lets learners
+    try. `on_round(round, generation_so_far)` is called after every round with the new round; the
+    generation's stats, text and token texts are brought up to date first (the app streams from
+    it). `stop` is checked before every forward (see the module docstring).
     """
-    settings = settings or settings_from(gamma, max_new_tokens, sampling, seed, skip_adjustment, drafter, rule)
-    prompt_text, prompt_ids = pair.encode(prompt)
-    check_request(pair, prompt_ids, settings)
-    sampling, rule, gamma, max_new_tokens = settings.sampling, settings.rule, settings.gamma, settings.max_new_tokens
+    settings = settings or RunSettings()
+    gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-    draft = make_drafter(settings.drafter, pair)
-    target = KVCache(pair.target)
-    device = pair.device
-
-    gen = _new_generation(pair, prompt_text, prompt_ids, settings)
-    tokens = gen.token_ids
-    context = list(prompt_ids)
-    target_forwards = 0
-    stopped = "max_new_tokens"
+    drafter = make_drafter(settings.drafter, pair)
+    target = TargetScorer(pair)
+    tally, text = tr.Tally(), _Text(pair) if on_round else None
+    ending = None
     t_start = time.perf_counter()
-    while len(tokens) < max_new_tokens:
+    while ending is None:
         # Never draft past the end: the round's own last token fills the final slot.
-        g = min(gamma, max_new_tokens - len(tokens) - 1)
-
+        g = min(settings.gamma, settings.max_new_tokens - len(gen.token_ids) - 1)
         t0 = time.perf_counter()
-        drafts, q = draft.propose(context, g, sampling, generator)
-        _sync(device)
-        t1 = time.perf_counter()
-        logits = target.forward(context, drafts)             # ONE target forward: [len(drafts)+1, V]
-        target_forwards += 1
-        p = logits_to_probs(align_logits(logits, pair.vocab_size), sampling)
-        u = torch.rand(len(drafts), generator=generator)
-        verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device),
-                         u.to(p.device), generator=generator, rule=rule)
-        n_accepted, end_token = int(verdict.n_accepted), int(verdict.end_token)
-        _sync(device)
-        t2 = time.perf_counter()
-
-        # Emit accepted drafts then the end token, stopping at EOS or max_new_tokens.
-        emitted = []
-        for tok in drafts[:n_accepted] + [end_token]:
-            if len(tokens) >= max_new_tokens:
-                break
-            emitted.append(tok)
-            tokens.append(tok)
-            if tok == pair.eos_token_id:
-                stopped = "eos"
-                break
-        context.extend(emitted)
-        if trace:
-            rnd = record_round(len(gen.rounds), len(tokens) - len(emitted), drafts, p, q, u, verdict,
-                               rule, emitted, t1 - t0, t2 - t1)
-            gen.rounds.append(rnd)
-            if on_round:
-                _finish(gen, pair, target_forwards, draft.forwards, time.perf_counter() - t_start, stopped, [rnd])
-                on_round(rnd, gen)
-        if stopped == "eos":
+        drafts, q = drafter.propose(context, g, settings.sampling, generator, stop=stop)
+        _sync(pair.device)
+        ending = stop_reason(stop)   # stopped while drafting: the round is dropped, its output never was
+        if ending is not None:
             break
-    _finish(gen, pair, target_forwards, draft.forwards, time.perf_counter() - t_start, stopped,
-            [] if on_round else gen.rounds)
+        t1 = time.perf_counter()
+        step = _verify(target, context, drafts, q, settings, generator)
+        _sync(pair.device)
+        t2 = time.perf_counter()
+        emitted, ending = _emit(gen.token_ids, step.kept(), settings.max_new_tokens, pair.eos_token_id)
+        context.extend(emitted)
+        rnd = record_round(len(gen.rounds), len(gen.token_ids) - len(emitted), step, settings.rule, emitted,
+                           (t1 - t0, t2 - t1))
+        gen.rounds.append(rnd)
+        tally.add(rnd)
+        if on_round:
+            gen.stats = tally.stats(len(gen.token_ids), target.forwards, drafter.forwards,
+                                    time.perf_counter() - t_start, ending or "")
+            gen.text = text.extend(emitted)
+            _note_token_texts(gen, pair, [rnd])
+            on_round(rnd, gen)
+    gen.stats = tally.stats(len(gen.token_ids), target.forwards, drafter.forwards, time.perf_counter() - t_start,
+                            ending)
+    _finish_text(gen, pair, [] if on_round else gen.rounds)
     return gen
 
 
 @torch.inference_mode()
-def autoregressive_generate(pair, prompt: str | list[int], max_new_tokens: int = 64,
-                            sampling: SamplingConfig | None = None, seed: int = 0) -> Generation:
+def autoregressive_generate(pair, prompt: str | list[int], settings: RunSettings | None = None, *,
+                            stop=None) -> Generation:
     """The baseline: the target alone, one forward per token, with a KV cache. Same processing,
-    same kind of seeded generator; its trace has no rounds."""
-    settings = RunSettings(mode=AUTOREGRESSIVE, gamma=1, max_new_tokens=max_new_tokens,
-                           sampling=sampling or SamplingConfig(), seed=seed)
-    prompt_text, prompt_ids = pair.encode(prompt)
-    check_request(pair, prompt_ids, settings)
+    same kind of seeded generator (the settings' length, sampling and seed; gamma, rule and
+    drafter do not apply); its trace has no rounds. `stop` is checked before every forward."""
+    s = settings or RunSettings()
+    settings = RunSettings(mode=AUTOREGRESSIVE, gamma=1, max_new_tokens=s.max_new_tokens, sampling=s.sampling,
+                           seed=s.seed)
+    gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-    target = KVCache(pair.target)
-    gen = _new_generation(pair, prompt_text, prompt_ids, settings)
-    context = list(prompt_ids)
-    stopped = "max_new_tokens"
+    target = TargetScorer(pair)
+    ending = None
     step_seconds = 0.0   # time in target steps (forward, probabilities, the draw): the cost of a token
     t_start = time.perf_counter()
-    while len(gen.token_ids) < max_new_tokens:
-        t0 = time.perf_counter()
-        p = logits_to_probs(align_logits(target.forward(context, [])[-1], pair.vocab_size), settings.sampling)
-        tok = int(sample(p, generator))   # int() waits for the GPU: the step is over
-        step_seconds += time.perf_counter() - t0
-        gen.token_ids.append(tok)
-        context.append(tok)
-        if tok == pair.eos_token_id:
-            stopped = "eos"
+    while ending is None:
+        ending = stop_reason(stop)
+        if ending is not None:
             break
+        t0 = time.perf_counter()
+        tok = int(sample(target.probs(context, [], settings.sampling)[-1], generator))   # int() waits for the GPU
+        step_seconds += time.perf_counter() - t0
+        emitted, ending = _emit(gen.token_ids, [tok], settings.max_new_tokens, pair.eos_token_id)
+        context.extend(emitted)
     _sync(pair.device)
     n = len(gen.token_ids)
-    gen.stats = tr.Stats(new_tokens=n, target_forwards=n, tokens_per_target_forward=1.0, verify_seconds=step_seconds,
-                         wall_seconds=time.perf_counter() - t_start, stopped=stopped)
-    gen.text = pair.decode(gen.token_ids)
-    gen.token_text.update(pair.token_texts(set(gen.token_ids) | set(prompt_ids)))
+    gen.stats = tr.Stats(new_tokens=n, target_forwards=target.forwards,
+                         tokens_per_target_forward=n / target.forwards if target.forwards else 0.0,
+                         verify_seconds=step_seconds, wall_seconds=time.perf_counter() - t_start, stopped=ending)
+    _finish_text(gen, pair, [])
     return gen
 
 
-# ---------------------------------------------------------------- helpers
+# ---------------------------------------------------------------- one round
 
-def _new_generation(pair, prompt_text, prompt_ids, settings: RunSettings) -> Generation:
-    return Generation(prompt=prompt_text, prompt_ids=list(prompt_ids), token_ids=[], text="",
-                      rounds=[], stats=tr.Stats(), settings=settings, models=pair.describe(),
-                      eos_token_id=pair.eos_token_id)
+@dataclass
+class Step:
+    """What one round's verify saw and decided: the drafts, p and q rows, the uniforms, the verdict."""
+
+    drafts: list[int]
+    p: torch.Tensor
+    q: torch.Tensor
+    u: torch.Tensor
+    verdict: Verdict
+
+    @property
+    def n_accepted(self) -> int:
+        return int(self.verdict.n_accepted)
+
+    def kept(self) -> list[int]:
+        """The accepted drafts, then the token the round drew."""
+        return self.drafts[:self.n_accepted] + [int(self.verdict.end_token)]
 
 
-def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, rule: Rule,
-                 emitted: list[int], draft_s: float, verify_s: float) -> Round:
-    """One verify step as a trace Round: sparse rows with exact tail masses.
+def _verify(target: TargetScorer, context: list[int], drafts: list[int], q: torch.Tensor, settings: RunSettings,
+            generator: torch.Generator) -> Step:
+    p = target.probs(context, drafts, settings.sampling)          # ONE target forward: [len(drafts) + 1, V]
+    u = torch.rand(len(drafts), generator=generator)
+    verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device), u.to(p.device),
+                     generator=generator, rule=settings.rule)
+    return Step(drafts, p, q, u, verdict)
+
+
+def _emit(tokens: list[int], decided: list[int], max_new_tokens: int, eos: int | None
+          ) -> tuple[list[int], str | None]:
+    """Append the round's decided tokens to `tokens` up to EOS or max_new_tokens: (what was
+    emitted, why the run ends or None)."""
+    emitted = []
+    for tok in decided:
+        if len(tokens) >= max_new_tokens:
+            break
+        emitted.append(tok)
+        tokens.append(tok)
+        if tok == eos:
+            return emitted, "eos"
+    return emitted, "max_new_tokens" if len(tokens) >= max_new_tokens else None
+
+
+def record_round(index: int, start: int, step: Step, rule: Rule, emitted: list[int],
+                 seconds: tuple[float, float]) -> Round:
+    """One verify step as a trace Round: sparse rows with exact tail masses; `seconds` are the
+    drafting and the verify time.
 
     Batched (see `trace.keep_top`), in numpy on the host: the ids and values of every drafted
     position come from one pass over all rows, so recording costs a few array operations per
     round, not per token.
     """
-    p, q = p.float().cpu().numpy(), q.float().cpu().numpy()
-    g = len(drafts)
-    n = int(verdict.n_accepted)
+    drafts, verdict = step.drafts, step.verdict
+    p, q = step.p.float().cpu().numpy(), step.q.float().cpu().numpy()
+    g, n = len(drafts), step.n_accepted
     rejected = bool(verdict.rejected)
     p_mass = p.sum(1, dtype=np.float64).tolist()
     q_mass = q.sum(1, dtype=np.float64).tolist()
-    overlap = np.minimum(p[:g], q)                                   # min(p, q), exact in float32
-    betas = overlap.sum(1, dtype=np.float64)
-    # Bias of the skip rule here, in closed form on the full rows: TV(min(p,q) + (1-beta) p, p).
-    skip_tv = (0.5 * np.abs(overlap - betas[:, None] * p[:g]).sum(1, dtype=np.float64)).tolist()
-    betas = betas.tolist()
-    p_draft, q_draft, ratio, u = verdict.p_draft.tolist(), verdict.q_draft.tolist(), verdict.ratio.tolist(), u.tolist()
-    positions = []
-    if g:
-        kept, mask = tr.keep_top(p[:g], q, np.array(drafts))
-        p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, mask)
-        for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept)):
-            status = status_at(i, n)
-            positions.append(Position(
-                draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i], status=status,
-                beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]), q=tr.dist(ids, qv, q_mass[i], q_tail[i]),
-                skip_tv=skip_tv[i]))
+    positions = _positions(drafts, p, q, step, p_mass, q_mass) if g else []
     end_dist = verdict.end_dist.float().cpu().numpy().reshape(1, -1)
     end_token = int(verdict.end_token)
     ending = Ending.of(g, rejected, rule)
@@ -223,17 +274,67 @@ def record_round(index: int, start: int, drafts: list[int], p, q, u, verdict, ru
     return Round(
         index=index, start=start, gamma=g, positions=positions, n_accepted=n, ending=ending,
         end_token=end_token, end_dist=end_parts[0], end_p=end_parts[1], end_q=end_parts[2],
-        residual_mass=residual_mass, emitted=list(emitted), draft_seconds=draft_s, verify_seconds=verify_s)
+        residual_mass=residual_mass, emitted=list(emitted), draft_seconds=seconds[0], verify_seconds=seconds[1])
 
 
-def _finish(gen: Generation, pair, target_forwards, draft_forwards, wall, stopped, new_rounds) -> None:
-    """Statistics, text and token texts of the run so far (at the end, or after a streamed
-    round); `new_rounds` are the rounds whose token texts are not looked up yet."""
-    gen.stats = tr.summarize(gen.rounds, len(gen.token_ids), target_forwards, draft_forwards, wall, stopped)
-    gen.text = pair.decode(gen.token_ids)
+def _positions(drafts: list[int], p: np.ndarray, q: np.ndarray, step: Step, p_mass, q_mass) -> list[Position]:
+    """The drafted positions of a round, all rows at once."""
+    g, n, verdict = len(drafts), step.n_accepted, step.verdict
+    overlap = np.minimum(p[:g], q)                                   # min(p, q), exact in float32
+    betas = overlap.sum(1, dtype=np.float64)
+    # Bias of the skip rule here, in closed form on the full rows: TV(min(p,q) + (1-beta) p, p).
+    skip_tv = (0.5 * np.abs(overlap - betas[:, None] * p[:g]).sum(1, dtype=np.float64)).tolist()
+    betas = betas.tolist()
+    p_draft, q_draft, ratio = verdict.p_draft.tolist(), verdict.q_draft.tolist(), verdict.ratio.tolist()
+    u = step.u.tolist()
+    kept, mask = tr.keep_top(p[:g], q, np.array(drafts))
+    p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, mask)
+    return [Position(draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i],
+                     status=status_at(i, n), beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]),
+                     q=tr.dist(ids, qv, q_mass[i], q_tail[i]), skip_tv=skip_tv[i])
+            for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept))]
+
+
+# ---------------------------------------------------------------- the run's record
+
+def _start(pair, prompt, settings: RunSettings) -> tuple[Generation, list[int]]:
+    """The empty trace of a checked request, and the context the loop extends."""
+    prompt_text, prompt_ids = pair.encode(prompt)
+    check_request(pair, prompt_ids, settings)
+    gen = Generation(prompt=prompt_text, prompt_ids=list(prompt_ids), token_ids=[], text="", rounds=[],
+                     stats=tr.Stats(), settings=settings, models=pair.describe(), eos_token_id=pair.eos_token_id)
+    return gen, list(prompt_ids)
+
+
+class _Text:
+    """The generated text, extended as tokens come: each round decodes its new tokens with a few
+    before them (a character split across tokens comes out whole), never the whole output."""
+
+    def __init__(self, pair):
+        self.pair, self.ids, self.text = pair, [], ""
+        self.window = self.read = 0   # decode from ids[window:]; ids[:read] are in the text
+
+    def extend(self, new_ids: list[int]) -> str:
+        self.ids.extend(new_ids)
+        before = self.pair.decode(self.ids[self.window:self.read])
+        after = self.pair.decode(self.ids[self.window:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):   # a split character waits for its rest
+            self.text += after[len(before):]
+            self.window, self.read = self.read, len(self.ids)
+        return self.text
+
+
+def _note_token_texts(gen: Generation, pair, rounds: list[Round]) -> None:
+    """Look up the texts of the ids these rounds show (and of the prompt and output so far)."""
     ids = set(gen.prompt_ids) | set(gen.token_ids)
-    for r in new_rounds:
+    for r in rounds:
         ids |= {r.end_token, *r.end_dist.ids}
         for pos in r.positions:
             ids |= {pos.draft_token, *pos.p.ids}
     gen.token_text.update(pair.token_texts(ids - gen.token_text.keys()))
+
+
+def _finish_text(gen: Generation, pair, rounds: list[Round]) -> None:
+    """The exact text of the whole output (one decode), and the token texts not looked up yet."""
+    gen.text = pair.decode(gen.token_ids)
+    _note_token_texts(gen, pair, rounds)

@@ -2,7 +2,8 @@
 
 One small interface (like transformers' `CandidateGenerator`), so the decoder never branches on
 the kind of drafter: `propose` returns the drafted tokens and the distribution q each was drawn
-from. q is the draft distribution after the same processing as p (temperature, top-k, top-p).
+from. q is the draft distribution after the same processing as p (temperature, top-k, top-p). A
+drafter that runs a model checks `stop` before each of its forwards and returns what it has.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ class Drafter(Protocol):
     forwards: int   # model forward passes spent so far
 
     def propose(self, context: list[int], gamma: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> tuple[list[int], torch.Tensor]:
-        """Up to `gamma` drafted tokens after `context`, and q: [len(drafts), V] float32 rows."""
+                generator: torch.Generator, stop=None) -> tuple[list[int], torch.Tensor]:
+        """Up to `gamma` drafted tokens after `context`, and q: [len(drafts), V] float32 rows.
+        `stop` (a threading.Event, or None): when set, return the drafts so far."""
         ...
 
 
@@ -83,10 +85,12 @@ class ModelDrafter:
         self.forwards = 0
 
     @torch.inference_mode()
-    def propose(self, context, gamma, sampling, generator):
+    def propose(self, context, gamma, sampling, generator, stop=None):
         drafts: list[int] = []
         rows = []
         for _ in range(gamma):
+            if stop is not None and stop.is_set():
+                break
             logits = self.cache.forward(context + drafts, [])[-1]
             self.forwards += 1
             q = logits_to_probs(align_logits(logits, self.vocab_size), sampling)
@@ -123,7 +127,7 @@ class NgramDrafter:
                         return follow
         return []
 
-    def propose(self, context, gamma, sampling, generator):
+    def propose(self, context, gamma, sampling, generator, stop=None):   # no forward to stop between
         drafts = self.lookup(context, gamma) if gamma > 0 else []
         q = torch.zeros(len(drafts), self.vocab_size)
         if drafts:

@@ -19,6 +19,7 @@ import torch
 from .decoding import speculative_generate
 from .drafters import KVCache
 from .sampling import SamplingConfig
+from .settings import RunSettings
 
 PROMPTS = [
     "To be, or not to be, that is the question:",
@@ -96,12 +97,12 @@ def cost(pair, gamma: int = 4) -> dict:
 
 def acceptance(pair, gamma: int = 4, max_new_tokens: int = 64, temperature: float = 1.0) -> dict:
     """Pooled alpha (accepted / tested) over PROMPTS x SEEDS with the draft model."""
+    settings = RunSettings(gamma=gamma, max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temperature))
     accepted = tested = 0
     tpf = []
     for prompt in PROMPTS:
         for seed in SEEDS:
-            g = speculative_generate(pair, prompt, gamma=gamma, max_new_tokens=max_new_tokens,
-                                     sampling=SamplingConfig(temperature=temperature), seed=seed)
+            g = speculative_generate(pair, prompt, settings.with_(seed=seed))
             accepted += g.stats.accepted
             tested += g.stats.tested
             tpf.append(g.stats.tokens_per_target_forward)

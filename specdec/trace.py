@@ -172,7 +172,7 @@ class Stats:
     verify_seconds: float = 0.0           # in the target's forwards and the verify step
                                           # (autoregressive: in its target steps)
     wall_seconds: float = 0.0
-    stopped: str = ""           # max_new_tokens | eos
+    stopped: str = ""           # max_new_tokens | eos | stopped (asked to) | time limit
 
 
 @dataclass
@@ -251,21 +251,36 @@ def _round_from_dict(r: dict) -> Round:
                     "end_p": Dist(**r["end_p"]), "end_q": Dist(**r["end_q"]) if r.get("end_q") else None})
 
 
-def summarize(rounds: list[Round], new_tokens: int, target_forwards: int, draft_forwards: int,
-              wall_seconds: float, stopped: str) -> Stats:
-    """The run statistics, all derived from the rounds (so an imported trace can be checked)."""
-    tested = [pos for r in rounds for pos in r.positions if pos.status is not Status.UNUSED]
-    accepted = sum(pos.status is Status.ACCEPTED for pos in tested)
-    drafted = sum(len(r.positions) for r in rounds)
-    return Stats(
-        new_tokens=new_tokens, rounds=len(rounds), drafted=drafted, tested=len(tested),
-        accepted=accepted,
-        acceptance_rate=accepted / len(tested) if tested else 0.0,
-        accepted_per_drafted=accepted / drafted if drafted else 0.0,
-        expected_acceptance=sum(pos.beta for pos in tested) / len(tested) if tested else 0.0,
-        skip_tv_mean=sum(pos.skip_tv or 0.0 for pos in tested) / len(tested) if tested else 0.0,
-        tokens_per_target_forward=new_tokens / target_forwards if target_forwards else 0.0,
-        target_forwards=target_forwards, draft_forwards=draft_forwards,
-        draft_seconds=sum(r.draft_seconds for r in rounds),
-        verify_seconds=sum(r.verify_seconds for r in rounds),
-        wall_seconds=wall_seconds, stopped=stopped)
+class Tally:
+    """The run statistics, kept up to date one round at a time: adding a round costs its own
+    positions, never a pass over the run (a streamed run asks for the stats after every round)."""
+
+    def __init__(self):
+        self.rounds = self.drafted = self.tested = self.accepted = 0
+        self.beta_sum = self.skip_tv_sum = self.draft_seconds = self.verify_seconds = 0.0
+
+    def add(self, r: Round) -> None:
+        self.rounds += 1
+        self.drafted += len(r.positions)
+        self.draft_seconds += r.draft_seconds
+        self.verify_seconds += r.verify_seconds
+        for pos in r.positions:
+            if pos.status is not Status.UNUSED:
+                self.tested += 1
+                self.accepted += pos.status is Status.ACCEPTED
+                self.beta_sum += pos.beta
+                self.skip_tv_sum += pos.skip_tv or 0.0
+
+    def stats(self, new_tokens: int, target_forwards: int, draft_forwards: int, wall_seconds: float,
+              stopped: str) -> Stats:
+        tested, drafted = self.tested, self.drafted
+        return Stats(
+            new_tokens=new_tokens, rounds=self.rounds, drafted=drafted, tested=tested, accepted=self.accepted,
+            acceptance_rate=self.accepted / tested if tested else 0.0,
+            accepted_per_drafted=self.accepted / drafted if drafted else 0.0,
+            expected_acceptance=self.beta_sum / tested if tested else 0.0,
+            skip_tv_mean=self.skip_tv_sum / tested if tested else 0.0,
+            tokens_per_target_forward=new_tokens / target_forwards if target_forwards else 0.0,
+            target_forwards=target_forwards, draft_forwards=draft_forwards,
+            draft_seconds=self.draft_seconds, verify_seconds=self.verify_seconds,
+            wall_seconds=wall_seconds, stopped=stopped)

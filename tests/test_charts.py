@@ -6,7 +6,7 @@ import html
 
 import pytest
 
-from specdec import SamplingConfig, speculative_generate
+from specdec import Rule, RunSettings, SamplingConfig, speculative_generate
 from specdec.app import charts
 from specdec.looks import TAIL_LABELS
 from specdec.outcomes import Ending
@@ -25,13 +25,14 @@ def pair():
 
 @pytest.fixture(scope="module")
 def gen(pair):
-    return speculative_generate(pair, [1, 2, 3], gamma=4, max_new_tokens=40, seed=0,
-                                sampling=SamplingConfig(temperature=1.0))
+    return speculative_generate(pair, [1, 2, 3], RunSettings(gamma=4, max_new_tokens=40, seed=0,
+                                                             sampling=SamplingConfig(temperature=1.0)))
 
 
 @pytest.fixture(scope="module")
 def skipped(pair):
-    return speculative_generate(pair, [1, 2, 3], gamma=4, max_new_tokens=40, seed=0, skip_adjustment=True)
+    return speculative_generate(pair, [1, 2, 3], RunSettings(gamma=4, max_new_tokens=40, seed=0,
+                                                             rule=Rule.SKIP_ADJUSTMENT))
 
 
 def _round_with(gen: Generation, rule: str):
@@ -226,7 +227,8 @@ def test_empty_states():
 
 def test_round_without_drafts(pair):
     """The n-gram drafter may propose nothing: the round is a plain target step."""
-    gen = speculative_generate(pair, [1, 2, 3, 4, 5, 6], gamma=3, max_new_tokens=12, seed=0, drafter="ngram")
+    gen = speculative_generate(pair, [1, 2, 3, 4, 5, 6], RunSettings(gamma=3, max_new_tokens=12, seed=0,
+                                                                     drafter="ngram"))
     empty = next((r for r in gen.rounds if not r.positions), None)
     if empty is None:
         pytest.skip("every round drafted something")

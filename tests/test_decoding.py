@@ -7,7 +7,15 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency, chisquare
 
-from specdec import Generation, SamplingConfig, autoregressive_generate, load_trace, speculative_generate
+from specdec import (
+    Generation,
+    Rule,
+    RunSettings,
+    SamplingConfig,
+    autoregressive_generate,
+    load_trace,
+    speculative_generate,
+)
 from specdec.drafters import KVCache, NgramDrafter
 from specdec.models import ModelPair
 from specdec.outcomes import Status
@@ -73,9 +81,11 @@ def test_pipeline_joint_of_first_two_tokens_matches_target(joint_setup):
     pair, sampling, joint = joint_setup
     # max_new_tokens=3 with gamma=2: both of the first two tokens come out of the draft/verify
     # step of round one (accepted drafts or the residual), not from plain target steps.
-    spec = [first_two(speculative_generate(pair, PROMPT, gamma=2, max_new_tokens=3, sampling=sampling, seed=s))
+    spec = [first_two(speculative_generate(pair, PROMPT, RunSettings(gamma=2, max_new_tokens=3, sampling=sampling,
+                                                                     seed=s)))
             for s in range(RUNS)]
-    ar = [first_two(autoregressive_generate(pair, PROMPT, max_new_tokens=2, sampling=sampling, seed=10**6 + s))
+    ar = [first_two(autoregressive_generate(pair, PROMPT, RunSettings(max_new_tokens=2, sampling=sampling,
+                                                                      seed=10**6 + s)))
           for s in range(RUNS)]
     assert gof_p_value(spec, joint) > SIGNIFICANCE
     assert gof_p_value(ar, joint) > SIGNIFICANCE
@@ -88,8 +98,8 @@ def test_pipeline_joint_of_first_two_tokens_matches_target(joint_setup):
 @pytest.mark.slow
 def test_pipeline_negative_control_skip_adjustment_is_detected(joint_setup):
     pair, sampling, joint = joint_setup
-    skip = [first_two(speculative_generate(pair, PROMPT, gamma=2, max_new_tokens=3, sampling=sampling, seed=s,
-                                           skip_adjustment=True)) for s in range(RUNS)]
+    skip = RunSettings(gamma=2, max_new_tokens=3, sampling=sampling, rule=Rule.SKIP_ADJUSTMENT)
+    skip = [first_two(speculative_generate(pair, PROMPT, skip.with_(seed=s))) for s in range(RUNS)]
     assert gof_p_value(skip, joint) < SIGNIFICANCE
 
 
@@ -100,8 +110,8 @@ def test_pipeline_negative_control_skip_adjustment_is_detected(joint_setup):
 def test_greedy_equals_target_generate_tiny(drafter, gamma):
     pair = tiny_pair(vocab=16, seed=1)
     ref = pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=30, min_new_tokens=30)
-    gen = speculative_generate(pair, PROMPT, gamma=gamma, max_new_tokens=30,
-                               sampling=SamplingConfig(temperature=0), drafter=drafter)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=gamma, max_new_tokens=30,
+                                                         sampling=SamplingConfig(temperature=0), drafter=drafter))
     assert gen.token_ids == ref[0, len(PROMPT):].tolist()
 
 
@@ -111,8 +121,8 @@ def test_greedy_equals_target_generate_bundled(bundled, drafter, gamma):
     prompt = "KING HENRY.\nNow, lords, the day is ours; the French are fled,"
     ids = bundled.tokenizer(prompt, return_tensors="pt")["input_ids"]
     ref = bundled.target.generate(ids, do_sample=False, max_new_tokens=48)
-    gen = speculative_generate(bundled, prompt, gamma=gamma, max_new_tokens=48,
-                               sampling=SamplingConfig(temperature=0), drafter=drafter)
+    gen = speculative_generate(bundled, prompt, RunSettings(gamma=gamma, max_new_tokens=48,
+                                                            sampling=SamplingConfig(temperature=0), drafter=drafter))
     assert gen.token_ids == ref[0, ids.shape[1]:].tolist()
     assert gen.stats.tested > 0
 
@@ -123,9 +133,10 @@ def test_padded_draft_vocabulary_is_aligned_and_stays_exact():
     pair = ModelPair(None, target, draft, "t", "d")
     assert pair.vocab_size == 8                         # the ids both models can embed
     ref = target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=20, min_new_tokens=20)
-    gen = speculative_generate(pair, PROMPT, gamma=3, max_new_tokens=20, sampling=SamplingConfig(temperature=0))
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=20,
+                                                         sampling=SamplingConfig(temperature=0)))
     assert gen.token_ids == ref[0, 3:].tolist()
-    sampled = speculative_generate(pair, PROMPT, gamma=3, max_new_tokens=40, seed=0)
+    sampled = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=40, seed=0))
     assert all(pos.draft_token < 8 for r in sampled.rounds for pos in r.positions)
     assert all(abs(sum(pos.q.probs) + pos.q.rest - 1) < 1e-5 for r in sampled.rounds for pos in r.positions)
 
@@ -150,7 +161,7 @@ def test_kv_cache_crop_matches_uncached_logits():
 
 def test_decoder_p_rows_equal_uncached_target_after_rejections():
     pair = tiny_pair(vocab=8, seed=3)     # vocab 8 < top-N: the trace stores p exactly
-    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=40, seed=7)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=40, seed=7))
     assert sum(r.n_accepted < r.gamma for r in gen.rounds) >= 3, "the run needs rejections"
     tokens = PROMPT + gen.token_ids
     with torch.no_grad():
@@ -166,9 +177,9 @@ def test_decoder_p_rows_equal_uncached_target_after_rejections():
 
 def test_same_seed_same_trace_and_json_round_trip():
     pair = tiny_pair()
-    a = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=5)
-    b = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=5)
-    c = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=6)
+    a = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=30, seed=5))
+    b = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=30, seed=5))
+    c = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=30, seed=6))
     assert without_timings(a) == without_timings(b)
     assert without_timings(a) != without_timings(c)
     assert load_trace(a.to_json()) == a
@@ -182,13 +193,13 @@ def test_no_global_rng_is_touched():
     pair = tiny_pair()
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    speculative_generate(pair, PROMPT, gamma=3, max_new_tokens=10, seed=0)
+    speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=10, seed=0))
     assert torch.equal(before, torch.get_rng_state())
 
 
 def test_statistics_follow_from_the_rounds():
     pair = tiny_pair()
-    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=50, seed=1)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=50, seed=1))
     s = gen.stats
     statuses = [pos.status for r in gen.rounds for pos in r.positions]
     assert s.accepted == statuses.count(ACCEPTED)
@@ -208,13 +219,13 @@ def test_statistics_follow_from_the_rounds():
 
 @pytest.mark.parametrize("max_new", [1, 2, 5])
 def test_stops_exactly_at_max_new_tokens_with_gamma_larger_than_left(max_new):
-    gen = speculative_generate(tiny_pair(), PROMPT, gamma=8, max_new_tokens=max_new, seed=0)
+    gen = speculative_generate(tiny_pair(), PROMPT, RunSettings(gamma=8, max_new_tokens=max_new, seed=0))
     assert len(gen.token_ids) == max_new
     assert all(r.gamma <= max_new - 1 for r in gen.rounds)
 
 
 def test_stops_at_eos_among_accepted_drafts():
-    base = speculative_generate(tiny_pair(same=True), PROMPT, gamma=4, max_new_tokens=30, seed=2)
+    base = speculative_generate(tiny_pair(same=True), PROMPT, RunSettings(gamma=4, max_new_tokens=30, seed=2))
     # The draft is the target itself, so every draft is accepted (p == q): pick as EOS a token
     # that first appears as an accepted draft in the middle of a round.
     for r in base.rounds:
@@ -226,7 +237,7 @@ def test_stops_at_eos_among_accepted_drafts():
             continue
         break
     pair = tiny_pair(same=True, eos=eos)
-    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=30, seed=2)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=30, seed=2))
     assert gen.token_ids == base.token_ids[:first + 1] and gen.token_ids[-1] == eos
     assert gen.stats.stopped == "eos"
     last = gen.rounds[-1]
@@ -237,8 +248,8 @@ def test_stops_at_eos_among_accepted_drafts():
 def test_prompt_at_the_context_limit_is_refused_clearly():
     pair = tiny_pair(context=32)
     with pytest.raises(ValueError, match="context holds 32 tokens"):
-        speculative_generate(pair, list(range(1, 8)) * 4, gamma=4, max_new_tokens=8)
-    gen = speculative_generate(pair, [1] * 24, gamma=4, max_new_tokens=8)   # exactly fits
+        speculative_generate(pair, list(range(1, 8)) * 4, RunSettings(gamma=4, max_new_tokens=8))
+    gen = speculative_generate(pair, [1] * 24, RunSettings(gamma=4, max_new_tokens=8))   # exactly fits
     assert len(gen.token_ids) == 8
 
 
@@ -248,7 +259,7 @@ def test_prompt_at_the_context_limit_is_refused_clearly():
 ])
 def test_bad_requests_get_clear_messages(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        speculative_generate(tiny_pair(), PROMPT, **kwargs)
+        speculative_generate(tiny_pair(), PROMPT, RunSettings(**kwargs))
     with pytest.raises(ValueError, match="empty"):
         speculative_generate(tiny_pair(), [])
 
@@ -264,7 +275,7 @@ def test_ngram_drafter_proposes_latest_continuation():
 
 def test_callback_sees_every_round():
     seen = []
-    gen = speculative_generate(tiny_pair(), PROMPT, gamma=3, max_new_tokens=20, seed=0,
+    gen = speculative_generate(tiny_pair(), PROMPT, RunSettings(gamma=3, max_new_tokens=20, seed=0),
                                on_round=lambda r, g: seen.append((r.index, len(g.token_ids))))
     assert [i for i, _ in seen] == list(range(len(gen.rounds)))
     assert seen[-1][1] == 20 and all(a[1] < b[1] for a, b in itertools.pairwise(seen))
@@ -305,8 +316,8 @@ def test_stored_tail_keeps_beta_and_residual_exact(bundled, temperature, top_k, 
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
     checked = 0
     for seed in range(3):
-        gen = speculative_generate(bundled, "ROMEO.\nBut soft,", gamma=4, max_new_tokens=48, seed=seed,
-                                   sampling=sampling)
+        gen = speculative_generate(bundled, "ROMEO.\nBut soft,", RunSettings(gamma=4, max_new_tokens=48, seed=seed,
+                                                                             sampling=sampling))
         gen = load_trace(gen.to_json())   # what an export and an import keep
         for r in gen.rounds:
             for pos in r.positions:
@@ -331,7 +342,7 @@ def test_stored_skip_bias_equals_the_closed_form_on_full_rows():
     from specdec.sampling import Rule, output_distribution
 
     pair = tiny_pair(vocab=8, seed=3)
-    gen = speculative_generate(pair, PROMPT, gamma=4, max_new_tokens=40, seed=7)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=40, seed=7))
     tokens = PROMPT + gen.token_ids
     biased = 0
     with torch.no_grad():
@@ -349,3 +360,67 @@ def test_stored_skip_bias_equals_the_closed_form_on_full_rows():
                 biased += pos.skip_tv > 1e-3
     assert biased > 5
     assert gen.stats.skip_tv_mean > 0
+
+
+# ---------------------------------------------------------------- stopping and streaming
+
+class StopAfter:
+    """A stop that turns true at its (n + 1)-th check: counts how often the decoder looks."""
+
+    def __init__(self, n: int):
+        self.n, self.checks = n, 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.checks > self.n
+
+
+def test_a_stop_acts_between_forwards_inside_a_round_and_returns_the_partial_run():
+    pair = tiny_pair()
+    settings = RunSettings(gamma=8, max_new_tokens=40, seed=0)
+    full = speculative_generate(pair, PROMPT, settings)
+    stop = StopAfter(3)                              # three draft forwards, then stop: mid-round
+    gen = speculative_generate(pair, PROMPT, settings, stop=stop)
+    assert gen.rounds == [] and gen.token_ids == [] and gen.stats.stopped == "stopped"
+    assert gen.stats.draft_forwards == 3 and gen.stats.target_forwards == 0
+    # Stopped later, after whole rounds: what it emitted is the full run's beginning, exactly.
+    first = len(full.rounds[0].positions) + 1 + len(full.rounds[1].positions) + 1
+    gen = speculative_generate(pair, PROMPT, settings, stop=StopAfter(first + 1))
+    assert len(gen.rounds) == 2 and gen.token_ids == full.token_ids[:len(gen.token_ids)]
+    assert gen.stats.stopped == "stopped" and load_trace(gen.to_json()).stats.stopped == "stopped"
+
+
+def test_a_deadline_stops_the_run_as_a_time_limit():
+    from specdec.decoding import StopSignal
+
+    gen = speculative_generate(tiny_pair(), PROMPT, RunSettings(max_new_tokens=40), stop=StopSignal(seconds=0))
+    assert gen.token_ids == [] and gen.stats.stopped == "time limit"
+    stop = StopSignal()
+    stop.set()
+    assert autoregressive_generate(tiny_pair(), PROMPT, RunSettings(max_new_tokens=9), stop=stop).stats.stopped \
+        == "stopped"
+
+
+def test_the_target_alone_stops_between_its_forwards_too():
+    pair = tiny_pair()
+    full = autoregressive_generate(pair, PROMPT, RunSettings(max_new_tokens=30, seed=4))
+    gen = autoregressive_generate(pair, PROMPT, RunSettings(max_new_tokens=30, seed=4), stop=StopAfter(7))
+    assert gen.token_ids == full.token_ids[:7] and gen.stats.stopped == "stopped"
+    assert gen.stats.target_forwards == 7 and gen.text == pair.decode(gen.token_ids)
+
+
+def test_streaming_brings_stats_and_text_up_to_date_one_round_at_a_time(bundled, monkeypatch):
+    """Each round's callback sees the stats and text of the run so far; the whole output is never
+    decoded again per round (the decoded ids stay linear in the run's length)."""
+    decoded = []
+    real = type(bundled).decode
+    monkeypatch.setattr(type(bundled), "decode", lambda self, ids: (decoded.append(len(ids)), real(self, ids))[1])
+    seen = []
+    gen = speculative_generate(bundled, "To be, or not to be", RunSettings(gamma=4, max_new_tokens=200, seed=0),
+                               on_round=lambda r, g: seen.append((g.text, g.stats.rounds, g.stats.accepted,
+                                                                  len(g.token_ids))))
+    assert [rounds for _, rounds, _, _ in seen] == list(range(1, len(gen.rounds) + 1))
+    assert seen[-1][2] == gen.stats.accepted and seen[-1][3] == len(gen.token_ids) == 200
+    texts = [text for text, _, _, _ in seen]
+    assert all(a == b[:len(a)] for a, b in itertools.pairwise(texts)) and gen.text.startswith(texts[-1])
+    assert sum(decoded) <= 6 * len(gen.token_ids), sum(decoded)   # a rebuild per round would be ~ n^2 / 6

@@ -79,8 +79,10 @@ def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
         from specdec.models import context_of
         from specdec.app.pairs import get_pair
         from specdec.decoding import speculative_generate
+    from specdec.settings import RunSettings
+        from specdec.settings import RunSettings
         pair = get_pair({key!r})
-        gen = speculative_generate(pair, "To be, or not to be", max_new_tokens=8, seed=1)
+        gen = speculative_generate(pair, "To be, or not to be", RunSettings(max_new_tokens=8, seed=1))
         print(json.dumps(dict(models=gen.models, tokens=len(gen.token_ids), context=context_of({key!r}))))
     """)
     assert result["tokens"] == 8
@@ -188,8 +190,9 @@ def test_display_names_never_carry_server_paths():
 
 def test_an_exported_trace_carries_model_names_not_paths(bundled):
     from specdec.decoding import speculative_generate
+    from specdec.settings import RunSettings
 
-    gen = speculative_generate(bundled, "To be", max_new_tokens=4)
+    gen = speculative_generate(bundled, "To be", RunSettings(max_new_tokens=4))
     text = gen.to_json()
     assert str(ASSETS) not in text and str(Path.home()) not in text
     models = json.loads(text)["models"]

@@ -364,8 +364,9 @@ def test_take_from_run_is_exact_on_real_runs(bundled):
 
     checked = 0
     for temperature, top_k in ((0.7, 0), (1.0, 0), (1.3, 40)):
-        gen = speculative_generate(bundled, "KING LEAR.\nBlow, winds,", gamma=4, max_new_tokens=32, seed=1,
-                                   sampling=SamplingConfig(temperature=temperature, top_k=top_k))
+        settings = RunSettings(gamma=4, max_new_tokens=32, seed=1,
+                               sampling=SamplingConfig(temperature=temperature, top_k=top_k))
+        gen = speculative_generate(bundled, "KING LEAR.\nBlow, winds,", settings)
         for r, i in lab.drafted_positions(gen):
             tokens, p, q = lab.from_position(gen, r, i)
             pos = gen.rounds[r].positions[i]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import SamplingConfig, autoregressive_generate, load_pair, speculative_generate
+from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, speculative_generate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,8 +36,8 @@ def test_tiny_training_run_produces_a_loadable_pair(tmp_path):
     # The trained pair works as a pair: greedy speculative decoding gives the target's own tokens,
     # and the run's statistics count what its rounds hold.
     greedy = SamplingConfig(temperature=0)
-    spec = speculative_generate(pair, "ROMEO.", gamma=3, max_new_tokens=10, sampling=greedy)
-    alone = autoregressive_generate(pair, "ROMEO.", max_new_tokens=10, sampling=greedy)
+    spec = speculative_generate(pair, "ROMEO.", RunSettings(gamma=3, max_new_tokens=10, sampling=greedy))
+    alone = autoregressive_generate(pair, "ROMEO.", RunSettings(max_new_tokens=10, sampling=greedy))
     assert spec.token_ids == alone.token_ids and len(spec.token_ids) >= 1
-    s = speculative_generate(pair, "ROMEO.", gamma=3, max_new_tokens=10, seed=0).stats
+    s = speculative_generate(pair, "ROMEO.", RunSettings(gamma=3, max_new_tokens=10, seed=0)).stats
     assert 0 < s.tested <= s.drafted and s.accepted == round(s.acceptance_rate * s.tested)

@@ -12,6 +12,7 @@ import pytest
 from specdec.app import limits
 from specdec.decoding import speculative_generate
 from specdec.sampling import Rule, SamplingConfig
+from specdec.settings import RunSettings
 from specdec.validate import ImportLimits, check_trace, json_depth, load_json, load_trace, read_trace_file
 
 PROMPT = "To be, or not to be"
@@ -21,7 +22,7 @@ PROMPT = "To be, or not to be"
 def good(bundled) -> dict:
     """A real exported trace (T = 1, gamma = 4) with at least one rejection, as a dict."""
     for seed in range(20):
-        gen = speculative_generate(bundled, PROMPT, gamma=4, max_new_tokens=32, seed=seed)
+        gen = speculative_generate(bundled, PROMPT, RunSettings(gamma=4, max_new_tokens=32, seed=seed))
         if any(r.n_accepted < len(r.positions) for r in gen.rounds) and any(
                 r.n_accepted > 0 for r in gen.rounds):
             return json.loads(gen.to_json())
@@ -69,12 +70,12 @@ KINDS = {
 
 @pytest.mark.parametrize("kw", KINDS.values(), ids=KINDS.keys())
 def test_real_traces_of_every_kind_pass(bundled, kw):
-    gen = speculative_generate(bundled, PROMPT, **{"max_new_tokens": 48, **kw})
+    gen = speculative_generate(bundled, PROMPT, RunSettings(**{"max_new_tokens": 48, **kw}))
     check_trace(load_json(gen.to_json()))
 
 
 def test_the_validator_is_fast_on_a_large_trace(bundled):
-    gen = speculative_generate(bundled, PROMPT, gamma=16, max_new_tokens=200, sampling=SamplingConfig(1.5))
+    gen = speculative_generate(bundled, PROMPT, RunSettings(gamma=16, max_new_tokens=200, sampling=SamplingConfig(1.5)))
     text = gen.to_json()
     t0 = time.perf_counter()
     check_trace(load_json(text))

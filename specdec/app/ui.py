@@ -87,8 +87,8 @@ def warm_up(pair) -> None:
     """Run both decoders once on a loaded pair (a few tokens): the first request then pays no
     one-time start-up cost, so its timings, and the speedup the page shows, are fair."""
     for drafter in DRAFTERS:
-        speculative_generate(pair, DEFAULT_PROMPT, gamma=4, max_new_tokens=8, drafter=drafter)
-    autoregressive_generate(pair, DEFAULT_PROMPT, max_new_tokens=8)
+        speculative_generate(pair, DEFAULT_PROMPT, RunSettings(gamma=4, max_new_tokens=8, drafter=drafter))
+    autoregressive_generate(pair, DEFAULT_PROMPT, RunSettings(max_new_tokens=8))
 
 
 # ---------------------------------------------------------------- input checks
@@ -216,11 +216,10 @@ def side_by_side(gen: Generation | None, preset: str, which: str) -> dict:
     try:
         pair = get_pair(preset if preset in PRESETS else BUNDLED)
         if which == "target alone":
-            other = autoregressive_generate(pair, gen.prompt, gen.settings.max_new_tokens, gen.settings.sampling,
-                                            gen.settings.seed)
+            other = autoregressive_generate(pair, gen.prompt, gen.settings)
         else:
             rule = Rule.EXACT if gen.settings.skip_adjustment else Rule.SKIP_ADJUSTMENT
-            other = speculative_generate(pair, gen.prompt, settings=gen.settings.with_(rule=rule))
+            other = speculative_generate(pair, gen.prompt, gen.settings.with_(rule=rule))
     except (ValueError, ModelLoadError) as err:
         raise _error(_describe(err)) from None
     return dict(side_by_side=charts.side_by_side_html(gen, other, OTHER_RUNS[which]))
@@ -318,7 +317,7 @@ def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: threadi
         try:
             pair = get_pair(preset)
             limits.check_prompt_tokens(len(pair.encode(prompt)[1]))
-            gen = speculative_generate(pair, prompt, settings=settings, on_round=on_round)
+            gen = speculative_generate(pair, prompt, settings, on_round=on_round)
             out.put(("done", gen))
         except _Cancelled:
             out.put(("cancelled", None))
@@ -345,8 +344,8 @@ def timed_comparison(prompt: str, preset: str, settings: RunSettings) -> tuple[G
     alone: both timed the same way, back to back, with no page being redrawn meanwhile. The
     streamed run is not timed fairly: the page's figures are built while it decodes."""
     pair = get_pair(preset)
-    spec = speculative_generate(pair, prompt, settings=settings)
-    ar = autoregressive_generate(pair, prompt, settings.max_new_tokens, settings.sampling, settings.seed)
+    spec = speculative_generate(pair, prompt, settings)
+    ar = autoregressive_generate(pair, prompt, settings)
     return spec, ar
 
 

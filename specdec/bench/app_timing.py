@@ -53,7 +53,7 @@ def timed_run(pair, prompt: str, settings) -> tuple[float, float, object]:
         if not first:
             first.append(time.perf_counter() - t0)
 
-    gen = speculative_generate(pair, prompt, settings=settings, on_round=on_round)
+    gen = speculative_generate(pair, prompt, settings, on_round=on_round)
     total = time.perf_counter() - t0
     return (first[0] if first else total), total, gen
 

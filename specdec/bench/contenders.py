@@ -16,6 +16,7 @@ import torch
 from ..decoding import autoregressive_generate, speculative_generate
 from ..drafters import NgramDrafter
 from ..sampling import SamplingConfig
+from ..settings import RunSettings
 
 
 @dataclass(frozen=True)
@@ -160,17 +161,14 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
                   counter: ForwardCounter, prompt_index: int = 0) -> Run:
     """Run one contender once, timed from call to return (each library's whole API call)."""
     kind, t = contender.kind, contender.temperature
-    sampling = SamplingConfig(temperature=t)
     accepted = tested = 0
     counter.reset()
     if KINDS[kind].family == "specdec":
+        settings = RunSettings(gamma=contender.gamma or 1, max_new_tokens=max_new_tokens, seed=seed,
+                               sampling=SamplingConfig(temperature=t), drafter=KINDS[kind].drafter or "model")
+        decode = autoregressive_generate if kind == SPECDEC_AR else speculative_generate
         start = time.perf_counter()
-        if kind == SPECDEC_AR:
-            gen = autoregressive_generate(pair, prompt_ids, max_new_tokens=max_new_tokens,
-                                          sampling=sampling, seed=seed)
-        else:
-            gen = speculative_generate(pair, prompt_ids, gamma=contender.gamma, max_new_tokens=max_new_tokens,
-                                       sampling=sampling, seed=seed, drafter=KINDS[kind].drafter)
+        gen = decode(pair, prompt_ids, settings)
         seconds = time.perf_counter() - start
         tokens = list(gen.token_ids)
         accepted, tested = gen.stats.accepted, gen.stats.tested

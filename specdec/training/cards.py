@@ -17,6 +17,7 @@ from .. import measure
 from ..decoding import autoregressive_generate
 from ..models import ModelPair, load_pair
 from ..sampling import SamplingConfig
+from ..settings import RunSettings
 
 SAMPLE_PROMPTS = ["ROMEO.\n", "To be, or not to be,", "KING LEAR.\nBlow, winds,"]
 
@@ -27,7 +28,8 @@ def _samples(pair: ModelPair, model: str) -> list[str]:
     out = []
     for prompt in SAMPLE_PROMPTS:
         for label, temp in (("greedy", 0.0), ("T=1, seed 0", 1.0)):
-            g = autoregressive_generate(solo, prompt, max_new_tokens=60, sampling=SamplingConfig(temperature=temp))
+            g = autoregressive_generate(solo, prompt, RunSettings(max_new_tokens=60,
+                                                                  sampling=SamplingConfig(temperature=temp)))
             out.append(f"*{label}* — `{prompt.strip()}`\n\n```text\n{prompt}{g.text}\n```")
     return out
 
