@@ -18,9 +18,10 @@ import torch  # noqa: E402
 # (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
+from specdec.app.layout import build_app, launch_kwargs  # noqa: E402
 from specdec.app.pairs import preload  # noqa: E402
+from specdec.app.runs import warm_up  # noqa: E402
 from specdec.app.serving import configure, launch_options  # noqa: E402
-from specdec.app.ui import build_app, launch_kwargs, warm_up  # noqa: E402
 
 demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/app/serving.py)
 preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens

@@ -31,13 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec.app.api import MAIN_OUTPUTS, RunRequest, api_outputs
+
 ROOT = Path(__file__).resolve().parent.parent
-
-# The Run button's inputs, in order (prompt, preset, drafter, gamma, max_new_tokens, temperature,
-# top_k, top_p, seed, skip_adjustment, compare_ar): the app's defaults.
-DEFAULT_RUN = dict(prompt="To be, or not to be", preset="bundled", drafter="model", gamma=4, max_new_tokens=64,
-                   temperature=1.0, top_k=0, top_p=1.0, seed=0, skip_adjustment=False, compare_ar=False)
-
 
 # ---------------------------------------------------------------- a server of our own
 
@@ -148,16 +144,11 @@ def client(url: str):
     return Client(url, verbose=False, download_files=False)
 
 
-def output_names() -> list[str]:
-    """The names of what /generate returns, in order (the app's own list)."""
-    from specdec.app.ui import MAIN_OUTPUTS, api_outputs
-
-    return api_outputs(MAIN_OUTPUTS)
-
-
 def generate(c, **changes) -> dict:
-    args = {**DEFAULT_RUN, **changes}
-    return dict(zip(output_names(), c.predict(*args.values(), api_name="/generate"), strict=True))
+    """One /generate call: the app's default request with `changes` (RunRequest fields), its
+    outputs by name."""
+    values = RunRequest().with_(**changes).values()
+    return dict(zip(api_outputs(MAIN_OUTPUTS), c.predict(*values, api_name="/generate"), strict=True))
 
 
 def fingerprint(result: dict) -> str:

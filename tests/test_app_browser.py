@@ -158,6 +158,28 @@ def test_default_run_renders_text_timeline_and_step_charts(page):
     shot(page, "step-viewer.png", "#step-viewer", "#end-chart")
 
 
+def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
+    """Stop sets the run's stop on the server: the decoder ends at its next forward and the page
+    shows the rounds so far. (The page clicks Stop itself, every 250 ms from just after Run: on a
+    loaded machine the browser falls seconds behind the stream, so a test's click would come late.)"""
+    page.wait_for_selector("#run")
+    set_number(page, "max-new", 240)
+    set_number(page, "gamma", 1)
+    page.evaluate("""() => { document.querySelector('#run').click();
+        const timer = setInterval(() => { const s = document.querySelector('#run-status').innerText;
+            if (/Stopped|Done/.test(s)) clearInterval(timer); else document.querySelector('#stop').click(); },
+            250); }""")
+    page.wait_for_function("() => /Stopped:|Done:/.test(document.querySelector('#run-status').innerText)",
+                           timeout=RUN_TIMEOUT)
+    status = page.locator("#run-status").inner_text()
+    assert status.startswith("Stopped:") and "(stopped)" in status, status
+    assert int(status.split()[1]) < 240   # the text, timeline and step viewer show those tokens
+    set_number(page, "max-new", 8)
+    page.locator("#run").click()
+    wait_done(page)
+    assert page.console_errors == []
+
+
 def test_timeline_click_opens_round(page):
     run(page, max_new=24)
     page.wait_for_selector("#timeline .js-plotly-plot")

@@ -8,15 +8,13 @@ from pathlib import Path
 import pytest
 
 from specdec import load_trace
-from specdec.app.ui import MAIN_OUTPUTS, api_outputs
+from specdec.app.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
 from specdec.models import BUNDLED, context_of
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
 
-# generate(prompt, preset, drafter, gamma, max_new_tokens, temperature, top_k, top_p, seed, skip, compare)
-GOOD = dict(prompt="To be, or not to be", preset="bundled", drafter="model", gamma=4, max_new_tokens=12,
-            temperature=1.0, top_k=0, top_p=1.0, seed=3, skip_adjustment=False, compare_ar=False)
+GOOD = RunRequest(max_new_tokens=12, seed=3)   # /generate takes a RunRequest's values, in order
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +28,7 @@ def named(result) -> dict:
 
 
 def generate(client, **changes):
-    args = {**GOOD, **changes}
-    return named(client.predict(*args.values(), api_name="/generate"))
+    return named(client.predict(*GOOD.with_(**changes).values(), api_name="/generate"))
 
 
 def _path(value) -> str:
@@ -62,7 +59,7 @@ def test_generate_returns_a_complete_trace(run_result):
     trace = load_trace(Path(_path(run_result["export_file"])).read_text(encoding="utf-8"))
     assert trace.stats.new_tokens == 12
     assert trace.settings.gamma == 4 and trace.settings.seed == 3
-    assert trace.prompt == GOOD["prompt"]
+    assert trace.prompt == GOOD.prompt
     # the step viewer's tables (the text view of every chart) come with it
     pq_table, acc_table, end_table = run_result["pq_table"], run_result["acc_table"], run_result["end_table"]
     assert pq_table["headers"][:4] == ["token", "id", "p (target)", "q (draft)"]
@@ -92,7 +89,7 @@ def test_import_trace_replays_the_run(client, run_result):
 
 
 def test_generate_streams_one_update_per_round(client):
-    job = client.submit(*{**GOOD, "max_new_tokens": 24}.values(), api_name="/generate")
+    job = client.submit(*GOOD.with_(max_new_tokens=24).values(), api_name="/generate")
     job.result()
     outputs = [named(o) for o in job.outputs()]
     statuses = [o["status"] for o in outputs]
@@ -150,28 +147,28 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     import sys
     import types
 
-    import specdec.app.ui as ui
+    import specdec.app.runs as runs
 
     wrapped = []
     fake = types.ModuleType("spaces")
     fake.GPU = lambda fn: (wrapped.append(fn.__name__), fn)[1]
     monkeypatch.setitem(sys.modules, "spaces", fake)
     try:
-        importlib.reload(ui)
-        assert sorted(wrapped) == ["decode_stream", "side_by_side", "timed_comparison"]   # every decode
+        importlib.reload(runs)
+        assert sorted(wrapped) == ["decode_stream", "rerun", "timed_comparison"]   # every decoding the app does
     finally:
         monkeypatch.delitem(sys.modules, "spaces")
-        importlib.reload(ui)
-    assert ui.gpu(len) is len   # elsewhere a no-op
+        importlib.reload(runs)
+    assert runs.gpu(len) is len   # elsewhere a no-op
 
 
-@pytest.mark.parametrize("example", range(len(__import__("specdec.app.ui", fromlist=["EXAMPLES"]).EXAMPLES)))
+@pytest.mark.parametrize("example", EXAMPLES, ids=range(len(EXAMPLES)))
 def test_every_example_runs(example):
     """The example prompts run as listed (in-process: the Run handler generator itself)."""
-    from specdec.app import ui
+    from specdec.app import handlers
 
-    prompt, drafter, gamma, temperature = ui.EXAMPLES[example]
-    outputs = list(ui.run_generation(prompt, "bundled", drafter, gamma, 6, temperature, 0, 1.0, 0, False, False))
+    outputs = list(handlers.run_generation(*example.with_(max_new_tokens=6).values()))
     assert outputs[-1]["status"].startswith("Done: 6 tokens")
     gen = outputs[-1]["run_state"]
-    assert gen.settings.drafter == drafter and gen.prompt == prompt
+    assert gen.settings.drafter == example.drafter and gen.prompt == example.prompt
+    assert gen.settings.sampling.temperature == example.temperature and gen.settings.gamma == example.gamma

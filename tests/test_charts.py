@@ -7,7 +7,7 @@ import html
 import pytest
 
 from specdec import Rule, RunSettings, SamplingConfig, speculative_generate
-from specdec.app import charts
+from specdec.app import charts, step_charts
 from specdec.looks import TAIL_LABELS
 from specdec.outcomes import Ending
 from specdec.speed import expected_tokens_per_round
@@ -86,7 +86,7 @@ def test_pq_bars_equal_the_trace(gen):
     i = r.n_accepted
     pos = r.positions[i]
     assert pos.draft_token in pos.p.ids   # vocab 8: every token is kept
-    fig = charts.pq_figure(gen, r.index, i)
+    fig = step_charts.pq_figure(gen, r.index, i)
     p, p_tail, q, q_tail = fig.data   # top tokens and the tail's two parts, in their own panel
     assert p.name == p_tail.name == "p (target)" and q.name == q_tail.name == "q (draft)"
     assert list(p.y) == pos.p.probs and list(q.y) == pos.q.probs
@@ -96,7 +96,7 @@ def test_pq_bars_equal_the_trace(gen):
     k = pos.p.ids.index(pos.draft_token)
     widths = list(p.marker.line.width)
     assert widths[k] > 0 and sum(w > 0 for w in widths) == 1
-    rows = charts.pq_rows(gen, r.index, i)
+    rows = step_charts.pq_rows(gen, r.index, i)
     assert [row[0] for row in rows[-2:]] == list(TAIL_LABELS)
     assert [row[2] for row in rows[-2:]] == [round(v, 6) for v in pos.p.split]
     assert [row[5] for row in rows].count("◀ drafted") == 1
@@ -107,7 +107,7 @@ def test_drafted_token_always_has_its_own_bar(gen):
     q(x); a trace with the drafted token moved into the tail is refused at import, not drawn."""
     for r in gen.rounds:
         for i, pos in enumerate(r.positions):
-            p, p_tail, q, _ = charts.pq_figure(gen, r.index, i).data
+            p, p_tail, q, _ = step_charts.pq_figure(gen, r.index, i).data
             k = pos.p.ids.index(pos.draft_token)
             assert p.y[k] == pos.p_draft and q.y[k] == pos.q_draft
             assert list(p.marker.line.width)[k] > 0
@@ -128,18 +128,18 @@ def test_drafted_token_always_has_its_own_bar(gen):
 def test_acceptance_figure_shows_threshold_u_and_verdict(gen):
     r = _round_with(gen, "residual")
     pos = r.positions[r.n_accepted]
-    fig = charts.acceptance_figure(gen, r.index, r.n_accepted)
+    fig = step_charts.acceptance_figure(gen, r.index, r.n_accepted)
     names = {t.name: t for t in fig.data}
     assert names["min(1, p(x)/q(x))"].x[0] == pytest.approx(min(1.0, pos.ratio))
     assert names["u (uniform draw)"].x[0] == pytest.approx(pos.u)
     assert "REJECTED" in fig.layout.title.text
     acc = next((r, k) for r in gen.rounds for k, p in enumerate(r.positions) if p.status == "accepted")
-    assert "ACCEPTED" in charts.acceptance_figure(gen, acc[0].index, acc[1]).layout.title.text
+    assert "ACCEPTED" in step_charts.acceptance_figure(gen, acc[0].index, acc[1]).layout.title.text
 
 
 def test_residual_figure(gen):
     r = _round_with(gen, "residual")
-    fig = charts.end_figure(gen, r.index)
+    fig = step_charts.end_figure(gen, r.index)
     names = [t.name for t in fig.data]
     assert names == ["max(0, p − q)", "p − q < 0 (clamped to 0)", "normalised residual (sampled)"]
     pos_part, neg_part, res = fig.data
@@ -158,7 +158,7 @@ def test_residual_figure(gen):
 
 def test_skip_adjustment_figure_warns(skipped):
     r = _round_with(skipped, "biased_p")
-    fig = charts.end_figure(skipped, r.index)
+    fig = step_charts.end_figure(skipped, r.index)
     assert fig.data[0].name == "p (used instead of the residual: biased)"
     assert list(fig.data[0].y) == r.end_dist.probs + r.end_dist.buckets()
     assert r.end_dist.probs == r.end_p.probs   # the distribution used is p itself
@@ -169,7 +169,7 @@ def test_skip_adjustment_figure_warns(skipped):
 
 def test_bonus_figure(gen):
     r = _round_with(gen, "bonus")
-    fig = charts.end_figure(gen, r.index)
+    fig = step_charts.end_figure(gen, r.index)
     assert fig.data[0].name == "p at position γ+1 (bonus)"
     assert list(fig.data[0].y) == r.end_dist.probs + [r.end_dist.rest]
     assert f"position {len(r.positions) + 1}" in fig.layout.title.text
@@ -196,10 +196,10 @@ def test_everything_is_escaped(gen):
     out = charts.text_html(g)
     assert "<script>" not in out and "<img" not in out and "<b>x" not in out
     assert html.escape(evil) in out
-    fig = charts.pq_figure(g, 0, 0)
+    fig = step_charts.pq_figure(g, 0, 0)
     assert all("<img" not in str(x) for x in fig.data[0].x)
     assert "&lt;img" in fig.layout.title.text
-    assert all("<b>" not in str(x) for t in charts.end_figure(g, 0).data for x in t.x)
+    assert all("<b>" not in str(x) for t in step_charts.end_figure(g, 0).data for x in t.x)
     assert "<img" not in "".join(t for tr in charts.timeline_figure(g).data for t in tr.hovertext)
 
 
@@ -214,13 +214,13 @@ def test_metrics_use_the_trace_numbers(gen):
 def test_import_round_trip_gives_identical_figures(gen):
     back = load_trace(gen.to_json())
     for r in range(len(gen.rounds)):
-        assert charts.end_figure(back, r).to_json() == charts.end_figure(gen, r).to_json()
+        assert step_charts.end_figure(back, r).to_json() == step_charts.end_figure(gen, r).to_json()
     assert charts.timeline_figure(back, 1).to_json() == charts.timeline_figure(gen, 1).to_json()
 
 
 def test_empty_states():
-    for fig in (charts.timeline_figure(None), charts.pq_figure(None), charts.acceptance_figure(None),
-                charts.end_figure(None)):
+    for fig in (charts.timeline_figure(None), step_charts.pq_figure(None), step_charts.acceptance_figure(None),
+                step_charts.end_figure(None)):
         assert fig.data == ()
     assert "Run" in charts.text_html(None)
 
@@ -232,10 +232,10 @@ def test_round_without_drafts(pair):
     empty = next((r for r in gen.rounds if not r.positions), None)
     if empty is None:
         pytest.skip("every round drafted something")
-    assert charts.pq_figure(gen, empty.index, None).data == ()
-    assert charts.acceptance_figure(gen, empty.index, 0).data == ()
-    assert charts.end_figure(gen, empty.index).data[0].name == "p (plain target step)"
+    assert step_charts.pq_figure(gen, empty.index, None).data == ()
+    assert step_charts.acceptance_figure(gen, empty.index, 0).data == ()
+    assert step_charts.end_figure(gen, empty.index).data[0].name == "p (plain target step)"
     assert empty.ending == "plain"
-    assert charts.pq_rows(gen, empty.index, None) == []
+    assert step_charts.pq_rows(gen, empty.index, None) == []
     fig = charts.timeline_figure(gen)
     assert sum(len(t.x) for t in fig.data if t.meta in ENDINGS) == len(gen.rounds)

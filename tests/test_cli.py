@@ -63,7 +63,7 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     legend = r.stdout.splitlines()[1]
     for outcome, look in LOOKS.items():
         assert (look.symbol in text) == (f"{look.symbol} {look.label}" in legend), outcome
-    # The speedup printed is trace.speedup (a ratio of token rates), up to the printed rounding.
+    # The speedup printed is speed.speedup (a ratio of token rates), up to the printed rounding.
     m = re.search(r"autoregressive: (\d+) tokens in (\d+\.\d+) s .*speedup x(\d+\.\d+)", r.stdout)
     assert m, r.stdout
     expected = speedup(gen.stats, Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])))

@@ -254,36 +254,36 @@ def test_ui_callbacks_without_a_browser():
     gr = pytest.importorskip("gradio")
     import pandas as pd
 
-    from specdec.app import lab_tab as lab_ui
+    from specdec.app import lab_tab
 
-    out = lab_ui.load_preset("disjoint")
+    out = lab_tab.load_preset("disjoint")
     frame, msg = out["table"], out["status"]
-    assert list(frame.columns) == lab_ui.COLUMNS and "Preset **disjoint**" in msg
-    tokens, p, q = lab_ui.parse_frame(frame)
+    assert list(frame.columns) == lab_tab.COLUMNS and "Preset **disjoint**" in msg
+    tokens, p, q = lab_tab.parse_frame(frame)
     assert tokens == list(lab.preset("disjoint")[0]) and sum(q) == pytest.approx(1)
     with pytest.raises(ValueError, match="q in row 2"):
-        lab_ui.parse_frame(pd.DataFrame({"token": ["a", "b"], "p": [1, 0], "q": [1, "zz"]}))
+        lab_tab.parse_frame(pd.DataFrame({"token": ["a", "b"], "p": [1, 0], "q": [1, "zz"]}))
     with pytest.raises(gr.Error, match="non-negative"):
-        lab_ui.run_lab(pd.DataFrame({"token": ["a", "b"], "p": [1, -1], "q": [1, 1]}), 100, 0)
+        lab_tab.run_lab(pd.DataFrame({"token": ["a", "b"], "p": [1, -1], "q": [1, 1]}), 100, 0)
     with pytest.raises(gr.Error, match="Decode tab first"):
-        lab_ui.take_from_run(None, (None, None))
-    taken = lab_ui.take_from_run(_generation(), (None, None))   # falls back to the first position
+        lab_tab.take_from_run(None, (None, None))
+    taken = lab_tab.take_from_run(_generation(), (None, None))   # falls back to the first position
     frame, msg = taken["table"], taken["status"]
     assert frame["token"].iloc[-1] == lab.OTHER and "round 1, drafted position 1" in msg
-    assert "rejected, β = 0.4000" in msg and taken["preset"] == lab_ui.FROM_RUN   # never blank
-    out = lab_ui.run_lab(frame, 2000, 0)
+    assert "rejected, β = 0.4000" in msg and taken["preset"] == lab_tab.FROM_RUN   # never blank
+    out = lab_tab.run_lab(frame, 2000, 0)
     assert "2,000 trials per rule" in out["status"] and len(out["summary"]) == len(lab.RULES)
-    assert list(out) == lab_ui.RUN_OUTPUTS
+    assert list(out) == lab_tab.RUN_OUTPUTS
 
 
 def test_tab_handlers_return_component_dicts():
     """Each registered handler returns {component: value} for components among its outputs, in the
     order the API reports them."""
     gr = pytest.importorskip("gradio")
-    from specdec.app import lab_tab as lab_ui
+    from specdec.app import lab_tab
 
     with gr.Blocks() as demo:
-        lab_ui.build_lab_tab(gr.State(None), gr.State((None, None)))
+        lab_tab.build_lab_tab(gr.State(None), gr.State((None, None)))
     handlers = {f.api_name: f for f in demo.fns.values()}
     assert set(handlers) == {"lab_preset", "lab_from_run", "lab_run"}
     preset = handlers["lab_preset"].fn("under-confident")

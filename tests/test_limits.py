@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from specdec import lab
-from specdec.app import limits, serving
+from specdec.app import limits, messages, serving
 from specdec.cli import main
 
 gr = pytest.importorskip("gradio")
@@ -151,42 +151,55 @@ def test_no_stub_file_is_written_next_to_serving():
 
 # ---------------------------------------------------------------- the time limit and failed runs
 
-def test_a_stream_past_its_time_limit_is_closed_and_says_why():
-    closed = []
+def _capture_stops(monkeypatch) -> list:
+    from specdec.app import runs
 
-    def slow():
-        try:
-            for i in range(100):
-                time.sleep(0.02)
-                yield i
-        finally:
-            closed.append(True)   # the handler's `finally` runs: its decoder is told to stop
-
-    got = []
-    with pytest.raises(gr.Error, match=r"time limit of 0.1 s \(SPECDEC_REQUEST_SECONDS\)"):
-        for x in serving.limit_time(slow, seconds=0.1)():
-            got.append(x)
-    assert 2 <= len(got) < 20 and closed == [True]
+    stops = []
+    real = runs.request_stop
+    monkeypatch.setattr(runs, "request_stop", lambda: stops.append(real()) or stops[-1])
+    return stops
 
 
-def test_a_plain_function_is_not_wrapped():
-    def f(x):
-        return x
-    assert serving.limit_time(f) is f
+def test_a_run_past_its_time_limit_stops_between_forwards_and_says_why(monkeypatch):
+    """The request's stop carries the deadline: the decoder stops at the next forward (not at the
+    end of a round) and the visitor is told which limit stopped it."""
+    from specdec.app import handlers
+    from specdec.app.api import RunRequest
+
+    stops = _capture_stops(monkeypatch)
+    monkeypatch.setattr(limits, "REQUEST_SECONDS", 0.3)
+    t0 = time.perf_counter()
+    with pytest.raises(gr.Error, match=r"time limit of 0.3 s \(SPECDEC_REQUEST_SECONDS\)"):
+        list(handlers.run_generation(*RunRequest(max_new_tokens=240, gamma=1).values()))
+    assert stops[0].reason == "time limit" and time.perf_counter() - t0 < 30
+
+
+def test_leaving_a_run_stops_its_decoder(monkeypatch):
+    """A visitor's Stop, a closed page or a cancelled request closes the stream: its stop is set,
+    so the decoder thread ends at its next forward instead of decoding on for no one."""
+    from specdec.app import handlers
+    from specdec.app.api import RunRequest
+
+    stops = _capture_stops(monkeypatch)
+    stream = handlers.run_generation(*RunRequest(max_new_tokens=200, gamma=2).values())
+    next(stream)   # "Decoding…"
+    next(stream)   # the first round
+    stream.close()
+    assert stops[0].is_set() and stops[0].reason == "stopped"
 
 
 def test_out_of_memory_is_told_plainly_and_frees_memory(monkeypatch):
     freed = []
     monkeypatch.setattr("specdec.models.release_memory", lambda: freed.append(1))
-    msg = serving.user_message(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"))
+    msg = messages.user_message(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"))
     assert "ran out of memory" in msg and "ready for the next run" in msg and freed
-    assert serving.user_message(MemoryError()).startswith("The server ran out of memory")
+    assert messages.user_message(MemoryError()).startswith("The server ran out of memory")
 
 
 def test_other_failures_name_the_error_without_server_paths():
-    msg = serving.user_message(RuntimeError("boom in /root/.cache/huggingface/hub/models--x/file.py"))
+    msg = messages.user_message(RuntimeError("boom in /root/.cache/huggingface/hub/models--x/file.py"))
     assert "RuntimeError" in msg and "/root" not in msg and "ready for the next run" in msg
-    assert serving.user_message(ValueError("gamma must be 1 to 16")) == "Gamma must be 1 to 16"
+    assert messages.user_message(ValueError("gamma must be 1 to 16")) == "Gamma must be 1 to 16"
 
 
 # ---------------------------------------------------------------- the lab's inputs
@@ -211,12 +224,12 @@ def test_lab_numbers_are_refused_with_their_name(samples, seed, words):
 def test_the_lab_samples_limit_is_kept_by_the_tab_and_the_cli(capsys, monkeypatch):
     import pandas as pd
 
-    from specdec.app import lab_tab as lab_ui
+    from specdec.app import lab_tab
 
     monkeypatch.setattr(limits, "MAX_LAB_SAMPLES", 500)
     table = pd.DataFrame({"token": ["a", "b"], "p": [0.5, 0.5], "q": [0.5, 0.5]})
     with pytest.raises(gr.Error, match="Samples per rule must be a whole number from 1 to 500, got 1,000"):
-        lab_ui.run_lab(table, 1000, 0)
+        lab_tab.run_lab(table, 1000, 0)
     assert main(["lab", "--samples", "1000"]) == 2
     assert "SPECDEC_MAX_LAB_SAMPLES" in capsys.readouterr().err
     assert lab.run(*TABLE, 1000, 0).n == 1000   # the library itself has no such limit
@@ -230,14 +243,14 @@ def test_lab_weights_too_large_to_sum_are_normalised_not_called_massless():
 def test_a_lab_table_with_no_rows_says_so():
     import pandas as pd
 
-    from specdec.app import lab_tab as lab_ui
+    from specdec.app import lab_tab
 
     with pytest.raises(gr.Error, match="The table has no rows"):
-        lab_ui.run_lab(pd.DataFrame(columns=lab_ui.COLUMNS), 100, 0)
+        lab_tab.run_lab(pd.DataFrame(columns=lab_tab.COLUMNS), 100, 0)
     with pytest.raises(gr.Error, match="no filled rows"):
-        lab_ui.run_lab(pd.DataFrame({"token": ["", None], "p": [None, None], "q": [None, None]}), 100, 0)
+        lab_tab.run_lab(pd.DataFrame({"token": ["", None], "p": [None, None], "q": [None, None]}), 100, 0)
     with pytest.raises(gr.Error, match="Samples per rule must be a whole number"):
-        lab_ui.run_lab(lab_ui.load_preset("disjoint")["table"], 2.5, 0)
+        lab_tab.run_lab(lab_tab.load_preset("disjoint")["table"], 2.5, 0)
 
 
 def test_the_lab_cli_says_what_is_wrong_in_one_line(capsys):

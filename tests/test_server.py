@@ -27,19 +27,20 @@ from gradio_client.exceptions import AppError  # noqa: E402
 
 import serverload  # noqa: E402
 from serverload import client, generate  # noqa: E402
+from specdec.app.api import RunRequest  # noqa: E402
 from specdec.models import ASSETS, PRESETS  # noqa: E402
 from test_hub_cache import add_to_hub_cache  # noqa: E402
 
 OOM_PROMPT = "simulate out of memory"
 LAUNCHER = f"""
 import runpy, torch
-import specdec.app.ui as ui
-real = ui.speculative_generate
+import specdec.app.runs as runs
+real = runs.speculative_generate
 def faulty(pair, prompt, *args, **kwargs):
     if prompt == {OOM_PROMPT!r}:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
     return real(pair, prompt, *args, **kwargs)
-ui.speculative_generate = faulty
+runs.speculative_generate = faulty
 runpy.run_path("app.py", run_name="__main__")
 """
 BROKEN = "smollm2"   # its hub-cache copy has garbage weights
@@ -239,7 +240,7 @@ def test_an_out_of_memory_error_leaves_the_server_serving(main, c):
 
 def test_a_request_cancelled_midway_leaves_the_server_serving(main):
     cl = client(main.url)
-    job = cl.submit(*{**serverload.DEFAULT_RUN, "max_new_tokens": 240, "gamma": 1}.values(), api_name="/generate")
+    job = cl.submit(*RunRequest(max_new_tokens=240, gamma=1).values(), api_name="/generate")
     deadline = time.time() + 30
     while time.time() < deadline and len(job.outputs()) < 2:
         time.sleep(0.05)

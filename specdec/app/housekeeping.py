@@ -4,7 +4,7 @@ A server in front of anyone runs for weeks. What each request leaves behind must
 
 - **Files.** `export_path` writes an exported trace straight into Gradio's cache folder (one copy,
   not a temp file plus Gradio's copy of it). Gradio's own `delete_cache` (set by
-  `specdec.serving.configure`) deletes uploads after SPECDEC_FILE_MAX_AGE_SECONDS; `sweep_files`
+  `serving.configure`) deletes uploads after SPECDEC_FILE_MAX_AGE_SECONDS; `sweep_files`
   deletes what it misses (files returned through a re-created component: every export), the
   empty folders it leaves, and `specdec-*` temp folders.
 - **Visitors' state.** Gradio keeps every visitor's session (their run, an imported trace) for an

@@ -1,4 +1,5 @@
-"""The "Exactness lab" tab: layout and callbacks only; the math is in `lab`, the figures in `lab_charts`.
+"""The "Exactness lab" tab: layout and callbacks only; the math is in `specdec.lab`, the figures in
+`lab_charts`.
 
 The app calls `build_lab_tab(run_state, selection)` inside its `gr.Tab("Exactness lab")`. The
 callbacks are plain functions returning {output name: value} (testable without a page); the tab
@@ -17,6 +18,7 @@ from ..checks import seed as seed_number
 from ..checks import whole_number
 from ..looks import visible_token
 from . import lab_charts, limits
+from .messages import error
 from .serving import CheckedNumber
 
 COLUMNS = ["token", "p", "q"]
@@ -47,14 +49,6 @@ rejection; *accept every draft*; *greedy match*) run through the very same `veri
 Edit p and q below (2–20 tokens; rows that do not sum to 1 are normalised), pick a preset, or take a real
 position from the last run of the **Decode** tab.
 """
-
-
-def _error(msg: str) -> gr.Error:
-    return gr.Error(msg, print_exception=False)
-
-
-def _sentence(msg: str) -> str:
-    return msg[:1].upper() + msg[1:] + ("" if msg.endswith((".", ")")) else ".")
 
 
 def _frame(tokens, p, q) -> pd.DataFrame:
@@ -115,7 +109,7 @@ def take_from_run(gen, selection) -> dict:
     """Fill p and q from the drafted position shown in the Decode tab's step viewer (or the first one)."""
     places = lab.drafted_positions(gen)
     if not places:
-        raise _error("No drafted position yet: run a generation in the Decode tab first.")
+        raise error("No drafted position yet: run a generation in the Decode tab first.")
     r, i = selection if isinstance(selection, (tuple, list)) and len(selection) == 2 else (None, None)
     if (r, i) not in places:
         r, i = places[0]
@@ -136,7 +130,7 @@ def run_lab(df, samples, seed) -> dict:
         seed = seed_number(seed, "the seed")
         result = lab.run(tokens, p, q, n, seed)
     except ValueError as err:
-        raise _error(_sentence(str(err))) from None
+        raise error(str(err)) from None
     exact = result.results[lab.Rule.EXACT]
     verdicts = ", ".join(f"{lab.RULE_NAMES[r].short}: {'rejected' if x.rejects_p else 'not rejected'}"
                          for r, x in result.results.items())

@@ -1,19 +1,21 @@
 """How the app is served to anyone: limits, input checks Gradio does not do, error messages,
 housekeeping. `app.py` calls `configure(demo)` and launches with `launch_options()`.
 
-What `configure` sets, each from `specdec.limits` (one environment variable each):
+What `configure` sets, each from `limits` (one environment variable each):
 
 - the queue: SPECDEC_QUEUE_SIZE waiting requests, beyond which a visitor is told the server is
   busy and to try again (Gradio's own words only said "Queue is full"); SPECDEC_CONCURRENCY
   requests of a kind at once, SPECDEC_DECODE_CONCURRENCY decoding runs at once;
-- a time limit on every streaming request (SPECDEC_REQUEST_SECONDS): the stream is closed, the
-  decoder stops at its next round, the visitor is told why;
+- the decoding events' concurrency group (`DECODE`);
 - number inputs that refuse what Gradio passes on or turns into a generic "Error": text, a missing
   value, NaN, infinity, and a fraction where a whole number is expected (Gradio rounds 2.5 to 2
-  without a word) — each with a message naming the control;
+  without a word) — each with a message naming the control (`specdec.checks`, one wording);
 - Gradio's `delete_cache`: uploads and returned files deleted after SPECDEC_FILE_MAX_AGE_SECONDS;
 - a visitor's session released when their page closes, and the housekeeping thread
-  (`specdec.housekeeping`): idle sessions, orphaned component copies, old files, freed memory.
+  (`housekeeping`): idle sessions, orphaned component copies, old files, freed memory.
+
+The time limit (SPECDEC_REQUEST_SECONDS) is not here: each decoding request carries a stop with a
+deadline (`runs.request_stop`), which the decoder checks between forwards.
 
 `launch_options()` adds Gradio's `max_file_size` (SPECDEC_MAX_UPLOAD_MB: an upload over it is
 refused before it is stored) and `state_session_capacity` (SPECDEC_MAX_SESSIONS).
@@ -21,24 +23,16 @@ refused before it is stored) and `state_session_capacity` (SPECDEC_MAX_SESSIONS)
 
 from __future__ import annotations
 
-import functools
-import inspect
-import time
-
 import gradio as gr
 
 from ..checks import number
 from . import housekeeping, limits
+from .messages import error
 
-__all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "limit_time",
-           "user_message", "BUSY"]
+__all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "BUSY", "DECODE"]
 
 BUSY = ("The server is busy: {waiting} requests are waiting, the most it queues "
         "(SPECDEC_QUEUE_SIZE = {limit}). Please try again in a minute.")
-
-
-def _error(msg: str) -> gr.Error:
-    return gr.Error(msg, print_exception=False)
 
 
 # ---------------------------------------------------------------- number inputs
@@ -53,8 +47,8 @@ def check_number(component, payload, whole: bool):
     try:
         return number(payload, _name(component), getattr(component, "minimum", None),
                       getattr(component, "maximum", None), whole=whole)
-    except ValueError as err:
-        raise _error(f"{err}.") from None
+    except ValueError as err:   # the message starts with the control's label: keep its case
+        raise error(str(err), capital=False) from None
 
 
 def _whole_steps(slider) -> bool:
@@ -107,62 +101,6 @@ def harden_inputs(demo: gr.Blocks) -> int:
     return changed
 
 
-# ---------------------------------------------------------------- time limit
-
-def limit_time(fn, seconds: float | None = None):
-    """Wrap a streaming (generator) handler: after `seconds` (default SPECDEC_REQUEST_SECONDS) the
-    stream is closed (the handler's `finally` stops its work) and the visitor is told why."""
-    if not inspect.isgeneratorfunction(fn):
-        return fn
-
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        limit = limits.REQUEST_SECONDS if seconds is None else seconds
-        start = time.monotonic()
-        stream = fn(*args, **kwargs)
-        try:
-            for update in stream:
-                yield update
-                if time.monotonic() - start > limit:
-                    raise _error(f"This run went past the server's time limit of {limit:g} s "
-                                 "(SPECDEC_REQUEST_SECONDS) and was stopped: ask for fewer new tokens.")
-        finally:
-            stream.close()
-    return wrapped
-
-
-def _limit_streams(demo: gr.Blocks) -> int:
-    n = 0
-    for block_fn in demo.fns.values():
-        if inspect.isgeneratorfunction(block_fn.fn) and not getattr(block_fn.fn, "_specdec_timed", False):
-            block_fn.fn = limit_time(block_fn.fn)
-            block_fn.fn._specdec_timed = True
-            n += 1
-    return n
-
-
-# ---------------------------------------------------------------- errors
-
-def user_message(err: BaseException) -> str:
-    """What to tell a visitor about an error from a run. Out of memory frees what it can first;
-    the server stays up for the next request either way."""
-    import torch
-
-    from ..models import ModelLoadError, release_memory
-
-    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
-        release_memory()
-        return ("The server ran out of memory for this run and stopped it. Try fewer new tokens, a smaller γ, "
-                "or the bundled pair; the server is ready for the next run.")
-    if isinstance(err, (ValueError, ModelLoadError)):
-        text = str(err)
-        return text[:1].upper() + text[1:] if text else type(err).__name__
-    from ..models import scrub_paths
-
-    detail = scrub_paths(str(err))[:300]
-    return f"The run failed ({type(err).__name__}: {detail}); the server is ready for the next run."
-
-
 # ---------------------------------------------------------------- queue, cache, sessions
 
 def _busy_queue(demo: gr.Blocks) -> None:
@@ -179,7 +117,7 @@ def _busy_queue(demo: gr.Blocks) -> None:
     queue.push = push_or_busy
 
 
-DECODE = "decode"   # the concurrency group of the app's decoding events (specdec.ui)
+DECODE = "decode"   # the concurrency group of the app's decoding events (see `layout`)
 
 
 def _limit_decoding(demo: gr.Blocks) -> None:
@@ -192,7 +130,6 @@ def _limit_decoding(demo: gr.Blocks) -> None:
 def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
     """Apply the serving limits and housekeeping to a built app (see the module docstring)."""
     harden_inputs(demo)
-    _limit_streams(demo)
     _limit_decoding(demo)
     demo.queue(default_concurrency_limit=limits.CONCURRENCY, max_size=limits.QUEUE_SIZE)
     _busy_queue(demo)

@@ -18,14 +18,14 @@ import time
 def switch_step(gen, round_index: int) -> dict:
     """What the app computes when the step viewer moves to `round_index` (0-based), by output name.
 
-    Assumes `ui.show_step(gen, round_number, position)` (1-based round, position None = the
-    round's most telling draft) returns {output name: value}: the handler behind the round slider,
-    which redraws the text and timeline with that round outlined as well as the step view
-    (`ui.step_view`). Point this function elsewhere if ui's handlers change shape.
+    Assumes `handlers.open_round(gen, round_number)` (1-based) returns {output name: value}: the
+    handler behind the round slider, which redraws the text and timeline with that round outlined
+    as well as the step view (`views.step_view`). Point this function elsewhere if the handlers
+    change shape.
     """
-    from ..app import ui
+    from ..app import handlers
 
-    return ui.show_step(gen, round_index + 1, None)
+    return handlers.open_round(gen, round_index + 1)
 
 
 def serialise(values: dict) -> None:

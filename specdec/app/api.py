@@ -1,0 +1,149 @@
+"""The app's API, stated once: what a run asks for (`RunRequest`) and what each endpoint returns,
+by name. No Gradio here: the load scripts and tests build requests with it too.
+
+`RunRequest` is the Run button's inputs in order, with the app's defaults. The form's controls are
+named by its fields, the examples are requests, a link is a request (`link_query`, `parse_link`),
+and `python scripts/load.py` sends requests: change a field here and all of them follow.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import asdict, dataclass, fields, replace
+
+from ..checks import number, whole_number
+from ..checks import seed as seed_number
+from ..models import BUNDLED, PRESETS
+from ..sampling import Rule, SamplingConfig
+from ..settings import RunSettings
+from . import limits
+
+DEFAULT_PROMPT = "To be, or not to be"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run as the form sends it (values as they come: text, numbers, anything), with the
+    app's defaults. `checked()` turns it into what the decoder takes, or says what is wrong."""
+
+    prompt: str = DEFAULT_PROMPT
+    preset: str = BUNDLED
+    drafter: str = "model"
+    gamma: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    skip_adjustment: bool = False
+    compare_ar: bool = False
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The fields in order: the form's controls, the API's inputs."""
+        return [f.name for f in fields(cls)]
+
+    def values(self) -> list:
+        """The values in the API's order (what `gradio_client` passes to /generate)."""
+        return list(asdict(self).values())
+
+    def with_(self, **changes) -> RunRequest:
+        return replace(self, **changes)
+
+    def checked(self) -> tuple[str, str, RunSettings]:
+        """(prompt, preset key, settings) within this server's limits, or ValueError naming the
+        control that is wrong (its label, as the page shows it)."""
+        prompt = self.prompt
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("the prompt is empty: type at least one word")
+        if len(prompt) > limits.MAX_PROMPT_CHARS:
+            raise ValueError(f"the prompt is {len(prompt)} characters long; keep it under {limits.MAX_PROMPT_CHARS}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown model pair {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+        settings = RunSettings(
+            gamma=whole_number(self.gamma, "γ (drafts per round)", 1),
+            max_new_tokens=whole_number(self.max_new_tokens, "max new tokens", 1),
+            sampling=SamplingConfig(temperature=number(self.temperature, "temperature"),
+                                    top_k=whole_number(self.top_k, "top-k", 0), top_p=number(self.top_p, "top-p")),
+            seed=seed_number(self.seed),
+            rule=Rule.SKIP_ADJUSTMENT if self.skip_adjustment else Rule.EXACT,
+            drafter=self.drafter if isinstance(self.drafter, str) else repr(self.drafter))
+        limits.check_run(settings.validate())
+        return prompt, self.preset, settings
+
+
+# The example prompts: each shows one thing (rejections, a greedy run, the n-gram drafter on
+# repetitive text); the form fills the fields they name.
+EXAMPLE_FIELDS = ("prompt", "drafter", "gamma", "temperature")
+EXAMPLES = [
+    RunRequest(),
+    RunRequest(prompt="ROMEO:\nBut, soft! what light through yonder window breaks?", temperature=0.8),
+    RunRequest(prompt="First Citizen:\nBefore we proceed any further, hear me speak.", gamma=8),
+    RunRequest(prompt="To be, or not to be, that is the question. To be, or not to be, that is the question. "
+                      "To be, or not to be,", drafter="ngram", gamma=6, temperature=0.0),
+    RunRequest(prompt="the king, the king, the king, the king, the king, the king, the", drafter="ngram", gamma=8),
+    RunRequest(prompt="HAMLET:\nWhat a piece of work is a man!", temperature=0.0),
+]
+
+
+# ---------------------------------------------------------------- a link to a step
+
+# Query key -> RunRequest field. A run is deterministic for its settings and seed, so a link
+# carries the request, not its results; `round` opens a round (1-based).
+LINK_KEYS = {"prompt": "prompt", "pair": "preset", "drafter": "drafter", "gamma": "gamma", "n": "max_new_tokens",
+             "t": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed", "skip": "skip_adjustment"}
+_TEXT_FIELDS = ("prompt", "preset", "drafter")
+
+
+def link_query(request: RunRequest, round_number=None) -> str:
+    """The query string that reproduces a run and opens a round."""
+    values = {key: getattr(request, name) for key, name in LINK_KEYS.items()}
+    values.update(skip=int(bool(request.skip_adjustment)), round=round_number)
+    return "?" + urllib.parse.urlencode({k: _plain(v) for k, v in values.items() if v is not None})
+
+
+def _plain(v):
+    return int(v) if isinstance(v, float) and v == int(v) else v
+
+
+def parse_link(params) -> tuple[dict, int | None] | None:
+    """The fields a link sets (by RunRequest field name) and the round to open, from a page's
+    query parameters; None when the page was opened without a link. Bad values are left for
+    `RunRequest.checked` to refuse with a message."""
+    params = dict(params or {})
+    if "prompt" not in params:
+        return None
+    found = {name: (params[key] if name in _TEXT_FIELDS else _number(params[key]))
+             for key, name in LINK_KEYS.items() if key in params}
+    found["skip_adjustment"] = str(params.get("skip", "0")) in ("1", "true", "True")
+    round_number = _number(params.get("round"))
+    return found, int(round_number) if isinstance(round_number, (int, float)) else None
+
+
+def _number(text):
+    """A query value as a number when it is one (a whole number exactly, however long)."""
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        pass
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return text
+    return int(x) if x.is_integer() else x
+
+
+# ---------------------------------------------------------------- what the endpoints return
+
+# Output names, in the order the API returns them (gradio_client gives a tuple in this order).
+STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
+                "end_table", "caption", "note"]
+MAIN_OUTPUTS = ["status", "text", "timeline", "metrics", "run_state", "round_slider", "export_file",
+                *STEP_OUTPUTS, "timeline_table", "time_plot", "title", "side_by_side"]
+STEP_VIEW_OUTPUTS = ["text", "timeline", "round_slider", *STEP_OUTPUTS]
+STATES = ("run_state", "selection")   # per-visitor state: the API does not return these
+
+
+def api_outputs(names: list[str]) -> list[str]:
+    """The names of what an API call returns, in order (the outputs less the states)."""
+    return [n for n in names if n not in STATES]

@@ -1,0 +1,214 @@
+"""The app's handlers: short functions from the page's values to outputs by name (see
+`api.MAIN_OUTPUTS`, `api.STEP_OUTPUTS`); the layout maps names to components, Gradio's
+`{component: value}` pattern. An output a handler leaves out keeps its value. The math lives in
+the library, the figures in `charts` and `step_charts`, what a view shows in `views`, every
+decoding in `runs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+
+import gradio as gr
+
+from ..decoding import TIME_LIMIT
+from ..models import BUNDLED, PRESETS, ModelLoadError, context_of
+from ..trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
+from ..validate import load_trace, read_trace_file
+from . import charts, housekeeping, limits, runs, views
+from .api import RunRequest, parse_link
+from .messages import error, user_message
+from .pairs import is_loaded
+
+# ---------------------------------------------------------------- a run
+
+def run_generation(*values, stops: list | None = None):
+    """Generator behind the Run button (api_name 'generate'; the values of a `RunRequest`, in
+    order): streams one update per round, then the finished run. `stops` is the visitor's list of
+    running requests (a session state), where their Stop finds this run's stop."""
+    request = RunRequest(*values)
+    try:
+        prompt, preset, settings = request.checked()
+    except ValueError as err:
+        raise error(str(err)) from None
+    with _request_stop(stops) as stop:
+        yield dict(status="Decoding…" if is_loaded(preset) else f"Loading {PRESETS[preset].label}…", export_file=None)
+        gen = yield from _stream(prompt, preset, settings, stop)
+        timed = ar = None
+        if request.compare_ar and not stop.is_set():
+            yield dict(status="Timing the run again, unstreamed, and the target alone…",
+                       metrics=charts.metrics_markdown(gen, running=True))
+            timed, ar = _checked(runs.timed_comparison, prompt, preset, settings, stop)
+            _refuse_if_timed_out(ar)
+            if stop.is_set():   # the visitor stopped it: no comparison to show
+                timed = ar = None
+    yield views.final_view(gen, ar, status=views.done_status(timed or gen, ar), timed=timed)
+
+
+@contextmanager
+def _request_stop(stops: list | None):
+    """This request's stop (its deadline is the time limit), listed in the visitor's `stops` for
+    their Stop button; set when the request ends, or when its stream is closed (a page closed, a
+    request cancelled), so its decoder never runs on for no one."""
+    stop = runs.request_stop()
+    if stops is not None:
+        stops.append(stop)
+    try:
+        yield stop
+    finally:
+        stop.set()
+        if stops is not None and stop in stops:
+            stops.remove(stop)
+
+
+def stop_runs(stops: list | None) -> None:
+    """The Stop button: the visitor's running requests stop at their next forward, and each shows
+    what it decoded so far."""
+    for stop in list(stops or ()):
+        stop.set()
+
+
+def _stream(prompt, preset, settings, stop):
+    """Show each round as it comes (the first one opens in the step viewer); return the run."""
+    first = True
+    for message in runs.decode_stream(prompt, preset, settings, stop):
+        if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
+            raise error(user_message(message.error))
+        gen = message.generation
+        if isinstance(message, runs.RunDone):
+            _refuse_if_timed_out(gen)
+            return gen
+        update = views.streamed(f"Round {len(gen.rounds)} · {gen.stats.new_tokens}/{settings.max_new_tokens} "
+                                "tokens…", gen)
+        if first:
+            first = False
+            update.update(views.step_view(gen, 0, None))
+        yield update
+    raise AssertionError("the decoding stream ended without a result")   # pragma: no cover
+
+
+def _refuse_if_timed_out(gen: Generation) -> None:
+    if gen.stats.stopped == TIME_LIMIT:
+        raise error(f"This run went past the server's time limit of {limits.REQUEST_SECONDS:g} s "
+                    "(SPECDEC_REQUEST_SECONDS) and was stopped: ask for fewer new tokens.")
+
+
+def _checked(fn, *args):
+    """fn(*args), with a load or input failure told to the visitor."""
+    try:
+        return fn(*args)
+    except (ValueError, ModelLoadError) as err:
+        raise error(user_message(err)) from None
+
+
+OTHER_RUNS = {"other rule": "the other rule", "target alone": "the target alone"}
+
+
+def side_by_side(gen: Generation | None, preset: str, which: str, stops: list | None = None) -> dict:
+    """Re-run this run's prompt, seed and settings with the other rule (exact <-> skip) or with the
+    target alone, and show both texts one above the other (api_name 'side_by_side_rule', '…_target')."""
+    if gen is None or not gen.settings.speculative:
+        raise error("Run a generation first: the side-by-side view re-runs it.")
+    if which not in OTHER_RUNS:
+        raise error(f"Choose one of: {', '.join(OTHER_RUNS)}.")
+    with _request_stop(stops) as stop:
+        other = _checked(runs.rerun, gen, preset if preset in PRESETS else BUNDLED, which == "target alone", stop)
+    _refuse_if_timed_out(other)
+    return dict(side_by_side=charts.side_by_side_html(gen, other, OTHER_RUNS[which]))
+
+
+def open_link(request: gr.Request, stops: list | None = None):
+    """On page load: a link's settings fill the form, the run starts, and its round opens."""
+    parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
+    if parsed is None:
+        # No link: change nothing. An empty dict is not read as outputs by name, and a generator
+        # that yields nothing blanks every output, so skip one output explicitly.
+        yield dict(status=gr.skip())
+        return
+    fields, round_number = parsed
+    yield dict(fields)                              # the form shows the link's settings
+    last = {}
+    for update in run_generation(*RunRequest().with_(**fields).values(), stops=stops):
+        last = update
+        yield update
+    if round_number is not None and isinstance(last.get("run_state"), Generation):
+        yield views.show_step(last["run_state"], round_number, None)
+
+
+# ---------------------------------------------------------------- traces in and out
+
+def import_trace(file) -> dict:
+    """Load an exported JSON trace (api_name 'import_trace'): replays the run without models."""
+    if file is None:
+        raise error("Choose a specdec trace (.json) to import.")
+    path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
+    bounds = limits.import_limits()
+    try:
+        gen = load_trace(read_trace_file(path, bounds), bounds)   # refused by its size before it is read
+    except ValueError as err:
+        raise error(f"Not a valid specdec trace: {err}") from None
+    if not gen.settings.speculative or not gen.rounds:
+        raise error("This trace has no speculative rounds to show (an autoregressive run?).")
+    titled = f" “{gen.title}”" if gen.title else ""
+    return views.final_view(gen, None, status=f"Imported a trace{charts.md_text(titled)}: {gen.stats.new_tokens} "
+                                              f"tokens, {len(gen.rounds)} rounds (replayed without models).")
+
+
+def export_trace(gen: Generation | None, title: str | None = None) -> dict:
+    """Write the current run, with the title in the title box and its notes, as a JSON trace, only
+    when asked (api_name 'export_trace'): a run itself writes no file."""
+    if gen is None:
+        raise error("Nothing to export yet: run a generation or import a trace first.")
+    if title is not None:
+        gen = dataclasses.replace(gen, title=cap_text(str(title), MAX_TITLE))
+    return dict(export_file=housekeeping.export_path(gen.to_json()))   # in Gradio's cache, swept after an age
+
+
+def set_note(gen: Generation | None, round_number, note) -> dict:
+    """A teacher's note on the round in the step viewer, kept with the run and exported."""
+    if gen is None or not gen.rounds:
+        return {}
+    r = views.clamp_round(gen, round_number)
+    notes = {k: v for k, v in gen.notes.items() if k != r}
+    if str(note or "").strip():
+        notes[r] = cap_text(str(note), MAX_NOTE)
+    return dict(run_state=dataclasses.replace(gen, notes=notes))
+
+
+# ---------------------------------------------------------------- the step viewer
+
+def open_round(gen: Generation | None, round_number) -> dict:
+    """Open a round (1-based) at its most telling position (api_name 'show_step')."""
+    return views.show_step(gen, round_number, None)
+
+
+def step_by(gen: Generation | None, round_number, delta: int) -> dict:
+    n = len(gen.rounds) if gen is not None else 1
+    return views.show_step(gen, max(1, min(int(round_number or 1) + delta, n)), None)
+
+
+def click_round(gen: Generation | None, payload: str) -> dict:
+    """A click on the timeline (set by the page's JS as 'round:position:nonce')."""
+    try:
+        r, p = (int(v) for v in str(payload).split(":")[:2])
+    except ValueError:
+        return {} if gen is not None else views.show_step(None, 1, None)
+    return views.show_step(gen, r + 1, p if p >= 0 else None)
+
+
+def position_changed(gen: Generation | None, round_number, position) -> dict:
+    if gen is None or not gen.rounds:
+        return {}
+    return views.step_view(gen, views.clamp_round(gen, round_number), position)
+
+
+def max_new_for(preset_key, current):
+    """A pair's context caps max new tokens; hub pairs (context unknown before loading) allow
+    up to SPECDEC_MAX_NEW_TOKENS and are checked when they run."""
+    limit = limits.max_new_tokens_for(context_of(preset_key))
+    info = (f"The bundled pair's context is {limit} tokens (prompt included)." if preset_key == BUNDLED
+            else f"Up to {limits.MAX_NEW_TOKENS}, within the models' context.")
+    value = current if isinstance(current, (int, float)) and current <= limit else min(64, limit)
+    return gr.update(maximum=limit, value=value, info=info)
+

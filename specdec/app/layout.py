@@ -1,0 +1,240 @@
+"""The page, declared once: its sections, then the wiring of their events to `handlers`.
+
+Every component a handler's output name refers to lives in one namespace `v`, named as the
+output (and each control as its `RunRequest` field); `named` turns a handler's {name: value}
+into Gradio's {component: value}. State is explicit: `run_state` holds the current `Generation`
+(or None), `selection` the (round, position) in the step viewer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+
+from ..looks import LOOKS
+from ..models import BUNDLED, PRESETS, context_of
+from ..outcomes import Ending, Status
+from ..settings import DRAFTERS
+from ..trace import MAX_NOTE
+from . import charts, handlers, limits, step_charts
+from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
+from .lab_tab import build_lab_tab
+from .serving import DECODE
+
+__all__ = ["build_app", "launch_kwargs"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+TITLE = "specdec: exact speculative decoding, step by step"
+INTRO = ("# specdec — speculative decoding, step by step\n"
+         "A small **draft** model proposes γ tokens; the **target** checks them all in one forward "
+         "pass and accepts or rejects each. Every token below is marked by its fate.")
+
+
+def build_app() -> gr.Blocks:
+    """The whole page: the Decode tab's sections, the lab, "How it works", and their wiring."""
+    v = SimpleNamespace()   # every component a handler or an event refers to, by name
+    with gr.Blocks(title=TITLE) as demo:
+        v.run_state = gr.State(None)          # the current Generation (or None)
+        v.selection = gr.State((None, None))  # (round_index, position_index) shown in the step viewer
+        v.stops = gr.State([])                # the visitor's running requests' stops (for the Stop button)
+        gr.Markdown(INTRO)
+        with gr.Tab("Decode"):
+            _controls(v)
+            _run_view(v)
+            _step_viewer(v)
+            _traces(v)
+        with gr.Tab("Exactness lab"):
+            build_lab_tab(v.run_state, v.selection)
+        with gr.Tab("How it works"):
+            gr.Markdown((STATIC / "how_it_works.md").read_text(encoding="utf-8"),
+                        latex_delimiters=[{"left": "$$", "right": "$$", "display": True},
+                                          {"left": "$", "right": "$", "display": False}])
+        _wire_run(demo, v)
+        _wire_steps(v)
+        _wire_traces(v)
+    return demo
+
+
+def launch_kwargs() -> dict:
+    """Arguments for `demo.launch()` (Gradio 6 takes css/js/theme there)."""
+    return dict(css=(STATIC / "app.css").read_text(), js=(STATIC / "app.js").read_text(),
+                theme=gr.themes.Default(font=[gr.themes.Font("system-ui"), "sans-serif"]))
+
+
+# ---------------------------------------------------------------- sections
+
+def _controls(v) -> None:
+    """The form (a `RunRequest`, its defaults), the Run and Stop buttons, the examples."""
+    d = RunRequest()
+    context = context_of(BUNDLED)
+    most = limits.max_new_tokens_for(context)
+    with gr.Row():
+        with gr.Column(scale=2):
+            v.prompt = gr.Textbox(d.prompt, label="Prompt", lines=3, elem_id="prompt")
+            with gr.Row():
+                v.preset = gr.Dropdown([(p.label, key) for key, p in PRESETS.items()], value=d.preset,
+                                       label="Model pair", elem_id="preset",
+                                       info="Hub pairs need the network; offline only the bundled pair loads.")
+                v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
+                                     label="Drafter", elem_id="drafter")
+            with gr.Row():
+                v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
+                v.skip_adjustment = gr.Checkbox(
+                    d.skip_adjustment, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual adjustment (biased)",
+                    info="After a rejection sample p instead of the residual.", elem_id="skip-adjustment")
+                v.compare_ar = gr.Checkbox(d.compare_ar, label="compare with autoregressive", elem_id="compare-ar")
+        with gr.Column(scale=1):
+            v.gamma = gr.Slider(1, limits.MAX_GAMMA, value=d.gamma, step=1, label="γ (drafts per round)",
+                                elem_id="gamma")
+            v.max_new_tokens = gr.Slider(1, most, value=min(d.max_new_tokens, most), step=1, label="max new tokens",
+                                         info=f"The bundled pair's context is {context} tokens (prompt included).",
+                                         elem_id="max-new")
+            v.temperature = gr.Slider(0, 2, value=d.temperature, step=0.05, label="temperature (0 = greedy)",
+                                      elem_id="temperature")
+            with gr.Row():
+                v.top_k = gr.Number(d.top_k, label="top-k (0 = off)", precision=0, minimum=0, elem_id="top-k")
+                v.top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p", elem_id="top-p")
+                v.seed = gr.Number(d.seed, label="seed", precision=0, minimum=0, elem_id="seed")
+    gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
+                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts")
+
+
+def _run_view(v) -> None:
+    """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs."""
+    v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
+    v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
+    v.timeline = gr.Plot(charts.timeline_figure(None), label="Timeline (click a column to open its round)",
+                         elem_id="timeline")
+    with gr.Accordion("Timeline as a table", open=False):
+        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table")
+    with gr.Accordion("Run metrics", open=True):
+        v.metrics = gr.Markdown(charts.metrics_markdown(None), elem_id="metrics", latex_delimiters=[])
+        v.time_plot = gr.Plot(charts.time_figure(None, None), label="where the time went", elem_id="time-chart")
+    with gr.Accordion("Side by side: the same run with the other rule, or the target alone", open=False):
+        with gr.Row():
+            v.other_rule_btn = gr.Button("re-run with the other rule (exact ↔ skip)", elem_id="rerun-rule", size="sm")
+            v.target_btn = gr.Button("re-run with the target alone", elem_id="rerun-target", size="sm")
+        v.side_by_side = gr.HTML(charts.side_by_side_html(None, None, ""), elem_id="side-by-side")
+    v.click_box = gr.Textbox(elem_id="timeline-click", elem_classes=["specdec-hidden"], show_label=False,
+                             container=False)   # the page's JS writes a timeline click here
+
+
+def _step_viewer(v) -> None:
+    """One round and one drafted position: p and q, the acceptance test, how the round ended."""
+    gr.Markdown("## Step viewer\nClick a timeline column, drag the slider, or press ← / → (outside text "
+                "fields) to step through the rounds.", elem_id="step-viewer")
+    with gr.Row():
+        v.prev_btn = gr.Button("◀ previous round", elem_id="prev-round", size="sm")
+        v.round_slider = gr.Slider(1, 2, value=1, step=1, label="round", interactive=False, elem_id="round")
+        v.next_btn = gr.Button("next round ▶", elem_id="next-round", size="sm")
+    marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
+    v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
+    v.caption = gr.Markdown("", elem_id="round-caption")
+    v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
+                        lines=1, max_lines=4, interactive=False, elem_id="round-note")
+    with gr.Row():
+        with gr.Column():
+            v.pq_plot = gr.Plot(step_charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")
+            with gr.Accordion("p and q as a table", open=False):
+                v.pq_table = gr.Dataframe(headers=step_charts.PQ_HEADERS, elem_id="pq-table", interactive=False,
+                                          column_widths=["22%", "9%", "17%", "17%", "17%", "18%"], wrap=True)
+        with gr.Column():
+            v.acc_plot = gr.Plot(step_charts.acceptance_figure(None), label="acceptance test", elem_id="accept-chart")
+            with gr.Accordion("acceptance test as a table", open=False):
+                v.acc_table = gr.Dataframe(headers=step_charts.ACCEPT_HEADERS, elem_id="accept-table",
+                                           interactive=False)
+    v.end_plot = gr.Plot(step_charts.end_figure(None), label="how the round ended: residual / p / bonus",
+                         elem_id="end-chart")
+    with gr.Accordion("end of round as a table", open=False):
+        v.end_table = gr.Dataframe(headers=step_charts.END_HEADERS, elem_id="end-table", interactive=False,
+                                   column_widths=["20%", "8%", "14%", "14%", "14%", "15%", "15%"], wrap=True)
+
+
+def _traces(v) -> None:
+    """The run out (a titled JSON trace, a link to this step) and a trace in."""
+    with gr.Row():
+        with gr.Column():
+            v.title = gr.Textbox("", label="title of this run (kept in the export)", max_lines=1, elem_id="run-title")
+            with gr.Row():
+                v.export_btn = gr.Button("Export this run (JSON trace)", elem_id="export-run", size="sm")
+                v.link_btn = gr.Button("Copy a link to this step", elem_id="copy-link", size="sm")
+            v.link_box = gr.Textbox("", label="link: the same settings and seed reproduce the run and open this round",
+                                    max_lines=1, buttons=["copy"], elem_id="link")
+            v.export_file = gr.File(label="exported trace", interactive=False, elem_id="export")
+        v.import_file = gr.File(label="Import a trace (JSON) to replay it without models", file_types=[".json"],
+                                type="filepath", elem_id="import")
+
+
+# ---------------------------------------------------------------- wiring
+
+QUIET = dict(show_progress="hidden")
+
+
+def _named(v, result: dict) -> dict:
+    return {getattr(v, name): value for name, value in result.items()}
+
+
+def _all(v, names) -> list:
+    return [getattr(v, name) for name in names]
+
+
+def _wire_run(demo: gr.Blocks, v) -> None:
+    """Run (button, Enter, a link on page load) streams into the page; Stop cancels it."""
+    def run(*values):   # the RunRequest's values, then the visitor's stops (a state: not in the API)
+        for update in handlers.run_generation(*values[:-1], stops=values[-1]):
+            yield _named(v, update)
+
+    def follow_link(stops, request: gr.Request):
+        for update in handlers.open_link(request, stops):
+            yield _named(v, update)
+
+    controls, main_out = _all(v, RunRequest.names()), _all(v, MAIN_OUTPUTS)
+    run_event = dict(fn=run, inputs=[*controls, v.stops], outputs=main_out, show_progress="full",
+                     show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
+    v.run_btn.click(**run_event, api_name="generate")
+    v.prompt.submit(**run_event, api_name=False)
+    demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])
+    v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
+    for which, button, api_name in (("other rule", v.other_rule_btn, "side_by_side_rule"),
+                                    ("target alone", v.target_btn, "side_by_side_target")):
+        button.click(lambda g, k, s, which=which: _named(v, handlers.side_by_side(g, k, which, s)),
+                     [v.run_state, v.preset, v.stops], [v.side_by_side], api_name=api_name, concurrency_id=DECODE,
+                     show_progress_on=[v.side_by_side])
+    v.preset.change(handlers.max_new_for, [v.preset, v.max_new_tokens], [v.max_new_tokens], api_name=False, **QUIET)
+
+
+def _wire_steps(v) -> None:
+    """The step viewer: slider, buttons, arrow keys, timeline clicks, the position, a note."""
+    step_out, slider_in = _all(v, STEP_VIEW_OUTPUTS), [v.run_state, v.round_slider]
+
+    def open_round(gen, r):
+        return _named(v, handlers.open_round(gen, r))
+
+    v.round_slider.release(open_round, slider_in, step_out, api_name="show_step", trigger_mode="always_last", **QUIET)
+    v.round_slider.input(open_round, slider_in, step_out, api_name=False, trigger_mode="always_last", **QUIET)
+    for button, delta in ((v.prev_btn, -1), (v.next_btn, +1)):
+        button.click(lambda g, r, delta=delta: _named(v, handlers.step_by(g, r, delta)), slider_in, step_out,
+                     api_name=False, **QUIET)
+    v.click_box.change(lambda g, c: _named(v, handlers.click_round(g, c)), [v.run_state, v.click_box], step_out,
+                       api_name=False, trigger_mode="always_last", **QUIET)
+    v.position.input(lambda g, r, p: _named(v, handlers.position_changed(g, r, p)),
+                     [v.run_state, v.round_slider, v.position], _all(v, STEP_OUTPUTS), api_name=False, **QUIET)
+    # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
+    v.note.input(lambda g, r, t: _named(v, handlers.set_note(g, r, t)), [v.run_state, v.round_slider, v.note],
+                 [v.run_state], concurrency_id="notes", concurrency_limit=1, api_name=False,
+                 trigger_mode="always_last", **QUIET)
+
+
+def _wire_traces(v) -> None:
+    """Export, import, and the link (built on the server, completed with the page's address)."""
+    v.export_btn.click(lambda g, t: _named(v, handlers.export_trace(g, t)), [v.run_state, v.title], [v.export_file],
+                       api_name="export_trace")
+    v.import_file.upload(lambda f: _named(v, handlers.import_trace(f)), [v.import_file], _all(v, MAIN_OUTPUTS),
+                         api_name="import_trace", show_progress_on=[v.status])
+    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-1]), values[-1]),
+                     [*_all(v, RunRequest.names()), v.round_slider], [v.link_box], api_name=False, **QUIET).then(
+        None, [v.link_box], [v.link_box], js="(q) => { const url = location.origin + location.pathname + q; "
+        "if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {}); return url; }")

@@ -1,0 +1,128 @@
+"""What the page shows for a run, by output name: pure functions of a `Generation` (and the round
+and position in view). The handlers return these dicts; the layout maps names to components.
+
+The step viewer shows one (round, position): `selection` holds it as `(round_index,
+position_index)`, both 0-based (position_index is None for a round that drafted nothing).
+"""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pandas as pd
+
+from ..decoding import STOPPED
+from ..looks import LOOKS, token_label
+from ..outcomes import Ending
+from ..speed import speedup
+from ..trace import Generation
+from . import charts, step_charts
+
+
+def default_position(gen: Generation | None, round_index: int) -> int | None:
+    """The most telling position of a round: the rejected draft, else the last one."""
+    if gen is None or not gen.rounds:
+        return None
+    r = gen.rounds[round_index]
+    if not r.positions:
+        return None
+    return min(r.n_accepted, len(r.positions) - 1)
+
+
+def position_choices(gen: Generation | None, round_index: int) -> list[tuple[str, int]]:
+    if gen is None or not gen.rounds:
+        return []
+    r = gen.rounds[round_index]
+    return [(f"{i + 1} {LOOKS[pos.status].symbol} {token_label(gen, pos.draft_token)}", i)
+            for i, pos in enumerate(r.positions)]
+
+
+def frame(rows, headers) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=headers)
+
+
+def clamp_round(gen: Generation, round_number) -> int:
+    """A 1-based round number from the page as a valid 0-based round index."""
+    return max(0, min(int(round_number or 1) - 1, len(gen.rounds) - 1))
+
+
+def step_view(gen: Generation | None, round_index, position) -> dict:
+    """Everything the step viewer shows for one (round, position), by output name."""
+    if gen is None or not gen.rounds:
+        return dict(selection=(None, None), position=gr.update(choices=[], value=None),
+                    pq_plot=step_charts.pq_figure(None), pq_table=frame([], step_charts.PQ_HEADERS),
+                    acc_plot=step_charts.acceptance_figure(None), acc_table=frame([], step_charts.ACCEPT_HEADERS),
+                    end_plot=step_charts.end_figure(None), end_table=frame([], step_charts.END_HEADERS), caption="",
+                    note=gr.update(value="", interactive=False))
+    r = max(0, min(int(round_index or 0), len(gen.rounds) - 1))
+    n = len(gen.rounds[r].positions)
+    pos = position if isinstance(position, int) and 0 <= position < n else default_position(gen, r)
+    return dict(selection=(r, pos), position=gr.update(choices=position_choices(gen, r), value=pos),
+                pq_plot=step_charts.pq_figure(gen, r, pos),
+                pq_table=frame(step_charts.pq_rows(gen, r, pos), step_charts.PQ_HEADERS),
+                acc_plot=step_charts.acceptance_figure(gen, r, pos),
+                acc_table=frame(step_charts.acceptance_rows(gen, r, pos), step_charts.ACCEPT_HEADERS),
+                end_plot=step_charts.end_figure(gen, r),
+                end_table=frame(step_charts.end_rows(gen, r), step_charts.END_HEADERS),
+                caption=round_caption(gen, r), note=gr.update(value=gen.notes.get(r, ""), interactive=True))
+
+
+def show_step(gen: Generation | None, round_number, position) -> dict:
+    """The step viewer, the text and the timeline for a 1-based round number and a 0-based position."""
+    if gen is None or not gen.rounds:
+        return step_view(None, 0, None)
+    r = clamp_round(gen, round_number)
+    return dict(text=charts.text_html(gen, r), timeline=charts.timeline_figure(gen, r),
+                round_slider=gr.update(value=r + 1), **step_view(gen, r, position))
+
+
+def round_caption(gen: Generation, r: int) -> str:
+    rnd = gen.rounds[r]
+    text = "".join(gen.token(t) for t in rnd.emitted)
+    look = LOOKS[rnd.ending]
+    return (f"**Round {r + 1} of {len(gen.rounds)}**: drafted {len(rnd.positions)}, accepted {rnd.n_accepted}, "
+            f"ended by {look.symbol} *{look.label}*; emitted {len(rnd.emitted)} tokens: "
+            f"`{json.dumps(text, ensure_ascii=False)}`")
+
+
+def slider(gen: Generation | None, value: int | None = None):
+    n = len(gen.rounds) if gen is not None else 0
+    if value is None:
+        return gr.update(maximum=max(2, n), interactive=n > 1)
+    return gr.update(maximum=max(2, n), value=value + 1, interactive=n > 1)
+
+
+def streamed(status: str, gen: Generation) -> dict:
+    """What changes while a run streams: the text, the timeline, the metrics (not the step viewer)."""
+    return dict(status=status, text=charts.text_html(gen), timeline=charts.timeline_figure(gen),
+                metrics=charts.metrics_markdown(gen, running=True), run_state=gen, round_slider=slider(gen),
+                timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS))
+
+
+def first_interesting_round(gen: Generation) -> int:
+    """Open the first round with a rejection (it shows the residual), else the first round."""
+    return next((r.index for r in gen.rounds if r.ending not in (Ending.BONUS, Ending.PLAIN)), 0)
+
+
+def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
+               round_index: int | None = None, timed: Generation | None = None) -> dict:
+    """Everything the page shows for a finished (or imported) run."""
+    if round_index is None:
+        round_index = first_interesting_round(gen)
+    return dict(status=status, text=charts.text_html(gen, round_index),
+                timeline=charts.timeline_figure(gen, round_index),
+                metrics=charts.metrics_markdown(gen, ar, timed=timed),
+                time_plot=charts.time_figure(timed or gen, ar),
+                run_state=gen, round_slider=slider(gen, round_index), export_file=None,
+                timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
+                side_by_side=charts.side_by_side_html(None, None, ""), **step_view(gen, round_index, None))
+
+
+def done_status(gen: Generation, ar: Generation | None) -> str:
+    s = gen.stats
+    head = "Stopped" if s.stopped == STOPPED else "Done"
+    msg = f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({s.stopped.replace('_', ' ')})."
+    if ar is not None:
+        msg += f" Autoregressive: {ar.stats.wall_seconds:.2f} s → speedup {speedup(s, ar.stats):.2f}×."
+    return msg
