@@ -20,7 +20,7 @@ from pathlib import Path
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from . import lab  # noqa: E402  (after the environment: transformers reads it on import)
+from . import lab, montecarlo  # noqa: E402  (after the environment: transformers reads it on import)
 from .app import limits  # noqa: E402
 from .bench import app_timing  # noqa: E402
 from .bench import run as bench
@@ -211,7 +211,7 @@ def run_lab(args: argparse.Namespace) -> int:
     whole_number(args.threads, "--threads", 1)
     if args.bench:
         for v in (8, 20):
-            s = lab.benchmark_vocab(v, threads=args.threads)
+            s = montecarlo.benchmark_vocab(v, threads=args.threads)
             print(f"exact rule, V = {v:>2}: {LAB_BENCH_SAMPLES:,} samples in {s:.3f} s "
                   f"= {LAB_BENCH_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
         return 0

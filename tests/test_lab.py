@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy import stats
 
-from specdec import lab
+from specdec import lab, montecarlo
 from specdec.cli import main
 from specdec.outcomes import Ending, Status
 from specdec.sampling import Rule
@@ -83,7 +83,7 @@ def test_closed_form_matches_monte_carlo_for_every_rule():
     m_tests = len(rules) * sum(sizes)
     per_test = FAMILY_ALPHA / m_tests
     for k, rule in enumerate(rules):
-        counts, accepted = lab.simulate_many(P, Q, rule, MC_SAMPLES, seed=100 + k)
+        counts, accepted = montecarlo.simulate_many(P, Q, rule, MC_SAMPLES, seed=100 + k)
         counts = counts[:, -1]
         assert np.all(counts.sum(-1) == MC_SAMPLES)
         for c in range(len(P)):
@@ -102,7 +102,7 @@ def test_the_check_has_power():
     """The same binomial check rejects the claim "skip adjustment follows p" on the
     over-confident preset: the closed-form comparison is not vacuous."""
     _, p, q = lab.preset("over-confident")
-    counts = lab.simulate(p, q, Rule.SKIP_ADJUSTMENT, MC_SAMPLES, seed=3)
+    counts = montecarlo.simulate(p, q, Rule.SKIP_ADJUSTMENT, MC_SAMPLES, seed=3)
     hi = stats.binom.isf(1e-7, MC_SAMPLES, p)
     lo = stats.binom.ppf(1e-7, MC_SAMPLES, p)
     assert ((counts < lo) | (counts > hi)).any()
@@ -141,10 +141,10 @@ def test_simulation_is_reproducible_and_uses_no_global_rng():
     _, p, q = lab.preset("under-confident")
     torch.manual_seed(0)
     state = torch.get_rng_state()
-    a = lab.simulate(p, q, Rule.EXACT, 5000, seed=7)
+    a = montecarlo.simulate(p, q, Rule.EXACT, 5000, seed=7)
     assert torch.equal(state, torch.get_rng_state())
-    b = lab.simulate(p, q, Rule.EXACT, 5000, seed=7)
-    c = lab.simulate(p, q, Rule.EXACT, 5000, seed=8)
+    b = montecarlo.simulate(p, q, Rule.EXACT, 5000, seed=7)
+    c = montecarlo.simulate(p, q, Rule.EXACT, 5000, seed=8)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
@@ -234,7 +234,7 @@ def test_cli(capsys):
 
 
 def test_cli_bench_prints_rate(capsys, monkeypatch):
-    monkeypatch.setattr(lab, "benchmark_vocab", lambda v, threads=1: 0.5)
+    monkeypatch.setattr(montecarlo, "benchmark_vocab", lambda v, threads=1: 0.5)
     assert main(["lab", "--bench"]) == 0
     out = capsys.readouterr().out
     assert "V = 20: 1,000,000 samples in 0.500 s = 2,000,000 samples/s" in out
@@ -243,7 +243,7 @@ def test_cli_bench_prints_rate(capsys, monkeypatch):
 @pytest.mark.slow
 def test_million_samples_speed(capsys):
     """Print the 10^6-sample figure (the CPU is shared in CI, so the bound is loose: 10 s)."""
-    s = lab.benchmark_vocab(20, repeats=1)
+    s = montecarlo.benchmark_vocab(20, repeats=1)
     with capsys.disabled():
         print(f"\n[lab bench] 10^6 samples, V = 20, exact rule: {s:.3f} s ({1e6 / s:,.0f} samples/s)")
     assert s < 10
@@ -309,14 +309,14 @@ def test_a_lab_run_from_a_handler_thread_leaves_every_thread_count_alone(monkeyp
     afterwards) changes the count that every thread set up meanwhile takes, so the lab tab could
     override SPECDEC_THREADS for everyone. The lab limits only a worker thread of its own."""
     seen = {}
-    simulate = lab._simulate
+    simulate = montecarlo._simulate
 
     def spy(*args):
         seen["lab"] = torch.get_num_threads()
         seen["thread started during the run"] = _in_new_thread(torch.get_num_threads)
         return simulate(*args)
 
-    monkeypatch.setattr(lab, "_simulate", spy)
+    monkeypatch.setattr(montecarlo, "_simulate", spy)
     before = torch.get_num_threads()
     torch.set_num_threads(2)          # the app's process-wide count (SPECDEC_THREADS=2)
     try:
@@ -329,7 +329,7 @@ def test_a_lab_run_from_a_handler_thread_leaves_every_thread_count_alone(monkeyp
         assert torch.get_num_threads() == 2
         assert _in_new_thread(torch.get_num_threads) == 2
         assert seen["thread started during the run"] == 2 and seen["handler after"] == 2
-        if lab._OMP_SET_NUM_THREADS is not None:      # OpenMP builds: the lab's own worker used 1
+        if montecarlo._OMP_SET_NUM_THREADS is not None:      # OpenMP builds: the lab's own worker used 1
             assert seen["lab"] == 1
     finally:
         torch.set_num_threads(before)

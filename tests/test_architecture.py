@@ -1,0 +1,164 @@
+"""The house keeps its shape (ARCHITECTURE.md): layers that import only downward, no circles, and
+modules and functions short enough to read. Read from the source with `ast` (lazy imports inside
+functions count too), plus what `import specdec` really loads."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "specdec"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+MAX_BUILD_APP_LINES = 60   # the page's layout, read on one screen
+
+# Bottom to top. A module may import its own layer and the layers below; training and app are
+# siblings on one floor and import neither each other nor anything above.
+LAYERS = {"library": 0, "training": 1, "app": 1, "bench": 2, "cli": 3}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("app", "bench", "training"):
+        return parts[1]
+    if len(parts) > 1 and parts[1] in ("cli", "__main__"):
+        return "cli"
+    return "library"
+
+
+def imports(module: str) -> set[str]:
+    """The specdec modules `module` imports, anywhere in its source."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:   # `from pkg import mod` imports the module pkg.mod
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {m for m in found if m in MODULES and m != module}
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def test_the_import_graph_is_read():
+    assert GRAPH["specdec.decoding"] >= {"specdec.drafters", "specdec.trace", "specdec.sampling"}
+    assert "specdec.app.limits" in GRAPH["specdec.cli"] and "specdec.app.layout" in MODULES
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    wrong = [f"{m} ({layer(m)}) imports {t} ({layer(t)})" for m, targets in GRAPH.items() for t in targets
+             if LAYERS[layer(t)] > LAYERS[layer(m)] or (LAYERS[layer(t)] == LAYERS[layer(m)] and layer(t) != layer(m))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_library_imports_neither_app_nor_bench_nor_training_nor_the_cli():
+    library = [m for m in MODULES if layer(m) == "library"]
+    assert {"specdec.decoding", "specdec.trace", "specdec.validate", "specdec.lab"} <= set(library)
+    wrong = [f"{m} imports {t}" for m in library for t in GRAPH[m] if layer(t) != "library"]
+    assert not wrong, "\n".join(wrong)
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components (iterative)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    out.append(component)
+            elif child not in index:
+                index[child] = low[child] = counter[0]
+                counter[0] += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def test_no_import_circles():
+    circles = [sorted(c) for c in strongly_connected(GRAPH) if len(c) > 1]
+    assert not circles, circles
+
+
+def test_the_circle_check_finds_a_circle():
+    assert [sorted(c) for c in strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) if len(c) > 1] \
+        == [["a", "b", "c"]]
+
+
+def test_no_module_over_500_lines():
+    lines = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+    long = {m: n for m, n in lines.items() if n > MAX_MODULE_LINES}
+    assert not long, long
+
+
+def functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_over_80_lines():
+    long = {f"{m}.{name}": n for m, p in MODULES.items() for name, n in functions(p) if n > MAX_FUNCTION_LINES}
+    assert not long, long
+
+
+def test_build_app_reads_on_one_screen():
+    lengths = dict(functions(MODULES["specdec.app.layout"]))
+    assert lengths["build_app"] <= MAX_BUILD_APP_LINES, lengths["build_app"]
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"})
+
+
+@pytest.mark.slow
+def test_import_specdec_loads_neither_gradio_nor_plotly_and_the_app_imports():
+    out = _python("import sys, specdec; print(sorted(m for m in ('gradio', 'plotly') if m in sys.modules))")
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    out = _python("import specdec.app, specdec.app.layout; specdec.app.layout.build_app(); print('ok')")
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
