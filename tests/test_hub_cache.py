@@ -79,7 +79,6 @@ def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
         from specdec.models import context_of
         from specdec.app.pairs import get_pair
         from specdec.decoding import speculative_generate
-    from specdec.settings import RunSettings
         from specdec.settings import RunSettings
         pair = get_pair({key!r})
         gen = speculative_generate(pair, "To be, or not to be", RunSettings(max_new_tokens=8, seed=1))
