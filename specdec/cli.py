@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from . import lab, montecarlo  # noqa: E402  (after the environment: transformers reads it on import)
 from .app import limits  # noqa: E402
-from .bench import app_timing  # noqa: E402
+from .bench import app_timing, gpu_check  # noqa: E402
 from .bench import run as bench
 from .checks import whole_number  # noqa: E402
 from .looks import LOOKS  # noqa: E402
@@ -120,8 +120,19 @@ def settings_of(args) -> RunSettings:
     return settings
 
 
+def describe_device(pair) -> str:
+    """Device, weights and engine in words; half precision says what it gives up."""
+    d = pair.describe()
+    text = f"{d['device']}, {d['dtype']}, {d['engine']} engine"
+    if d["dtype"] != "float32":
+        text += (" — half precision: a verify pass and a one-token step can round differently, so the output is "
+                 "exact with respect to the verify pass's p, not token for token the target alone's")
+    return text
+
+
 def run_generate(args) -> int:
-    from .decoding import autoregressive_generate, speculative_generate
+    from .decoding import speculative_generate
+    from .measure import compare_with_target
     from .models import load_pair
 
     settings = settings_of(args)
@@ -129,12 +140,13 @@ def run_generate(args) -> int:
         whole_number(args.threads, "--threads", 1)
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
-    pair = load_pair(target=args.target, draft=args.draft, preset=args.preset)
+    pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
+                     engine=args.engine)
     limits.check_prompt_tokens(len(pair.encode(args.prompt)[1]))
     gen = speculative_generate(pair, args.prompt, settings)
     colour = use_colour(args.color)
     s = settings.sampling
-    print(f"{pair.label}  [{pair.device}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
+    print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
     print(legend(gen, colour))
@@ -144,9 +156,11 @@ def run_generate(args) -> int:
     for line in stats_lines(gen):
         print(line)
     if args.compare_ar:
-        ar = autoregressive_generate(pair, args.prompt, settings)
-        print(f"autoregressive: {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.3f} s "
-              f"({ar.stats.target_forwards} target forwards); speedup x{speedup(gen.stats, ar.stats):.2f}")
+        spec, ar = compare_with_target(pair, args.prompt, settings)
+        print(f"timed again, both warmed up, in the order speculative, alone, alone, speculative (mean of two each): "
+              f"speculative {spec.stats.new_tokens} tokens in {spec.stats.wall_seconds:.3f} s; target alone "
+              f"{ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.3f} s ({ar.stats.target_forwards} target "
+              f"forwards); speedup x{speedup(spec.stats, ar.stats):.2f}")
     if args.json:
         try:
             Path(args.json).write_text(gen.to_json(indent=1), encoding="utf-8")
@@ -169,7 +183,13 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=list(DRAFTERS), default="model",
                    help="; ".join(f"{key}: {label}" for key, label in DRAFTERS.items()))
     p.add_argument("--json", help="write the trace to this file")
-    p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare")
+    p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare (both warmed up, "
+                   "timed in the order speculative, alone, alone, speculative)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="model weights: float32 (default, exact on every device) or half precision (asked for)")
+    p.add_argument("--engine", default=None, choices=["auto", "eager", "static", "graphs"],
+                   help="auto (default): CUDA graphs over static caches on a GPU, the eager loop on a CPU")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="auto: colour on a terminal unless NO_COLOR is set; the symbols are always shown")
     p.add_argument("--preset", default=None, help="model pair preset (default: the bundled pair)")
@@ -282,6 +302,8 @@ COMMANDS = {
     "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", add_lab_arguments, run_lab),
     "bench-app": ("time the app's work: first round, whole run, step switch", app_timing.add_arguments,
                   app_timing.run),
+    "gpu-check": ("on a GPU: the GPU tests, exactness, greedy identity and speed on the device, one table",
+                  gpu_check.add_arguments, gpu_check.run),
     "train": ("train the bundled pair from scratch (about 45 minutes on 2 cores)", add_train_arguments, run_train),
     "card": ("measure the trained pair and write its model cards", add_card_arguments, run_card),
 }

@@ -23,15 +23,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from . import trace as tr
-from .drafters import KVCache, align_logits, make_drafter
 from .outcomes import Ending, status_at
-from .sampling import Rule, SamplingConfig, Verdict, logits_to_probs, sample, verify
+from .rounds import Step, rounds_for, steps_for
+from .rounds import _sync as _sync
+from .sampling import Rule
 from .settings import AUTOREGRESSIVE, RunSettings
 from .trace import Generation, Position, Round
 
@@ -68,29 +68,6 @@ def stop_reason(stop) -> str | None:
     return getattr(stop, "reason", None) or STOPPED
 
 
-# ---------------------------------------------------------------- the target's side of a round
-
-class TargetScorer:
-    """The target's forward in a round: the uncached context and the drafts in one pass, as p rows
-    [len(drafts) + 1, V] (row i scores the token after i drafts). One seam, so another engine
-    (static caches, CUDA graphs) can stand behind the same loop."""
-
-    def __init__(self, pair):
-        self.cache = KVCache(pair.target)
-        self.vocab_size = pair.vocab_size
-        self.forwards = 0
-
-    def probs(self, context: list[int], drafts: list[int], sampling: SamplingConfig) -> torch.Tensor:
-        logits = self.cache.forward(context, drafts)
-        self.forwards += 1
-        return logits_to_probs(align_logits(logits, self.vocab_size), sampling)
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":   # honest timings: wait for queued GPU work
-        torch.cuda.synchronize()
-
-
 def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
     """Refuse a bad request up front with a message that names what is wrong (ValueError)."""
     if not prompt_ids:
@@ -114,50 +91,49 @@ def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
 @torch.inference_mode()
 def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | None = None, *,
                          on_round: Callable[[Round, Generation], None] | None = None,
-                         stop=None) -> Generation:
+                         stop=None, trace: bool = True) -> Generation:
     """Generate with speculative sampling and return the full trace.
 
     `settings` (default `RunSettings()`) say what to run; under `Rule.SKIP_ADJUSTMENT` a rejection
     samples from p instead of the residual: the deliberately biased shortcut the app lets learners
     try. `on_round(round, generation_so_far)` is called after every round with the new round; the
     generation's stats, text and token texts are brought up to date first (the app streams from
-    it). `stop` is checked before every forward (see the module docstring).
+    it). `stop` is checked before every forward (see the module docstring). trace=False records no
+    rounds, only counts and times (the bench measures what tracing costs with it).
     """
     settings = settings or RunSettings()
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-    drafter = make_drafter(settings.drafter, pair)
-    target = TargetScorer(pair)
+    rounds = rounds_for(pair, settings)
+    gen.models["engine"] = rounds.name
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     ending = None
     t_start = time.perf_counter()
-    while ending is None:
-        # Never draft past the end: the round's own last token fills the final slot.
-        g = min(settings.gamma, settings.max_new_tokens - len(gen.token_ids) - 1)
-        t0 = time.perf_counter()
-        drafts, q = drafter.propose(context, g, settings.sampling, generator, stop=stop)
-        _sync(pair.device)
-        ending = stop_reason(stop)   # stopped while drafting: the round is dropped, its output never was
-        if ending is not None:
-            break
-        t1 = time.perf_counter()
-        step = _verify(target, context, drafts, q, settings, generator)
-        _sync(pair.device)
-        t2 = time.perf_counter()
-        emitted, ending = _emit(gen.token_ids, step.kept(), settings.max_new_tokens, pair.eos_token_id)
-        context.extend(emitted)
-        rnd = record_round(len(gen.rounds), len(gen.token_ids) - len(emitted), step, settings.rule, emitted,
-                           (t1 - t0, t2 - t1))
-        gen.rounds.append(rnd)
-        tally.add(rnd)
-        if on_round:
-            gen.stats = tally.stats(len(gen.token_ids), target.forwards, drafter.forwards,
-                                    time.perf_counter() - t_start, ending or "")
-            gen.text = text.extend(emitted)
-            _note_token_texts(gen, pair, [rnd])
-            on_round(rnd, gen)
-    gen.stats = tally.stats(len(gen.token_ids), target.forwards, drafter.forwards, time.perf_counter() - t_start,
-                            ending)
+    with rounds.held(len(context) + settings.max_new_tokens + settings.gamma + 1, settings.gamma):
+        while ending is None:
+            # Never draft past the end: the round's own last token fills the final slot.
+            g = min(settings.gamma, settings.max_new_tokens - len(gen.token_ids) - 1)
+            step = rounds.run(context, g, settings, generator, stop, trace)
+            if step is None:   # stopped between forwards: the round is dropped, its output never was
+                ending = stop_reason(stop)
+                break
+            emitted, ending = _emit(gen.token_ids, step.kept(), settings.max_new_tokens, pair.eos_token_id)
+            context.extend(emitted)
+            if not trace:
+                tally.count(len(step.drafts), step.n_accepted, step.seconds)
+                continue
+            rnd = record_round(len(gen.rounds), len(gen.token_ids) - len(emitted), step, settings.rule, emitted,
+                               step.seconds)
+            gen.rounds.append(rnd)
+            tally.add(rnd)
+            if on_round:
+                gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
+                                        time.perf_counter() - t_start, ending or "")
+                gen.text = text.extend(emitted)
+                _note_token_texts(gen, pair, [rnd])
+                on_round(rnd, gen)
+    gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
+                            time.perf_counter() - t_start, ending)
     _finish_text(gen, pair, [] if on_round else gen.rounds)
     return gen
 
@@ -167,63 +143,40 @@ def autoregressive_generate(pair, prompt: str | list[int], settings: RunSettings
                             stop=None) -> Generation:
     """The baseline: the target alone, one forward per token, with a KV cache. Same processing,
     same kind of seeded generator (the settings' length, sampling and seed; gamma, rule and
-    drafter do not apply); its trace has no rounds. `stop` is checked before every forward."""
+    drafter do not apply); its trace has no rounds. `stop` is checked before every forward (every
+    few steps on the CUDA engine, which syncs once per few steps). It runs on the pair's engine,
+    like the speculative decoder: a comparison of the two is like for like."""
     s = settings or RunSettings()
     settings = RunSettings(mode=AUTOREGRESSIVE, gamma=1, max_new_tokens=s.max_new_tokens, sampling=s.sampling,
                            seed=s.seed)
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-    target = TargetScorer(pair)
+    steps = steps_for(pair)
+    gen.models["engine"] = steps.name
     ending = None
     step_seconds = 0.0   # time in target steps (forward, probabilities, the draw): the cost of a token
     t_start = time.perf_counter()
-    while ending is None:
-        ending = stop_reason(stop)
-        if ending is not None:
-            break
-        t0 = time.perf_counter()
-        tok = int(sample(target.probs(context, [], settings.sampling)[-1], generator))   # int() waits for the GPU
-        step_seconds += time.perf_counter() - t0
-        emitted, ending = _emit(gen.token_ids, [tok], settings.max_new_tokens, pair.eos_token_id)
-        context.extend(emitted)
+    with steps.held(len(context) + settings.max_new_tokens + 1):
+        while ending is None:
+            ending = stop_reason(stop)
+            if ending is not None:
+                break
+            t0 = time.perf_counter()
+            k = min(steps.per_sync, settings.max_new_tokens - len(gen.token_ids))
+            toks = steps.run(context, k, settings.sampling, generator)   # returns on the host: the steps are over
+            step_seconds += time.perf_counter() - t0
+            emitted, ending = _emit(gen.token_ids, toks, settings.max_new_tokens, pair.eos_token_id)
+            context.extend(emitted)
     _sync(pair.device)
     n = len(gen.token_ids)
-    gen.stats = tr.Stats(new_tokens=n, target_forwards=target.forwards,
-                         tokens_per_target_forward=n / target.forwards if target.forwards else 0.0,
+    gen.stats = tr.Stats(new_tokens=n, target_forwards=steps.forwards,
+                         tokens_per_target_forward=n / steps.forwards if steps.forwards else 0.0,
                          verify_seconds=step_seconds, wall_seconds=time.perf_counter() - t_start, stopped=ending)
     _finish_text(gen, pair, [])
     return gen
 
 
 # ---------------------------------------------------------------- one round
-
-@dataclass
-class Step:
-    """What one round's verify saw and decided: the drafts, p and q rows, the uniforms, the verdict."""
-
-    drafts: list[int]
-    p: torch.Tensor
-    q: torch.Tensor
-    u: torch.Tensor
-    verdict: Verdict
-
-    @property
-    def n_accepted(self) -> int:
-        return int(self.verdict.n_accepted)
-
-    def kept(self) -> list[int]:
-        """The accepted drafts, then the token the round drew."""
-        return self.drafts[:self.n_accepted] + [int(self.verdict.end_token)]
-
-
-def _verify(target: TargetScorer, context: list[int], drafts: list[int], q: torch.Tensor, settings: RunSettings,
-            generator: torch.Generator) -> Step:
-    p = target.probs(context, drafts, settings.sampling)          # ONE target forward: [len(drafts) + 1, V]
-    u = torch.rand(len(drafts), generator=generator)
-    verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device), u.to(p.device),
-                     generator=generator, rule=settings.rule)
-    return Step(drafts, p, q, u, verdict)
-
 
 def _emit(tokens: list[int], decided: list[int], max_new_tokens: int, eos: int | None
           ) -> tuple[list[int], str | None]:
@@ -252,12 +205,12 @@ def record_round(index: int, start: int, step: Step, rule: Rule, emitted: list[i
     drafts, verdict = step.drafts, step.verdict
     p, q = step.p.float().cpu().numpy(), step.q.float().cpu().numpy()
     g, n = len(drafts), step.n_accepted
-    rejected = bool(verdict.rejected)
+    rejected = n < g
     p_mass = p.sum(1, dtype=np.float64).tolist()
     q_mass = q.sum(1, dtype=np.float64).tolist()
     positions = _positions(drafts, p, q, step, p_mass, q_mass) if g else []
     end_dist = verdict.end_dist.float().cpu().numpy().reshape(1, -1)
-    end_token = int(verdict.end_token)
+    end_token = step.end_token
     ending = Ending.of(g, rejected, rule)
     # Kept ids at the end position: top of the drawn distribution and of p, and the drawn token.
     [(ids, dv, pv)], mask = tr.keep_top(end_dist, p[n:n + 1], np.array([end_token]))

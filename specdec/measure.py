@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from .decoding import speculative_generate
+from .decoding import autoregressive_generate, speculative_generate
 from .drafters import KVCache
 from .sampling import SamplingConfig
 from .settings import RunSettings
@@ -109,3 +109,27 @@ def acceptance(pair, gamma: int = 4, max_new_tokens: int = 64, temperature: floa
     return {"alpha": accepted / tested if tested else 0.0, "tested": tested, "runs": len(PROMPTS) * len(SEEDS),
             "tokens_per_target_forward": statistics.mean(tpf), "gamma": gamma, "temperature": temperature}
 
+
+
+# ---------------------------------------------------------------- a fair comparison
+
+def compare_with_target(pair, prompt, settings: RunSettings, stop=None, warmup_tokens: int = 8):
+    """(speculative run, target-alone run) of one prompt and settings, timed fairly.
+
+    Both contenders are warmed up first (a few tokens each: a GPU's first forwards pay for CUDA
+    and cuBLAS start-up, graphs are captured), then run in the order A B B A; each run's wall
+    time is the mean of its two (the same seed gives the same tokens, so the two runs of a
+    contender do the same work). Every timing in the decoders waits for the device (`_sync`, or
+    the engine's one read a round). The returned generations are the second runs, with
+    `stats.wall_seconds` set to the mean.
+    """
+    short = settings.with_(max_new_tokens=min(warmup_tokens, settings.max_new_tokens))
+    speculative_generate(pair, prompt, short, stop=stop)
+    autoregressive_generate(pair, prompt, short, stop=stop)
+    spec_a = speculative_generate(pair, prompt, settings, stop=stop)
+    ar_a = autoregressive_generate(pair, prompt, settings, stop=stop)
+    ar_b = autoregressive_generate(pair, prompt, settings, stop=stop)
+    spec_b = speculative_generate(pair, prompt, settings, stop=stop)
+    spec_b.stats.wall_seconds = (spec_a.stats.wall_seconds + spec_b.stats.wall_seconds) / 2
+    ar_b.stats.wall_seconds = (ar_a.stats.wall_seconds + ar_b.stats.wall_seconds) / 2
+    return spec_b, ar_b

@@ -70,22 +70,44 @@ def display_name(name: str) -> str:
     return text
 
 
-def pick_device(device: str | None = None) -> tuple[str, torch.dtype]:
-    """CUDA with half-precision weights when present (bf16 where supported), else CPU float32.
-    Probabilities are always computed in float32 (see sampling.logits_to_probs)."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ENGINES = ("auto", "eager", "static", "graphs")
+
+
+def pick_device(device: str | None = None, dtype: str | None = None) -> tuple[str, torch.dtype]:
+    """CUDA when present, else the CPU; float32 weights on every device unless `dtype` asks for
+    half precision ("bfloat16" or "float16").
+
+    Float32 by default because the app claims exactness: in bfloat16 a verify pass over γ + 1
+    tokens and a one-token step round differently (measured on an H100: 5% of top-k samples left
+    the target's own support), so the output would be exact only with respect to the verify pass's
+    p. Probabilities are always computed in float32 (see sampling.logits_to_probs)."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        return device, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return device, torch.float32
+    name = dtype or "float32"
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return device, DTYPES[name]
+
+
+def pick_engine(engine: str | None, device: str) -> str:
+    """"auto": CUDA graphs over static caches on a GPU (a small model's step there is set by kernel
+    launches), the eager dynamic-cache loop on a CPU (where graphs do not exist)."""
+    engine = engine or "auto"
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "auto":
+        return "graphs" if device.startswith("cuda") else "eager"
+    return engine
 
 
 class ModelPair:
     """Tokenizer + target + draft, loaded once and shared read-only between requests."""
 
     def __init__(self, tokenizer, target, draft, target_name: str, draft_name: str,
-                 device: str = "cpu", dtype: torch.dtype = torch.float32, label: str = ""):
+                 device: str = "cpu", dtype: torch.dtype = torch.float32, label: str = "", engine: str = "eager"):
         self.tokenizer, self.target, self.draft = tokenizer, target, draft
+        self.engine = engine   # eager | static | graphs: how runs compute their forwards (see `engine`)
         self.target_name, self.draft_name, self.label = target_name, draft_name, label or target_name
         self.device, self.dtype = device, dtype
         # A fast tokenizer is not safe to share between threads ("Already borrowed"), and the
@@ -142,7 +164,7 @@ class ModelPair:
         never a path on this server."""
         return {"label": self.label, "target": display_name(self.target_name),
                 "draft": display_name(self.draft_name),
-                "device": self.device, "dtype": str(self.dtype).replace("torch.", ""),
+                "device": self.device, "dtype": str(self.dtype).replace("torch.", ""), "engine": self.engine,
                 "vocab_size": self.vocab_size, "context_length": self.context_length}
 
 
@@ -185,8 +207,12 @@ def _is_offline() -> bool:
 
 
 def load_pair(target: str | None = None, draft: str | None = None, preset: str | None = None,
-              device: str | None = None) -> ModelPair:
+              device: str | None = None, dtype: str | None = None, engine: str | None = None) -> ModelPair:
     """Load a pair: the bundled default, a preset key, or explicit target/draft paths or hub ids.
+
+    `dtype`: None or "float32" (the default on every device: exact), "bfloat16" or "float16" (half
+    precision, asked for). `engine`: "auto" (CUDA graphs on a GPU, eager on a CPU), "eager",
+    "static" (static caches without graphs) or "graphs".
 
     Raises ModelLoadError with a message a user can act on: missing files, no network for a
     hub model, different tokenizers, weights not in safetensors format.
@@ -201,7 +227,11 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         target, draft, label = chosen.target, chosen.draft, chosen.label
     else:
         label = f"{display_name(target)} / {display_name(draft)}"
-    device, dtype = pick_device(device)
+    try:
+        device, torch_dtype = pick_device(device, dtype)
+        engine = pick_engine(engine, device)
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from None
     local = [Path(n).is_dir() for n in (target, draft)]
     try:
         if all(local):
@@ -215,8 +245,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         tokenizer = _load_tokenizer(target, offline)
         draft_tokenizer = _load_tokenizer(draft, offline)
         check_same_tokenizer(tokenizer, draft_tokenizer, target, draft)
-        target_model = _load_model(target, dtype, device, offline)
-        draft_model = _load_model(draft, dtype, device, offline)
+        target_model = _load_model(target, torch_dtype, device, offline)
+        draft_model = _load_model(draft, torch_dtype, device, offline)
     except ModelLoadError:
         raise
     except (MemoryError, torch.OutOfMemoryError):
@@ -231,7 +261,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         if "safetensors" in text.lower() and "header" not in text.lower():
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
         raise ModelLoadError(f"could not load {label}: {text}") from None
-    return ModelPair(tokenizer, target_model, draft_model, target, draft, device, dtype, label)
+    return ModelPair(tokenizer, target_model, draft_model, target, draft, device, torch_dtype, label, engine)
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:

@@ -72,7 +72,8 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     return torch.softmax(flat, dim=-1).reshape(shape)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None,
+           uniforms: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of probs [..., V], by inverse CDF with a float64 uniform and cumsum.
 
     Used for every draw (drafter, verify, autoregressive) so all randomness is one explicit
@@ -80,12 +81,16 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     lab draws 10^6 at once), takes its uniforms from a CPU generator whatever the device (so a
     seed means the same thing on CUDA), and never picks a zero-probability token: such a token
     adds nothing to the cumulative sum, so `searchsorted(right=True)` always lands before it.
+
+    `uniforms` (float64, one per row, on probs' device) replaces the draw from `generator`: the
+    CUDA engine draws a round's uniforms in one go, uploads them once, and samples inside a graph.
     """
     vocab = probs.shape[-1]
     flat = probs.reshape(-1, vocab).double()
+    if uniforms is None:
+        uniforms = torch.rand(flat.shape[0], generator=generator, dtype=torch.float64).to(flat.device)
     cdf = flat.cumsum(-1)
-    u = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64).to(flat.device)
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
+    idx = torch.searchsorted(cdf, uniforms.reshape(-1, 1) * cdf[:, -1:], right=True).squeeze(-1)
     # v * total can round up to total itself: clamp to the last token with positive mass.
     last = vocab - 1 - (flat > 0).flip(-1).double().argmax(-1)
     return torch.minimum(idx, last).reshape(probs.shape[:-1])
@@ -139,7 +144,8 @@ class Verdict:
 
 
 def verify(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor,
-           generator: torch.Generator | None = None, rule: Rule = Rule.EXACT) -> Verdict:
+           generator: torch.Generator | None = None, rule: Rule = Rule.EXACT,
+           end_uniform: torch.Tensor | None = None) -> Verdict:
     """The verify step of speculative sampling.
 
     p: [..., g + 1, V] target rows (row i scores the token after i drafts; row g gives the bonus),
@@ -180,7 +186,7 @@ def verify(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tens
         end_dist = torch.where(rejected[..., None], on_reject, p_end)
     else:
         end_dist = p_end
-    end_token = sample(end_dist, generator)
+    end_token = sample(end_dist, generator, end_uniform)
     return Verdict(p_draft, q_draft, ratio, accepted, n_accepted, rejected, end_dist, end_token)
 
 

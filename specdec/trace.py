@@ -271,6 +271,16 @@ class Tally:
                 self.beta_sum += pos.beta
                 self.skip_tv_sum += pos.skip_tv or 0.0
 
+    def count(self, drafted: int, accepted: int, seconds: tuple[float, float]) -> None:
+        """A round that was not recorded (a run with tracing off, for measuring what tracing
+        costs): its counts and times only, no beta."""
+        self.rounds += 1
+        self.drafted += drafted
+        self.tested += min(accepted + 1, drafted)
+        self.accepted += accepted
+        self.draft_seconds += seconds[0]
+        self.verify_seconds += seconds[1]
+
     def stats(self, new_tokens: int, target_forwards: int, draft_forwards: int, wall_seconds: float,
               stopped: str) -> Stats:
         tested, drafted = self.tested, self.drafted

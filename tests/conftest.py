@@ -23,6 +23,13 @@ import torch
 
 torch.set_num_threads(1)
 
+# On a machine with CUDA: this process keeps its GPU (the `gpu` tests use it), and every test that
+# is not one pins the CPU (`device="cpu"`). Children (the app server, CLI and hub-cache
+# subprocesses) must see no GPU: their checks of memory and of CPU behaviour assume the CPU. The
+# CUDA runtime reads CUDA_VISIBLE_DEVICES once, when it starts: start it here, then hide the GPU.
+torch.cuda.is_available()
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 # No sys.path edits: pytest puts this folder on the path for conftest (so `import tiny` works),
 # and `specdec` is importable from an editable install (.ci/run) or from `python -m pytest` here.
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,4 +122,4 @@ def bundled():
     """The bundled model pair from assets/models/, loaded offline once for the whole session."""
     from specdec import load_pair
 
-    return load_pair()
+    return load_pair(device="cpu")

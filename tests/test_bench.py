@@ -309,7 +309,7 @@ def test_speedup_figure_has_one_panel_per_temperature():
 @pytest.fixture(scope="module")
 def pair():
     from specdec import load_pair
-    return load_pair()
+    return load_pair(device="cpu")
 
 
 def test_cost_and_acceptance_keep_the_keys_the_model_cards_read(pair, monkeypatch):

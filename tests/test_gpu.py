@@ -1,7 +1,8 @@
-"""The decoder on a CUDA device (skipped without one): the same exactness as on the CPU.
+"""The decoder on a CUDA device (skipped without one): the CUDA-graph engine, exact as on the CPU.
 
-Run on a GPU machine with `python -m pytest -m gpu`. The models run in float32 here: in half
-precision a verify pass and a one-token step disagree (see DESIGN), so greedy outputs could differ.
+Run on a GPU machine with `python -m pytest -m gpu` (or `python -m specdec gpu-check`, which runs
+these and more). Weights are float32, the default on every device: in half precision a verify
+pass and a one-token step round differently (see DESIGN), so greedy outputs could differ.
 """
 
 from __future__ import annotations
@@ -10,31 +11,54 @@ import pytest
 import torch
 
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, load_trace, speculative_generate
+from specdec.engine import engine_for
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
+PROMPT = "ROMEO.\nBut soft,"
+
 
 @pytest.fixture(scope="module")
-def cuda_pair():
+def pairs():
+    return {kind: load_pair(device="cuda", engine=kind) for kind in ("graphs", "static", "eager")}
+
+
+def test_cuda_loads_float32_and_picks_graphs_by_default():
     pair = load_pair(device="cuda")
-    pair.target.float()
-    pair.draft.float()
-    pair.dtype = torch.float32
-    return pair
+    assert pair.dtype == torch.float32 and pair.engine == "graphs"
 
 
+@pytest.mark.parametrize("gamma", [1, 3, 8])
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
-def test_greedy_on_cuda_equals_the_target_alone(cuda_pair, drafter):
-    greedy = SamplingConfig(temperature=0)
-    spec = speculative_generate(cuda_pair, "ROMEO.\nBut soft,", RunSettings(gamma=4, max_new_tokens=48,
-                                                                            sampling=greedy, drafter=drafter))
-    alone = autoregressive_generate(cuda_pair, "ROMEO.\nBut soft,", RunSettings(max_new_tokens=48, sampling=greedy))
-    assert spec.token_ids == alone.token_ids
+def test_greedy_on_cuda_equals_the_target_alone(pairs, gamma, drafter):
+    greedy = RunSettings(gamma=gamma, max_new_tokens=48, sampling=SamplingConfig(temperature=0), drafter=drafter)
+    spec = speculative_generate(pairs["graphs"], PROMPT, greedy)
+    assert spec.token_ids == autoregressive_generate(pairs["graphs"], PROMPT, greedy).token_ids
+    assert spec.token_ids == autoregressive_generate(pairs["eager"], PROMPT, greedy).token_ids
 
 
-def test_a_sampled_run_on_cuda_is_reproducible_and_its_trace_valid(cuda_pair):
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=20, top_p=0.9)])
+def test_graphs_equal_the_same_engine_without_graphs_token_for_token(pairs, sampling):
+    for seed in range(3):
+        s = RunSettings(gamma=4, max_new_tokens=60, sampling=sampling, seed=seed)
+        graphed = speculative_generate(pairs["graphs"], PROMPT, s)
+        assert graphed.models["engine"] == "cuda graphs", engine_for(pairs["graphs"]).failure
+        assert graphed.token_ids == speculative_generate(pairs["static"], PROMPT, s).token_ids
+        assert autoregressive_generate(pairs["graphs"], PROMPT, s).token_ids == \
+            autoregressive_generate(pairs["static"], PROMPT, s).token_ids
+
+
+def test_a_graphed_run_is_reproducible_and_its_trace_valid(pairs):
     settings = RunSettings(gamma=4, max_new_tokens=40, seed=3)
-    a = speculative_generate(cuda_pair, "To be, or not to be", settings)
-    b = speculative_generate(cuda_pair, "To be, or not to be", settings)
+    a = speculative_generate(pairs["graphs"], "To be, or not to be", settings)
+    b = speculative_generate(pairs["graphs"], "To be, or not to be", settings)
     assert a.token_ids == b.token_ids and a.stats.tested > 0
     assert load_trace(a.to_json()).token_ids == a.token_ids
+
+
+def test_exactness_on_cuda_passes_and_its_skip_control_fails(pairs):
+    from specdec.bench.gpu_check import exactness
+
+    exact, control = exactness(pairs["graphs"], 1500)
+    assert exact["ok"], exact["result"]
+    assert control["ok"], control["result"]

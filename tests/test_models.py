@@ -33,9 +33,12 @@ def test_sizes_fit_the_budget():
     assert sum(sizes.values()) <= 30e6
 
 
-def test_load_pair_defaults_to_bundled(bundled):
-    assert bundled.vocab_size == len(bundled.tokenizer) and bundled.context_length >= 256
-    assert bundled.device == "cpu" and bundled.dtype == torch.float32
+def test_load_pair_defaults_to_bundled_in_float32_on_whatever_device_there_is():
+    pair = load_pair()
+    assert pair.vocab_size == len(pair.tokenizer) and pair.context_length >= 256
+    assert pair.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pair.dtype == torch.float32 and pair.target.dtype == torch.float32   # exact by default, GPU too
+    assert pair.engine == ("graphs" if torch.cuda.is_available() else "eager")
 
 
 def test_hub_preset_offline_fails_fast_with_clear_message(monkeypatch):

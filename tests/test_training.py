@@ -32,7 +32,7 @@ def test_tiny_training_run_produces_a_loadable_pair(tmp_path):
     for name in ("specdec-target", "specdec-draft"):
         history = json.loads((out / name / "training.json").read_text())["history"]
         assert history[-1]["val_loss"] < history[0]["val_loss"] or len(history) == 1, (name, history)
-    pair = load_pair(target=str(out / "specdec-target"), draft=str(out / "specdec-draft"))
+    pair = load_pair(target=str(out / "specdec-target"), draft=str(out / "specdec-draft"), device="cpu")
     # The trained pair works as a pair: greedy speculative decoding gives the target's own tokens,
     # and the run's statistics count what its rounds hold.
     greedy = SamplingConfig(temperature=0)

@@ -1,0 +1,323 @@
+"""The static-cache engine: a speculative round, or a run of target steps, with ONE host sync.
+
+On a GPU a small model's forward is set by kernel launches and host round trips, not by its
+arithmetic. So here, per pair: both models keep a static KV cache (`static_cache.StaticModel`);
+the draft's one-token step and the target's verify over γ + 1 tokens are each captured once as a
+CUDA graph (lazily, per width, sampling settings and rule) with the sampling, the acceptance test
+and the residual inside; a round's uniforms go up in one copy and its results (and trace rows)
+come back in one. Rejected drafts cost no copy: the next forward's start position says what the
+cache keeps.
+
+The same code runs without graphs (each step called eagerly on the static cache): that is how it
+is tested on a CPU, where it must equal the dynamic-cache decoder, and what runs on CUDA when a
+graph cannot be captured (`Engine.failure` says why). Randomness is drawn from the run's CPU
+generator in exactly the order the eager decoder draws it, so one seed gives the same tokens on
+every path of one device.
+
+One run at a time per pair (`Engine.lock`): the caches and graphs are the pair's, not the run's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .drafters import align_logits
+from .sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
+from .static_cache import Graphed, StaticModel
+
+MAX_GRAPHS = 64   # captured graphs kept per pair (each sampling setting and width needs its own)
+
+
+@dataclass
+class RoundResult:
+    """What a round decided, on the host: the drafts, the verdict's two numbers, and (when traced)
+    the p and q rows and the distribution the last token was drawn from; the device's own
+    draft and verify seconds."""
+
+    drafts: list[int]
+    n_accepted: int
+    end_token: int
+    p: torch.Tensor | None
+    q: torch.Tensor | None
+    end_dist: torch.Tensor | None
+    seconds: tuple[float, float]
+
+
+def _length_for(needed: int, context: int | None) -> int:
+    """Cache slots for a run needing `needed` positions: a power of two (so a few sizes serve every
+    request and their graphs are reused), at least 256, at most the models' context."""
+    size = 256
+    while size < needed:
+        size *= 2
+    return min(size, context) if context else size
+
+
+class _Slots:
+    """Static caches and every tensor a graph reads or writes, at fixed addresses, for runs of up
+    to `length` positions and γ ≤ `gamma`."""
+
+    def __init__(self, pair, length: int, gamma: int):
+        dev = torch.device(pair.device)
+        self.length, self.gamma, self.vocab = length, gamma, pair.vocab_size
+        self.target = StaticModel(pair.target, length)
+        self.draft = StaticModel(pair.draft, length) if pair.draft is not None else None
+        self.t_in = torch.zeros(gamma + 1, dtype=torch.long, device=dev)   # verify: last token + drafts
+        self.d_in = torch.zeros(2, dtype=torch.long, device=dev)           # draft step: 1 or 2 new tokens
+        self.u_one = torch.zeros(1, dtype=torch.float64, device=dev)       # the uniform of one draw
+        self.uniforms = torch.zeros(max(2 * gamma + 1, 64), dtype=torch.float64, device=dev)
+        pin = dev.type == "cuda"
+        self.uniforms_host = torch.zeros(self.uniforms.shape, dtype=torch.float64, pin_memory=pin)
+        self.q_rows = torch.zeros(gamma, self.vocab, device=dev)
+        self.drafts = torch.zeros(gamma, dtype=torch.long, device=dev)
+        self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
+        self.graphs: dict[tuple, Graphed] = {}
+
+
+class Engine:
+    """A pair's static-cache engine (CUDA graphs when `graphs`)."""
+
+    def __init__(self, pair, graphs: bool):
+        self.pair = pair
+        self.device = torch.device(pair.device)
+        self.graphs = bool(graphs) and self.device.type == "cuda"
+        self.failure: str | None = None     # why graphs were given up, if they were
+        self.lock = threading.Lock()
+        self._slots: _Slots | None = None
+        self.t_valid = self.d_valid = 0     # cache positions that hold the current run's context
+
+    @property
+    def name(self) -> str:
+        return "cuda graphs" if self.graphs else "static cache"
+
+    # -------------------------------------------------------------- a run
+    def start(self, needed: int, gamma: int) -> None:
+        """Prepare for a new run needing `needed` positions and drafting up to `gamma` tokens."""
+        s = self._slots
+        if s is None or s.length < needed or s.gamma < gamma:
+            length = _length_for(needed, self.pair.context_length)
+            self._slots = None   # free the old caches and graphs first
+            self._slots = _Slots(self.pair, length, max(gamma, 8))
+        self.t_valid = self.d_valid = 0
+
+    @torch.inference_mode()
+    def speculative_round(self, context: list[int], g: int, sampling: SamplingConfig, rule,
+                          uniforms: torch.Tensor, stop=None, trace: bool = True) -> RoundResult | None:
+        """Draft g tokens, verify them in one target forward, decide; one sync. `uniforms` [2g + 1]
+        float64: the g draft draws, the g acceptance draws, the end token's draw. None if `stop`
+        was set between forwards (the round's work is dropped)."""
+        s, timer = self._slots, _Timer(self.device)
+        last = len(context) - 1                        # the target's cache holds context[:last]
+        self._upload(uniforms)
+        self._catch_up(s.target, context, last, "t_valid")
+        # The draft: feed what its cache lacks (1 token, or 2 after a round that accepted every draft).
+        if g:
+            self._catch_up(s.draft, context, last - 1, "d_valid")
+            feed = context[self.d_valid:last + 1]
+            position = self.d_valid
+            for i, tok in enumerate(feed):
+                s.d_in[i].fill_(tok)
+            for i in range(g):
+                if stop is not None and stop.is_set():
+                    return None
+                s.draft.start.fill_(position)
+                s.u_one.copy_(s.uniforms[i:i + 1])
+                q, tok = self._run(("draft", len(feed) if i == 0 else 1, sampling), self._draft_fn)
+                s.q_rows[i].copy_(q)
+                s.drafts[i].copy_(tok)
+                s.d_in[0].copy_(tok)
+                position += len(feed) if i == 0 else 1
+            self.d_valid = last + g                     # the last draft is never fed to the draft
+        if stop is not None and stop.is_set():
+            return None
+        timer.mark()
+        s.t_in[0].fill_(context[-1])
+        s.t_in[1:g + 1].copy_(s.drafts[:g])
+        s.target.start.fill_(last)
+        packed = self._run(("verify", g, sampling, rule, trace), self._verify_fn)
+        timer.mark()
+        host = packed.cpu()                             # the round's one host sync
+        n, end = int(host[0]), int(host[1])
+        drafts = host[2:2 + g].long().tolist()
+        self.t_valid = last + 1 + n
+        self.d_valid = min(self.d_valid, last + 1 + n) if g else self.d_valid
+        p = q = end_dist = None
+        if trace:
+            v, at = s.vocab, 2 + g
+            p = host[at:at + (g + 1) * v].reshape(g + 1, v)
+            q = host[at + (g + 1) * v:at + (2 * g + 1) * v].reshape(g, v)
+            end_dist = host[at + (2 * g + 1) * v:]
+        return RoundResult(drafts, n, end, p, q, end_dist, timer.seconds())
+
+    @torch.inference_mode()
+    def target_steps(self, context: list[int], k: int, sampling: SamplingConfig,
+                     uniforms: torch.Tensor) -> list[int]:
+        """k plain target steps after `context` (the target alone), one sync at the end; k ≤ 64."""
+        s = self._slots
+        last = len(context) - 1
+        self._upload(uniforms)
+        self._catch_up(s.target, context, last, "t_valid")
+        s.t_in[0].fill_(context[-1])
+        for i in range(k):
+            s.target.start.fill_(last + i)
+            s.u_one.copy_(s.uniforms[i:i + 1])
+            tok = self._run(("step", sampling), self._step_fn)
+            s.t_in[0].copy_(tok)
+            s.tokens[i].copy_(tok)
+        self.t_valid = last + k
+        return s.tokens[:k].tolist()                   # the one host sync
+
+    @torch.inference_mode()
+    def costs(self, context: list[int], widths: list[int], sampling: SamplingConfig, repeats: int = 50) -> dict:
+        """Median milliseconds, on this engine, of one draft step, one target step (the target
+        alone's token), and one verify of each width (its test and residual included): the costs
+        the bench, `gpu-check` and the speed explorer predict with. Each call is timed with a
+        device sync around it."""
+        from .sampling import Rule
+
+        gamma = max(widths) - 1
+        with self.lock:
+            self.start(len(context) + gamma + 2, max(gamma, 1))
+            s, last = self._slots, len(context) - 1
+            self._catch_up(s.target, context, last, "t_valid")
+            self._catch_up(s.draft, context, last, "d_valid")
+            s.target.start.fill_(last)
+            s.draft.start.fill_(last)
+            for buf in (s.t_in, s.d_in, s.drafts):
+                buf.fill_(context[-1])
+            s.q_rows.fill_(1.0 / s.vocab)
+            s.uniforms.fill_(0.5)
+            s.u_one.fill_(0.5)
+            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, sampling), self._draft_fn),
+                                                 repeats, self.device),
+                     "target_step_ms": _median_ms(lambda: self._run(("step", sampling), self._step_fn),
+                                                  repeats, self.device)}
+            by_width = {1: timed["target_step_ms"]}
+            for w in widths:
+                if w > 1:
+                    key = ("verify", w - 1, sampling, Rule.EXACT, False)
+                    by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
+            self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
+        return {**timed, "target_ms_by_width": by_width,
+                "c": timed["draft_step_ms"] / timed["target_step_ms"], "engine": self.name}
+
+    # -------------------------------------------------------------- what the graphs hold
+    def _draft_fn(self, key):
+        _, width, sampling = key
+        s = self._slots
+
+        def fn():
+            logits = s.draft.forward(s.d_in[:width])[-1]
+            q = logits_to_probs(align_logits(logits, s.vocab), sampling)
+            return q, sample(q, uniforms=s.u_one)
+        return fn
+
+    def _verify_fn(self, key):
+        _, g, sampling, rule, trace = key
+        s = self._slots
+
+        def fn():
+            p = logits_to_probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), sampling)
+            v: Verdict = verify(p, s.q_rows[:g], s.drafts[:g], s.uniforms[g:2 * g].float(), rule=rule,
+                                end_uniform=s.uniforms[2 * g:2 * g + 1])
+            head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).float()
+            if not trace:
+                return head
+            return torch.cat([head, p.reshape(-1), s.q_rows[:g].reshape(-1), v.end_dist.reshape(-1)])
+        return fn
+
+    def _step_fn(self, key):
+        _, sampling = key
+        s = self._slots
+
+        def fn():
+            p = logits_to_probs(align_logits(s.target.forward(s.t_in[:1]), s.vocab), sampling)[0]
+            return sample(p, uniforms=s.u_one)
+        return fn
+
+    # -------------------------------------------------------------- plumbing
+    def _run(self, key: tuple, make):
+        """The step `key` (captured as a graph on first use when graphs are on), run once."""
+        s = self._slots
+        if not self.graphs:
+            return make(key)()
+        graph = s.graphs.get(key)
+        if graph is None:
+            if len(s.graphs) >= MAX_GRAPHS:
+                s.graphs.pop(next(iter(s.graphs)))
+            try:
+                graph = s.graphs[key] = Graphed(make(key))
+            except Exception as err:   # capture is not possible here (an op that syncs, ZeroGPU...)
+                self.graphs, self.failure = False, f"{type(err).__name__}: {err}"[:300]
+                s.graphs.clear()
+                return make(key)()
+        return graph()
+
+    def _upload(self, uniforms: torch.Tensor) -> None:
+        """The uniforms of a round (or of a run of steps) in one host-to-device copy."""
+        s, n = self._slots, len(uniforms)
+        s.uniforms_host[:n].copy_(uniforms)
+        s.uniforms[:n].copy_(s.uniforms_host[:n], non_blocking=True)
+
+    def _catch_up(self, model: StaticModel, context: list[int], upto: int, valid: str) -> None:
+        """Feed `model` (eagerly, one forward) the tokens of context[:upto] its cache lacks: the
+        prompt at the start of a run."""
+        have = getattr(self, valid)
+        if have < upto:
+            model.start.fill_(have)
+            model.forward(torch.tensor(context[have:upto], device=self.device))
+            setattr(self, valid, upto)
+
+
+class _Timer:
+    """Seconds between marks: CUDA events on a GPU (no sync until the round's own), else the clock."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks = [self._now()]
+
+    def _now(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def mark(self) -> None:
+        self.marks.append(self._now())
+
+    def seconds(self) -> tuple[float, ...]:
+        if self.cuda:
+            return tuple(a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:]))
+        return tuple(b - a for a, b in zip(self.marks, self.marks[1:]))
+
+
+def _median_ms(fn, repeats: int, device: torch.device) -> float:
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+def engine_for(pair) -> Engine | None:
+    """The pair's engine for its `engine` setting ("graphs", "static"; None for the eager,
+    dynamic-cache path), made once and kept on the pair."""
+    kind = getattr(pair, "engine", "eager")
+    if kind not in ("graphs", "static"):
+        return None
+    engine = getattr(pair, "_engine", None)
+    if engine is None:
+        engine = pair._engine = Engine(pair, graphs=kind == "graphs")
+    return engine

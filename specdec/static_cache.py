@@ -1,0 +1,76 @@
+"""A model with a static KV cache, and one forward captured as a CUDA graph.
+
+Why not `DynamicCache`: on a GPU a forward of a small model is set by kernel launches, not
+arithmetic (measured on an H100: ~1 ms per layer-step eager). A CUDA graph replays a whole
+forward as one launch, but it needs every tensor at a fixed address and no host round trip, so
+the cache must be preallocated (transformers' `StaticCache`) and positions, the attention mask
+and the cache length must live on the device.
+
+Rolling back rejected drafts is free here: the next forward's `start` says how much of the cache
+is kept (keys past it are masked out, then overwritten). Each `StaticLayer` keeps its length in a
+0-d device tensor `cumulative_length` that its `update` reads and advances; we set it from
+`start` at the top of every forward, a device op a graph can hold (transformers 5.23).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class StaticModel:
+    """A causal LM over a static cache of `length` slots. Call `forward(ids)` with ids [n] on the
+    model's device: it writes their keys at positions start .. start + n - 1 (`start`, a 0-d device
+    tensor, set by the caller with `start.fill_(k)`), and returns the logits [n, V]."""
+
+    def __init__(self, model, length: int):
+        from transformers import StaticCache
+
+        self.model = model
+        self.length = length
+        self.device = next(model.parameters()).device
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.start = torch.zeros((), dtype=torch.long, device=self.device)
+        self.slots = torch.arange(length, device=self.device)
+        # "eager" attention adds its mask to the scores; sdpa takes a boolean one (True = attend).
+        self.additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+        self.ready = False   # the cache allocates its tensors at the first forward (then `start` must be 0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        n = ids.shape[-1]
+        positions = self.start + self.slots[:n]
+        mask = (self.slots[None, :] <= positions[:, None])[None, None]   # [1, 1, n, length]: causal, and
+        if self.additive:                                              # nothing past the kept prefix
+            mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=self.device).masked_fill(
+                ~mask, torch.finfo(self.model.dtype).min)
+        if self.ready:
+            for layer in self.cache.layers:
+                layer.cumulative_length.copy_(self.start)
+        out = self.model(input_ids=ids.reshape(1, n), position_ids=positions[None], attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True)
+        self.ready = True
+        return out.logits[0]
+
+
+class Graphed:
+    """`fn()` captured once as a CUDA graph; calling replays it on the current contents of the
+    tensors it reads, and returns the same output tensors (overwritten by each replay).
+
+    `fn` must read its inputs from tensors at fixed addresses and make no host round trip. Its
+    warm-up runs (on a side stream, as PyTorch's docs ask) may write the cache past the kept
+    prefix: harmless, since a slot is written again before any query attends to it.
+    """
+
+    def __init__(self, fn, warmup: int = 2):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = fn()
+
+    def __call__(self):
+        self.graph.replay()
+        return self.out

@@ -1,0 +1,186 @@
+"""The static-cache engine (the CUDA path without its graphs) on the CPU: it must equal the
+eager, dynamic-cache decoder token for token, keep the decoder's exactness, stop between
+forwards, and serve one run at a time. The CUDA graphs themselves are tested in test_gpu.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from specdec import (
+    Rule,
+    RunSettings,
+    SamplingConfig,
+    autoregressive_generate,
+    load_pair,
+    load_trace,
+    speculative_generate,
+)
+from specdec.engine import _length_for, engine_for
+from specdec.models import ModelPair, pick_device, pick_engine
+from specdec.sampling import sample
+from tiny import tiny_pair
+
+PROMPT = [1, 2, 3]
+
+
+def static_twin(pair: ModelPair) -> ModelPair:
+    """The same models and tokenizer, on the static engine."""
+    return ModelPair(pair.tokenizer, pair.target, pair.draft, pair.target_name, pair.draft_name,
+                     pair.device, pair.dtype, pair.label, engine="static")
+
+
+@pytest.fixture(scope="module")
+def bundled_pairs():
+    eager = load_pair(device="cpu")
+    return eager, static_twin(eager)
+
+
+SETTINGS = [
+    RunSettings(gamma=4, max_new_tokens=60),
+    RunSettings(gamma=3, max_new_tokens=50, sampling=SamplingConfig(temperature=0)),
+    RunSettings(gamma=8, max_new_tokens=70, sampling=SamplingConfig(temperature=0.7, top_k=20, top_p=0.9),
+                rule=Rule.SKIP_ADJUSTMENT),
+    RunSettings(gamma=1, max_new_tokens=40, sampling=SamplingConfig(temperature=1.3)),
+]
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=["T1-g4", "greedy-g3", "T0.7-topk-topp-skip-g8", "T1.3-g1"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_static_engine_equals_the_eager_decoder(bundled_pairs, settings, seed):
+    eager, static = bundled_pairs
+    s = settings.with_(seed=seed)
+    a = speculative_generate(eager, "ROMEO.\nBut soft,", s)
+    b = speculative_generate(static, "ROMEO.\nBut soft,", s)
+    assert b.models["engine"] == "static cache" and a.models["engine"] == "eager"
+    assert b.token_ids == a.token_ids
+    assert [r.n_accepted for r in b.rounds] == [r.n_accepted for r in a.rounds]
+    for ra, rb in zip(a.rounds, b.rounds):
+        for x, y in zip(ra.positions, rb.positions):
+            assert abs(x.beta - y.beta) < 1e-5 and abs(x.p_draft - y.p_draft) < 1e-5 and x.status is y.status
+        assert rb.end_token == ra.end_token and rb.ending is ra.ending
+    assert (b.stats.accepted, b.stats.tested, b.stats.target_forwards, b.stats.draft_forwards) == \
+        (a.stats.accepted, a.stats.tested, a.stats.target_forwards, a.stats.draft_forwards)
+    assert load_trace(b.to_json()).token_ids == b.token_ids   # the engine's trace passes every check
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_static_engine_target_alone_equals_the_eager_one(bundled_pairs, temperature):
+    eager, static = bundled_pairs
+    s = RunSettings(max_new_tokens=45, sampling=SamplingConfig(temperature=temperature), seed=3)
+    a, b = autoregressive_generate(eager, "KING LEAR.\n", s), autoregressive_generate(static, "KING LEAR.\n", s)
+    assert b.token_ids == a.token_ids and b.models["engine"] == "static cache"
+    assert b.stats.target_forwards >= b.stats.new_tokens
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+def test_greedy_on_the_static_engine_equals_the_target_alone(bundled_pairs, gamma):
+    _, static = bundled_pairs
+    s = RunSettings(gamma=gamma, max_new_tokens=64, sampling=SamplingConfig(temperature=0))
+    assert speculative_generate(static, "To be, or not to be,", s).token_ids == \
+        autoregressive_generate(static, "To be, or not to be,", s).token_ids
+
+
+def test_tiny_pairs_on_the_engine_equal_eager_including_a_draft_that_is_the_target():
+    for pair in (tiny_pair(), tiny_pair(same=True), tiny_pair(vocab=12, seed=5, eos=3)):
+        for seed in range(3):
+            s = RunSettings(gamma=5, max_new_tokens=30, seed=seed)
+            assert speculative_generate(static_twin(pair), PROMPT, s).token_ids == \
+                speculative_generate(pair, PROMPT, s).token_ids
+
+
+def test_a_longer_run_or_larger_gamma_grows_the_cache_and_stays_equal(bundled_pairs):
+    eager, static = bundled_pairs
+    short = RunSettings(gamma=2, max_new_tokens=10)
+    speculative_generate(static, "ROMEO.\n", short)
+    first = engine_for(static)._slots
+    assert first.length == 256 and first.gamma == 8
+    long = RunSettings(gamma=12, max_new_tokens=200, seed=2)
+    b = speculative_generate(static, "ROMEO.\n", long)
+    assert engine_for(static)._slots.gamma == 12 and engine_for(static)._slots is not first
+    assert b.token_ids == speculative_generate(eager, "ROMEO.\n", long).token_ids
+
+
+def test_cache_length_is_a_power_of_two_within_the_context():
+    assert _length_for(10, 256) == 256 and _length_for(300, 4096) == 512 and _length_for(3000, 2048) == 2048
+    assert _length_for(700, None) == 1024
+
+
+class StopAfter:
+    def __init__(self, n: int):
+        self.n, self.checks = n, 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.checks > self.n
+
+
+def test_a_stop_acts_inside_a_round_on_the_engine_and_the_next_run_is_unharmed():
+    pair = static_twin(tiny_pair())
+    settings = RunSettings(gamma=8, max_new_tokens=40, seed=0)
+    gen = speculative_generate(pair, PROMPT, settings, stop=StopAfter(3))   # three draft forwards, then stop
+    assert gen.rounds == [] and gen.token_ids == [] and gen.stats.stopped == "stopped"
+    again = speculative_generate(pair, PROMPT, settings)
+    assert again.token_ids == speculative_generate(tiny_pair(), PROMPT, settings).token_ids
+
+
+def test_one_run_at_a_time_per_pair_and_concurrent_runs_equal_solo(bundled_pairs):
+    _, static = bundled_pairs
+    settings = [RunSettings(gamma=4, max_new_tokens=40, seed=s) for s in range(4)]
+    solo = [speculative_generate(static, "ROMEO.\n", s).token_ids for s in settings]
+    results = [None] * 4
+
+    def work(i):
+        results[i] = speculative_generate(static, "ROMEO.\n", settings[i]).token_ids
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == solo
+
+
+def test_untraced_runs_give_the_same_tokens_and_counts(bundled_pairs):
+    for pair in bundled_pairs:
+        s = RunSettings(gamma=4, max_new_tokens=50, seed=7)
+        traced, bare = speculative_generate(pair, "ROMEO.\n", s), speculative_generate(pair, "ROMEO.\n", s, trace=False)
+        assert bare.token_ids == traced.token_ids and bare.rounds == []
+        assert (bare.stats.accepted, bare.stats.tested, bare.stats.drafted) == \
+            (traced.stats.accepted, traced.stats.tested, traced.stats.drafted)
+
+
+def test_sampling_with_given_uniforms_equals_drawing_them():
+    probs = torch.softmax(torch.randn(5, 30, generator=torch.Generator().manual_seed(0)), -1)
+    a = sample(probs, torch.Generator().manual_seed(9))
+    u = torch.rand(5, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    assert torch.equal(a, sample(probs, uniforms=u))
+
+
+def test_float32_on_every_device_unless_asked_and_engine_choice():
+    assert pick_device("cpu") == ("cpu", torch.float32)
+    assert pick_device("cuda") == ("cuda", torch.float32)    # no GPU needed to pick
+    assert pick_device("cuda", "bfloat16")[1] is torch.bfloat16
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        pick_device("cpu", "float8")
+    assert pick_engine(None, "cuda") == "graphs" and pick_engine("auto", "cpu") == "eager"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        pick_engine("warp", "cpu")
+
+
+def test_ngram_runs_eagerly_on_an_engine_pair(bundled_pairs):
+    _, static = bundled_pairs
+    gen = speculative_generate(static, "To be, or not to be, to be", RunSettings(drafter="ngram", max_new_tokens=20))
+    assert gen.models["engine"] == "eager"
+
+
+def test_engine_costs_are_measured_for_every_width(bundled_pairs):
+    _, static = bundled_pairs
+    costs = engine_for(static).costs(static.encode("ROMEO.\n")[1], [1, 2, 5], SamplingConfig(), repeats=3)
+    assert set(costs["target_ms_by_width"]) == {1, 2, 5} and costs["draft_step_ms"] > 0 and costs["c"] > 0
+    # and a run afterwards is unharmed by the timing's writes past the context
+    s = RunSettings(gamma=4, max_new_tokens=30, seed=1)
+    assert speculative_generate(static, "ROMEO.\n", s).token_ids == \
+        speculative_generate(bundled_pairs[0], "ROMEO.\n", s).token_ids
