@@ -124,7 +124,7 @@ def test_main_turns_a_bad_value_into_exit_2_before_loading_models(capsys):
 
 def test_every_contender_once_per_temperature_and_gamma():
     lineup = contenders.contenders([1, 2], [0.0, 1.0])
-    assert len(lineup) == 2 * (2 + 4 * 2) and len(set(lineup)) == len(lineup)
+    assert len(lineup) == 2 * (2 + 5 * 2) and len(set(lineup)) == len(lineup)   # 5 speculative kinds, one untraced
     assert Contender(SPECDEC_AR, 0.0) in lineup and Contender(HF_LOOKUP, 1.0, 2) in lineup
 
 

@@ -29,17 +29,19 @@ class Kind:
 
 SPECDEC_AR, HF_GENERATE = "specdec_ar", "hf_generate"
 SPECDEC_MODEL, SPECDEC_NGRAM = "specdec_model", "specdec_ngram"
+SPECDEC_UNTRACED = "specdec_model_untraced"   # the same run recording no trace: what tracing costs
 HF_ASSISTED, HF_LOOKUP = "hf_assisted", "hf_lookup"
 KINDS = {
     SPECDEC_AR: Kind("specdec autoregressive", "specdec", None, HF_GENERATE),
     HF_GENERATE: Kind("transformers generate", "transformers", None, None),
     SPECDEC_MODEL: Kind("specdec + draft model", "specdec", "model", HF_ASSISTED),
+    SPECDEC_UNTRACED: Kind("specdec + draft model, no trace", "specdec", "model", None),
     SPECDEC_NGRAM: Kind("specdec + n-gram", "specdec", "ngram", HF_LOOKUP),
     HF_ASSISTED: Kind("transformers assisted", "transformers", "model", None),
     HF_LOOKUP: Kind("transformers prompt lookup", "transformers", "ngram", None),
 }
 BASELINES = (SPECDEC_AR, HF_GENERATE)
-SPECULATIVE = (SPECDEC_MODEL, SPECDEC_NGRAM, HF_ASSISTED, HF_LOOKUP)
+SPECULATIVE = (SPECDEC_MODEL, SPECDEC_UNTRACED, SPECDEC_NGRAM, HF_ASSISTED, HF_LOOKUP)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,13 @@ class Run:
                     target_widths=widths, accepted=self.accepted, tested=self.tested)
 
 
+def _widths_of(gen) -> list[int]:
+    """Tokens fed to each target forward after the prefill, from a run's own record."""
+    if gen.rounds:
+        return [r.gamma + 1 for r in gen.rounds]
+    return [1] * gen.stats.target_forwards
+
+
 def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tokens: int, seed: int,
                   counter: ForwardCounter, prompt_index: int = 0) -> Run:
     """Run one contender once, timed from call to return (each library's whole API call)."""
@@ -166,12 +175,17 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
     if KINDS[kind].family == "specdec":
         settings = RunSettings(gamma=contender.gamma or 1, max_new_tokens=max_new_tokens, seed=seed,
                                sampling=SamplingConfig(temperature=t), drafter=KINDS[kind].drafter or "model")
-        decode = autoregressive_generate if kind == SPECDEC_AR else speculative_generate
         start = time.perf_counter()
-        gen = decode(pair, prompt_ids, settings)
+        if kind == SPECDEC_AR:
+            gen = autoregressive_generate(pair, prompt_ids, settings)
+        else:
+            gen = speculative_generate(pair, prompt_ids, settings, trace=kind != SPECDEC_UNTRACED)
         seconds = time.perf_counter() - start
         tokens = list(gen.token_ids)
         accepted, tested = gen.stats.accepted, gen.stats.tested
+        if not counter.target_widths:   # a CUDA graph's replay calls no forward hook: widths from the run
+            counter.target_widths = [len(prompt_ids)] + _widths_of(gen)
+            counter.draft_forwards = gen.stats.draft_forwards
     else:
         kwargs = transformers_kwargs(kind, t, contender.gamma, max_new_tokens, pair.eos_token_id,
                                      NgramDrafter(pair.vocab_size).max_ngram)   # specdec's n-gram length

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from ..speed import leviathan_speedup, predicted_speedup
-from .contenders import BASELINES, HF_ASSISTED, KINDS, SPECDEC_AR, SPECDEC_MODEL, Run
+from .contenders import BASELINES, HF_ASSISTED, KINDS, SPECDEC_AR, SPECDEC_MODEL, SPECDEC_UNTRACED, Run
 
 # The issue's goals, checked (not asserted) in the summary.
 GOALS = {"speedup_t1": 1.6, "speedup_t0": 1.4, "specdec_over_assisted": 0.8, "measured_over_predicted": 0.9}
@@ -134,7 +134,8 @@ def summarize(rows: list[dict], baselines: dict, greedy: dict) -> dict:
     """Best gamma per temperature, specdec/assisted ratios, greedy verdict and the issue's goals."""
     best, goals = {}, []
     for t in sorted(baselines):
-        spec = [r for r in rows if r["temperature"] == t and r["family"] == "specdec" and r["gamma"]]
+        spec = [r for r in rows if r["temperature"] == t and r["family"] == "specdec" and r["gamma"]
+                and r["kind"] != SPECDEC_UNTRACED]   # the headline is a traced run, as the app runs
         top = max(spec, key=lambda r: r["speedup"], default=None)
         model_rows = [r for r in spec if r["kind"] == SPECDEC_MODEL]
         best_model = max(model_rows, key=lambda r: r["speedup"], default=None)
@@ -161,6 +162,20 @@ def summarize(rows: list[dict], baselines: dict, greedy: dict) -> dict:
                           met=worst["over_transformers"] <= GOALS["specdec_over_assisted"]))
     return {"best": best, "specdec_over_assisted": {"min": _brief(least), "max": _brief(worst)},
             "greedy_agree": greedy["agree"] if greedy["checked"] else None, "goals": goals}
+
+
+def tracing_cost(rows: list[dict]) -> dict:
+    """What recording the trace costs: per T and gamma, the traced run's time per token over the
+    same run's untraced time per token, minus one (both contenders ran interleaved)."""
+    bare = {(r["temperature"], r["gamma"]): r for r in rows if r["kind"] == SPECDEC_UNTRACED}
+    costs = {}
+    for r in rows:
+        twin = bare.get((r["temperature"], r["gamma"]))
+        if r["kind"] == SPECDEC_MODEL and twin and r["tok_s"] and twin["tok_s"]:
+            costs[(r["temperature"], r["gamma"])] = twin["tok_s"] / r["tok_s"] - 1
+    values = sorted(costs.values())
+    return {"by_run": {f"T={t:g} γ={g}": v for (t, g), v in sorted(costs.items())},
+            "median": values[len(values) // 2] if values else None}
 
 
 def _brief(row: dict | None) -> dict | None:
@@ -241,6 +256,10 @@ def format_summary(results: dict) -> str:
                      f"min {lo['over_transformers']:.2f} "
                      f"(T={lo['temperature']:g}, γ={lo['gamma']}), max {hi['over_transformers']:.2f} "
                      f"(T={hi['temperature']:g}, γ={hi['gamma']})")
+    tracing = results.get("tracing_cost") or {}
+    if tracing.get("median") is not None:
+        lines.append(f"tracing cost (traced ÷ untraced time per token − 1, same runs interleaved): median "
+                     f"{tracing['median']:+.1%} over {len(tracing['by_run'])} settings")
     g = results["greedy"]
     if not g["checked"]:
         lines.append("greedy agreement: not checked (no T=0 runs)")

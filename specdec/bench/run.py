@@ -38,6 +38,7 @@ import torch
 
 from ..app import limits
 from ..checks import whole_number
+from ..engine import engine_for
 from ..measure import COST_WARMUP, PROMPTS, CostMeter
 from ..sampling import SamplingConfig
 from .contenders import HF_ASSISTED, Contender, ForwardCounter, Run, contenders, rotated, run_contender
@@ -50,6 +51,7 @@ from .report import (
     format_summary,
     format_table,
     summarize,
+    tracing_cost,
 )
 
 SCHEMA = "specdec.bench"
@@ -129,6 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--quick", action="store_true", help="a seconds-long smoke run (small settings)")
     add("--no-progress", action="store_true", help="no progress bar (off anyway when stderr is not a terminal)")
     add("--preset", default=None, help="model pair preset (default: the bundled pair)")
+    add("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    add("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="model weights (default float32)")
+    add("--engine", default=None, choices=["auto", "eager", "static", "graphs"],
+        help="auto (default): CUDA graphs on a GPU, eager on a CPU")
     add("--target", help="target model: folder or hub id (with --draft)")
     add("--draft", help="draft model: folder or hub id (with --target)")
 
@@ -177,11 +183,13 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     if bar is not None:
         bar.reset(total=COST_WARMUP + steps + len(lineup) * (1 + len(passes)))
         bar.set_description("warm-up")
-    meter = CostMeter(pair, prompt_ids[0], widths)
+    engine = engine_for(pair)
+    meter = CostMeter(pair, prompt_ids[0], widths) if engine is None else None
     counter = ForwardCounter(pair)
     try:
         for _ in range(COST_WARMUP):
-            meter.step(timed=False)
+            if meter is not None:
+                meter.step(timed=False)
             tick()
         for c in lineup:
             run_contender(pair, c, prompt_ids[0], min(16, cfg.max_new_tokens), 0, counter)
@@ -193,7 +201,8 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
         runs: list[Run] = []
         for k, (_, i, seed) in enumerate(passes):
             for _ in range(steps_before[k]):
-                meter.step()
+                if meter is not None:
+                    meter.step()
                 tick()
             for c in rotated(lineup, k, len(passes)):
                 runs.append(run_contender(pair, c, prompt_ids[i], cfg.max_new_tokens, seed, counter, i))
@@ -201,10 +210,14 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     finally:
         gc.unfreeze()
         counter.close()
-    costs = meter.result()
+    # On an engine (static caches, CUDA graphs) the costs are its own steps, timed after the runs.
+    costs = meter.result() if meter is not None else engine.costs(prompt_ids[0], widths, SamplingConfig())
 
     records = [dict(r.record(), max_new_tokens=cfg.max_new_tokens) for r in runs]
     rows = aggregate(records, costs)
+    where = pair.describe()
+    for r in rows:   # every row says where it ran
+        r.update(device=where["device"], dtype=where["dtype"], engine=where["engine"])
     order = {c: n for n, c in enumerate(lineup)}
     rows.sort(key=lambda r: order[Contender(r["kind"], r["temperature"], r["gamma"])])
     baselines = add_speedups(rows)
@@ -225,6 +238,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
         "rows": rows,
         "greedy": greedy,
         "summary": summarize(rows, baselines, greedy),
+        "tracing_cost": tracing_cost(rows),
         "warnings": warnings,
         "runs": records,
     }
@@ -257,10 +271,13 @@ def run(args) -> int:
     hf_logging.set_verbosity_error()   # the output is the table, not transformers' notices
     hf_logging.disable_progress_bar()
     pair = load_pair(target=getattr(args, "target", None), draft=getattr(args, "draft", None),
-                     preset=getattr(args, "preset", None))
+                     preset=getattr(args, "preset", None), device=getattr(args, "device", None),
+                     dtype=getattr(args, "dtype", None), engine=getattr(args, "engine", None))
     lineup = len(contenders(cfg.gammas, cfg.temperatures))
     passes = cfg.repeats * len(cfg.prompts) * len(cfg.seeds)
-    print(f"pair: {pair.label}  [{pair.device}]  torch threads: {torch.get_num_threads()}")
+    where = pair.describe()
+    print(f"pair: {pair.label}  [{where['device']}, {where['dtype']}, {where['engine']} engine]  "
+          f"torch threads: {torch.get_num_threads()}")
     print(f"{lineup} contenders (T = {', '.join(f'{t:g}' for t in cfg.temperatures)}; γ = "
           f"{', '.join(map(str, cfg.gammas))}) x {passes} passes ({len(cfg.prompts)} prompts x {len(cfg.seeds)} "
           f"seeds x {cfg.repeats}), {cfg.max_new_tokens} new tokens each, interleaved", flush=True)
