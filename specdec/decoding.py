@@ -24,16 +24,15 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from . import trace as tr
-from .outcomes import Ending, status_at
+from .recording import BATCH_BYTES, Pending, record
 from .rounds import Step, rounds_for, steps_for
 from .rounds import _sync as _sync
 from .sampling import Rule
 from .settings import AUTOREGRESSIVE, RunSettings
-from .trace import Generation, Position, Round
+from .trace import Generation, Round
 
 STOPPED, TIME_LIMIT = "stopped", "time limit"   # why a run stopped early (stats.stopped)
 
@@ -107,6 +106,7 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     rounds = rounds_for(pair, settings)
     gen.models["engine"] = rounds.name
     tally, text = tr.Tally(), _Text(pair) if on_round else None
+    pending: list[Pending] = []
     ending = None
     t_start = time.perf_counter()
     with rounds.held(len(context) + settings.max_new_tokens + settings.gamma + 1, settings.gamma):
@@ -122,16 +122,17 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
             if not trace:
                 tally.count(len(step.drafts), step.n_accepted, step.seconds)
                 continue
-            rnd = record_round(len(gen.rounds), len(gen.token_ids) - len(emitted), step, settings.rule, emitted,
-                               step.seconds)
-            gen.rounds.append(rnd)
-            tally.add(rnd)
+            pending.append(Pending.of(len(gen.rounds) + len(pending), len(gen.token_ids) - len(emitted), step,
+                                      emitted))
+            if on_round or sum(r.nbytes for r in pending) > BATCH_BYTES:
+                _record(gen, tally, pending, settings.rule)
             if on_round:
                 gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                                         time.perf_counter() - t_start, ending or "")
                 gen.text = text.extend(emitted)
-                _note_token_texts(gen, pair, [rnd])
-                on_round(rnd, gen)
+                _note_token_texts(gen, pair, gen.rounds[-1:])
+                on_round(gen.rounds[-1], gen)
+    _record(gen, tally, pending, settings.rule)   # the rounds nobody streamed, in one batch
     gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                             time.perf_counter() - t_start, ending)
     _finish_text(gen, pair, [] if on_round else gen.rounds)
@@ -193,62 +194,20 @@ def _emit(tokens: list[int], decided: list[int], max_new_tokens: int, eos: int |
     return emitted, "max_new_tokens" if len(tokens) >= max_new_tokens else None
 
 
-def record_round(index: int, start: int, step: Step, rule: Rule, emitted: list[int],
-                 seconds: tuple[float, float]) -> Round:
-    """One verify step as a trace Round: sparse rows with exact tail masses; `seconds` are the
-    drafting and the verify time.
-
-    Batched (see `trace.keep_top`), in numpy on the host: the ids and values of every drafted
-    position come from one pass over all rows, so recording costs a few array operations per
-    round, not per token.
-    """
-    drafts, verdict = step.drafts, step.verdict
-    p, q = step.p.float().cpu().numpy(), step.q.float().cpu().numpy()
-    g, n = len(drafts), step.n_accepted
-    rejected = n < g
-    p_mass = p.sum(1, dtype=np.float64).tolist()
-    q_mass = q.sum(1, dtype=np.float64).tolist()
-    positions = _positions(drafts, p, q, step, p_mass, q_mass) if g else []
-    end_dist = verdict.end_dist.float().cpu().numpy().reshape(1, -1)
-    end_token = step.end_token
-    ending = Ending.of(g, rejected, rule)
-    # Kept ids at the end position: top of the drawn distribution and of p, and the drawn token.
-    [(ids, dv, pv)], mask = tr.keep_top(end_dist, p[n:n + 1], np.array([end_token]))
-    end_total = float(end_dist.sum(dtype=np.float64))
-    residual_mass = None
-    if ending is Ending.RESIDUAL:
-        residual_mass = float(np.maximum(p[n].astype(np.float64) - q[n], 0).sum())
-    if rejected:   # the tail split by the sign of p - q, as at a drafted position
-        [d_tail], [p_tail], [q_tail] = tr.tail_split([end_dist, p[n:n + 1], q[n:n + 1]], p[n:n + 1], q[n:n + 1], mask)
-        end_parts = (tr.dist(ids, dv, end_total, d_tail), tr.dist(ids, pv, p_mass[n], p_tail),
-                     tr.dist(ids, q[n, ids].tolist(), q_mass[n], q_tail))
-    else:
-        end_parts = (tr.dist(ids, dv, end_total), tr.dist(ids, pv, p_mass[n]), None)
-    return Round(
-        index=index, start=start, gamma=g, positions=positions, n_accepted=n, ending=ending,
-        end_token=end_token, end_dist=end_parts[0], end_p=end_parts[1], end_q=end_parts[2],
-        residual_mass=residual_mass, emitted=list(emitted), draft_seconds=seconds[0], verify_seconds=seconds[1])
-
-
-def _positions(drafts: list[int], p: np.ndarray, q: np.ndarray, step: Step, p_mass, q_mass) -> list[Position]:
-    """The drafted positions of a round, all rows at once."""
-    g, n, verdict = len(drafts), step.n_accepted, step.verdict
-    overlap = np.minimum(p[:g], q)                                   # min(p, q), exact in float32
-    betas = overlap.sum(1, dtype=np.float64)
-    # Bias of the skip rule here, in closed form on the full rows: TV(min(p,q) + (1-beta) p, p).
-    skip_tv = (0.5 * np.abs(overlap - betas[:, None] * p[:g]).sum(1, dtype=np.float64)).tolist()
-    betas = betas.tolist()
-    p_draft, q_draft, ratio = verdict.p_draft.tolist(), verdict.q_draft.tolist(), verdict.ratio.tolist()
-    u = step.u.tolist()
-    kept, mask = tr.keep_top(p[:g], q, np.array(drafts))
-    p_tail, q_tail = tr.tail_split([p[:g], q], p[:g], q, mask)
-    return [Position(draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i], ratio=ratio[i], u=u[i],
-                     status=status_at(i, n), beta=betas[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]),
-                     q=tr.dist(ids, qv, q_mass[i], q_tail[i]), skip_tv=skip_tv[i])
-            for i, (tok, (ids, pv, qv)) in enumerate(zip(drafts, kept))]
+def record_round(index: int, start: int, step: Step, rule: Rule, emitted: list[int]) -> Round:
+    """One verify step as a trace Round (see `recording`: a batch of one)."""
+    return record([Pending.of(index, start, step, emitted)], rule)[0]
 
 
 # ---------------------------------------------------------------- the run's record
+
+def _record(gen: Generation, tally: tr.Tally, pending: list[Pending], rule: Rule) -> None:
+    """Record the pending rounds into the trace and the tally (emptying `pending`)."""
+    for rnd in record(pending, rule):
+        gen.rounds.append(rnd)
+        tally.add(rnd)
+    pending.clear()
+
 
 def _start(pair, prompt, settings: RunSettings) -> tuple[Generation, list[int]]:
     """The empty trace of a checked request, and the context the loop extends."""

@@ -95,6 +95,11 @@ def cost(pair, gamma: int = 4) -> dict:
             "verify_ms": verify, "verify_over_step": verify / m["target_step_ms"], "gamma": gamma}
 
 
+def acceptance_grid(pair, gammas=range(1, 9), temperatures=(0.0, 0.7, 1.0), max_new_tokens: int = 64) -> list[dict]:
+    """Pooled alpha over PROMPTS x SEEDS for every gamma and temperature (the draft's model card)."""
+    return [acceptance(pair, g, max_new_tokens, t) for t in temperatures for g in gammas]
+
+
 def acceptance(pair, gamma: int = 4, max_new_tokens: int = 64, temperature: float = 1.0) -> dict:
     """Pooled alpha (accepted / tested) over PROMPTS x SEEDS with the draft model."""
     settings = RunSettings(gamma=gamma, max_new_tokens=max_new_tokens, sampling=SamplingConfig(temperature=temperature))

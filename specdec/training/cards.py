@@ -47,6 +47,54 @@ def _distill_table(info: dict) -> str:
             + lines + "\n")
 
 
+def _on_policy_section(info: dict) -> str:
+    """The draft's last phase: distilled on the target's own samples (`train --draft-only`)."""
+    on = info.get("on_policy")
+    if not on:
+        return ""
+    cfg = on["config"]
+    temps = ", ".join("greedy" if t == 0 else f"T = {t:g}" for t in cfg["temperatures"])
+    keys = [k for k in on["history"][-1] if k not in ("step", "loss", "seconds")]
+    head = "| step | loss | " + " | ".join(keys) + " | minutes |\n|---:|---:|" + "---:|" * len(keys) + "---:|\n"
+    before = "| 0 | – | " + " | ".join(f"{on['before'][k]:.3f}" for k in keys) + " | 0 |\n"
+    rows = "".join(f"| {h['step']} | {h['loss']:.3f} | " + " | ".join(f"{h[k]:.3f}" for k in keys)
+                   + f" | {h['seconds'] / 60:.1f} |\n" for h in on["history"])
+    text = on["validation_text"]
+    out = (f"\nThen on the target's own samples (on-policy, `python -m specdec train --draft-only`): "
+           f"{cfg['sequences']} continuations at each of {temps} from prompts cut from the training works, "
+           f"{on['pool_tokens']:,} sampled positions with the target's probabilities kept; loss **{cfg['loss']}** "
+           f"at each sample's own temperature, {cfg['steps']} steps of {cfg['batch_size']} sequences, lr {cfg['lr']}, "
+           f"seed {cfg['seed']}. Sampling {on['sample_seconds'] / 60:.1f} min, training "
+           f"{on['train_seconds'] / 60:.1f} min, {on['seconds'] / 60:.1f} min in all on {on['threads']} threads"
+           + (f"; the MLP widened to {on['widened_mlp_to']} first (new units start silent)" if on.get('widened_mlp_to')
+              else "") + ". β and agreement on held-out target samples (validation-work prompts):\n\n"
+           + head + before + rows
+           + f"\nMean β on the validation text (T = 1): {text['before']['val_beta']:.3f} before, "
+             f"**{text['after']['val_beta']:.3f} after**; validation loss {text['before']['val_loss']:.3f} → "
+             f"{text['after']['val_loss']:.3f}.\n")
+    if on.get("loss_comparison"):
+        out += ("\nThe loss was chosen by a short comparison (same draft, same samples, "
+                f"{on['loss_comparison'][0]['steps']} steps each):\n\n| loss | " + " | ".join(keys) + " |\n|---|"
+                + "---:|" * len(keys) + "\n" + "".join(f"| {r['loss']} | " + " | ".join(f"{r['after'][k]:.4f}"
+                                                                                       for k in keys) + " |\n"
+                                                    for r in on["loss_comparison"]))
+    return out
+
+
+def _acceptance_grid(measures: dict) -> str:
+    """α for γ = 1..8 at each measured temperature (the draft's card)."""
+    grid = measures.get("acceptance_grid")
+    if not grid:
+        return ""
+    temps = sorted({r["temperature"] for r in grid})
+    gammas = sorted({r["gamma"] for r in grid})
+    cell = {(r["temperature"], r["gamma"]): r["alpha"] for r in grid}
+    return ("\nAcceptance rate α by γ and temperature (the same prompts and seeds):\n\n| T | "
+            + " | ".join(f"γ = {g}" for g in gammas) + " |\n|---|" + "---:|" * len(gammas) + "\n"
+            + "".join(f"| {'0 (greedy)' if t == 0 else f'{t:g}'} | " + " | ".join(f"{cell[(t, g)]:.3f}" for g in gammas)
+                      + " |\n" for t in temps))
+
+
 def _card(name: str, info: dict, role: str, other: dict, measures: dict, samples: list[str],
           folder: Path) -> str:
     shape = info["shape"]
@@ -98,7 +146,7 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
 | step | train loss | validation loss | minutes |
 |---:|---:|---:|---:|
 {hist}
-{_distill_table(info)}
+{_distill_table(info)}{_on_policy_section(info)}
 **Validation loss: {info['val_loss']:.3f} nats/token** (partner: {other['val_loss']:.3f}).
 
 ## As a speculative-decoding pair (measured by `python -m specdec bench`)
@@ -113,7 +161,7 @@ tokenizer = AutoTokenizer.from_pretrained("assets/models/{name}")
 | one target forward over γ + 1 = {c['gamma'] + 1} tokens / one target decode step | {c['verify_over_step']:.2f} |
 
 Measured on {measures['machine']}.
-
+{_acceptance_grid(measures) if role == "draft" else ""}
 ## Samples (this model alone)
 
 {chr(10).join(samples)}
@@ -135,6 +183,7 @@ def write_cards(out_dir: str = "assets/models", quick: bool = False) -> None:
                     "machine": "not measured (--quick)"}
     else:
         measures = {"cost": measure.cost(pair), "acceptance": measure.acceptance(pair),
+                    "acceptance_grid": measure.acceptance_grid(pair),
                     "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
     for name, role, other, model in (("specdec-target", "target", "specdec-draft", "target"),
                                      ("specdec-draft", "draft", "specdec-target", "draft")):
