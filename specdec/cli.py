@@ -89,7 +89,7 @@ def mark(outcome, text: str, colour: bool) -> str:
     look = LOOKS[outcome]
     if colour:
         return f"\033[{look.ansi}m{text}{look.symbol}{RESET}"
-    if outcome == Status.REJECTED:
+    if outcome == Status.REJECTED and text:   # (the legend marks no text)
         text = "".join(ch + STRIKE for ch in visible_token(text))
     return f"{text}{look.symbol}"
 
@@ -280,7 +280,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite-bundled", action="store_true",
                    help="allow --out to be assets/models, the pair specdec ships (restore it with "
                         "`git checkout assets/models`)")
-    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run, not a usable model")
+    p.add_argument("--tiny", action="store_true",
+                   help="a smoke run of about half a minute (plus the corpus download, once), not a usable model")
     p.add_argument("--corpus-dir", type=folder, default=None,
                    help="train on the .txt files in this folder instead of the registry corpus")
     p.add_argument("--seed", type=int, default=None)
@@ -326,7 +327,7 @@ COMMANDS = {
     "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", add_lab_arguments, run_lab),
     "bench-app": ("time the app's work: first round, whole run, step switch", app_timing.add_arguments,
                   app_timing.run),
-    "train": (f"train a pair like the bundled one from scratch ({TRAIN_TIME}; --tiny: seconds)",
+    "train": (f"train a pair like the bundled one from scratch ({TRAIN_TIME}; --tiny: half a minute)",
               add_train_arguments, run_train),
     "card": ("measure a trained pair and write its model cards", add_card_arguments, run_card),
     "manifest": ("record a pair's files (size, sha256) in its manifest.json, which loading checks",

@@ -225,7 +225,8 @@ def test_without_colour_rejected_drafts_are_struck_through_and_the_rest_is_the_t
     for look in LOOKS.values():
         left = left.replace(look.symbol, "")
     assert left == "".join(gen.token(t) for t in gen.token_ids)
-    assert f"{LOOKS[Status.REJECTED].symbol} rejected draft (struck through)" in legend(gen, colour=False)
+    shown = legend(gen, colour=False)
+    assert f"| {LOOKS[Status.REJECTED].symbol} rejected draft (struck through) |" in shown and STRIKE not in shown
 
 
 @pytest.mark.parametrize("argv", [["lab", "--samples", "2000"],

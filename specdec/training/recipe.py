@@ -6,7 +6,7 @@ initialisation are seeded, and training runs for a fixed number of steps (not a 
 so a faster machine gives the same models up to floating-point order of operations).
 
     python -m specdec train                 # the default recipe, about 70 minutes on 2 CPU cores
-    python -m specdec train --tiny          # a smoke run in seconds
+    python -m specdec train --tiny          # a smoke run of about half a minute
 
 Models go to a new folder, `runs/pair-<date>-<time>` unless `--out` says otherwise, with a
 `manifest.json` that `load_pair` checks. The bundled pair in `assets/models` is never the default
