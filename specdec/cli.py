@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
@@ -25,16 +26,22 @@ from .app import limits  # noqa: E402
 from .bench import app_timing, gpu_check  # noqa: E402
 from .bench import run as bench
 from .checks import whole_number  # noqa: E402
-from .looks import LOOKS  # noqa: E402
+from .looks import LOOKS, visible_token  # noqa: E402
 from .models import ModelLoadError  # noqa: E402
-from .outcomes import events  # noqa: E402
+from .outcomes import Status, events  # noqa: E402
 from .sampling import Rule, SamplingConfig  # noqa: E402
 from .settings import DRAFTERS, RunSettings  # noqa: E402
 from .speed import expected_tokens_per_round, speedup  # noqa: E402
 from .trace import Generation  # noqa: E402
 
-PROG = "python -m specdec"
 RESET = "\033[0m"
+STRIKE = "\u0336"   # a combining long stroke: struck-through text that needs no colour
+
+
+def program_name() -> str:
+    """How the user ran us, for the usage line: `specdec` (the installed script) or `python -m specdec`."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "specdec" if name in ("specdec", "specdec.exe") else "python -m specdec"
 
 
 class UsageError(Exception):
@@ -76,9 +83,15 @@ def use_colour(mode: str) -> bool:
 
 
 def mark(outcome, text: str, colour: bool) -> str:
-    """One piece of text followed by its outcome's symbol (the app's symbols), in its colour if asked."""
+    """One piece of text followed by its outcome's symbol (the app's symbols), in its colour if asked.
+    A rejected draft is not part of the text: in colour the terminal strikes it through (its ANSI
+    code), without colour every character carries a combining stroke, whitespace made visible."""
     look = LOOKS[outcome]
-    return f"\033[{look.ansi}m{text}{look.symbol}{RESET}" if colour else f"{text}{look.symbol}"
+    if colour:
+        return f"\033[{look.ansi}m{text}{look.symbol}{RESET}"
+    if outcome == Status.REJECTED and text:   # (the legend marks no text)
+        text = "".join(ch + STRIKE for ch in visible_token(text))
+    return f"{text}{look.symbol}"
 
 
 def render_tokens(gen: Generation, colour: bool) -> str:
@@ -200,7 +213,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------- lab
 
+DRAFT_ONLY_TIME = "about 50 minutes on 2 cores"
 LAB_BENCH_SAMPLES = 1_000_000
+LAB_WIDTH = 80   # the lab's output fits a terminal of this width
 
 
 def _numbers(text: str) -> list[float]:
@@ -246,51 +261,118 @@ def run_lab(args: argparse.Namespace) -> int:
         name = args.preset
     result = lab.run(tokens, p, q, args.samples, args.seed, threads=args.threads)
     for note in result.notes:
-        print(f"note: {note}")
-    print(f"{name}: {len(result.tokens)} tokens, {result.n:,} samples, seed {result.seed}, "
-          f"beta = sum(min(p, q)) = {result.beta:.4f}   ({result.seconds:.2f} s)\n")
-    print(lab.format_table(*lab.decomposition_table(result)))
+        print(textwrap.fill(f"note: {note}", LAB_WIDTH, subsequent_indent="  "))
+    print(f"{name}: {len(result.tokens)} tokens, {result.n:,} samples, seed {result.seed}, {result.seconds:.2f} s\n"
+          f"beta = sum(min(p, q)) = {result.beta:.4f}\n")
+    print("Where each token comes from under each rule (closed forms):\naccepted draft + after a rejection = total\n")
+    print(lab.format_table(*lab.decomposition_table(result), width=LAB_WIDTH))
     print()
-    print(lab.format_table(*lab.summary_table(result)))
+    print(lab.format_table(*lab.summary_table(result, short=True), width=LAB_WIDTH))
     return 0
 
 
-# ---------------------------------------------------------------- train and card
+# ---------------------------------------------------------------- train, card and manifest
+
+TRAIN_TIME = "about 70 minutes on 2 CPU cores"   # the bundled pair's training.json records the seconds
+
 
 def run_train(args) -> int:
     from .training.cards import write_cards
-    from .training.recipe import TrainConfig, tiny_config, train
+    from .training.recipe import TrainConfig, check_out_dir, default_out_dir, tiny_config, train
 
-    cfg = tiny_config(args.out, args.corpus_dir) if args.tiny else TrainConfig(out_dir=args.out,
-                                                                             corpus_dir=args.corpus_dir)
+    out = args.out or default_out_dir()
+    check_out_dir(out, args.overwrite_bundled)   # before the corpus is fetched
+    if args.draft_only:
+        return run_draft_only(args, out)
+    cfg = tiny_config(out, args.corpus_dir) if args.tiny else TrainConfig(out_dir=out, corpus_dir=args.corpus_dir)
+    cfg.overwrite_bundled = args.overwrite_bundled
     if args.seed is not None:
         cfg.seed = args.seed
     run = train(cfg, log=lambda msg: print(msg, flush=True))
     if not args.no_card:
-        write_cards(args.out, quick=args.tiny)
-    print(f"trained in {run['total_seconds'] / 60:.1f} min")
+        write_cards(out, quick=args.tiny)
+    print(f"trained in {run['total_seconds'] / 60:.1f} min; try the pair with\n  {program_name()} generate "
+          f"--prompt 'ROMEO.' --target {Path(out) / 'specdec-target'} --draft {Path(out) / 'specdec-draft'}")
+    return 0
+
+
+def run_draft_only(args, out: str) -> int:
+    """`train --draft-only`: distil the draft of the pair in --source on its target's own samples."""
+    from . import manifest
+    from .training.cards import write_cards
+    from .training.distill import DistillConfig, draft_only
+
+    cfg = DistillConfig(loss=args.loss) if args.loss else DistillConfig()
+    if args.seed is not None:
+        cfg.seed = args.seed
+    if args.tiny:   # the smoke run: a few samples and steps
+        cfg = DistillConfig(**{**cfg.__dict__, "sequences": 4, "eval_sequences": 2, "steps": 4, "eval_every": 2,
+                               "checkpoint_every": 2, "warmup": 1, "sample_batch": 4, "context": 48,
+                               "prompt_tokens": (4, 8)})
+    source = Path(args.source)
+    info = draft_only(source, Path(out), cfg, compare_steps=(4 if args.tiny else 600) if args.compare_losses else 0,
+                      log=lambda msg: print(msg, flush=True), corpus_dir=args.corpus_dir)
+    manifest.write(out)
+    if not args.no_card:
+        write_cards(out, quick=args.tiny)
+    print(f"draft distilled in {info['on_policy']['seconds'] / 60:.1f} min; try the pair with\n  {program_name()} "
+          f"generate --prompt 'ROMEO.' --target {Path(out) / 'specdec-target'} --draft {Path(out) / 'specdec-draft'}")
     return 0
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="assets/models")
-    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run, not a usable model")
+    p.add_argument("--out", default=None, metavar="FOLDER",
+                   help="where the two model folders go (default: runs/pair-<date>-<time>, a new folder that git "
+                        "ignores); the bundled pair in assets/models is replaced only with --overwrite-bundled")
+    p.add_argument("--overwrite-bundled", action="store_true",
+                   help="allow --out to be assets/models, the pair specdec ships (restore it with "
+                        "`git checkout assets/models`)")
+    p.add_argument("--tiny", action="store_true",
+                   help="a smoke run of about half a minute (plus the corpus download, once), not a usable model")
     p.add_argument("--corpus-dir", type=folder, default=None,
                    help="train on the .txt files in this folder instead of the registry corpus")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-card", action="store_true", help="skip measuring and writing the model cards")
+    p.add_argument("--draft-only", action="store_true",
+                   help=f"keep the target of --source and distil its draft on the target's own samples "
+                        f"({DRAFT_ONLY_TIME}); resumable: run it again with the same --out")
+    p.add_argument("--source", type=folder, default="assets/models",
+                   help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
+    p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,
+                   help="with --draft-only: the distillation loss (default: the one the comparison chose)")
+    p.add_argument("--compare-losses", action="store_true",
+                   help="with --draft-only: first a short run of each loss from the same draft and samples "
+                        "(about 15 minutes more), recorded in the card")
 
 
 def run_card(args) -> int:
     from .training.cards import write_cards
+    from .training.recipe import check_out_dir
 
+    check_out_dir(args.out, args.overwrite_bundled)
     write_cards(args.out, quick=args.quick)
     return 0
 
 
 def add_card_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="assets/models", help="the folder holding specdec-target and specdec-draft")
+    p.add_argument("--out", required=True, metavar="FOLDER",
+                   help="the folder holding specdec-target and specdec-draft (e.g. a `train` run's)")
+    p.add_argument("--overwrite-bundled", action="store_true",
+                   help="allow --out to be assets/models: rewrite the bundled pair's cards")
     p.add_argument("--quick", action="store_true", help="write the cards without measuring (a smoke test)")
+
+
+def run_manifest(args) -> int:
+    from .manifest import write
+
+    path = write(args.folder)
+    print(f"recorded {path}: load_pair now accepts the model folders in {args.folder} as they are")
+    return 0
+
+
+def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", type=folder, metavar="FOLDER",
+                   help="the folder holding the model folders (e.g. assets/models after re-training on purpose)")
 
 
 # ---------------------------------------------------------------- the parser and the policy
@@ -304,13 +386,16 @@ COMMANDS = {
                   app_timing.run),
     "gpu-check": ("on a GPU: the GPU tests, exactness, greedy identity and speed on the device, one table",
                   gpu_check.add_arguments, gpu_check.run),
-    "train": ("train the bundled pair from scratch (about 45 minutes on 2 cores)", add_train_arguments, run_train),
-    "card": ("measure the trained pair and write its model cards", add_card_arguments, run_card),
+    "train": (f"train a pair like the bundled one from scratch ({TRAIN_TIME}; --tiny: half a minute)",
+              add_train_arguments, run_train),
+    "card": ("measure a trained pair and write its model cards", add_card_arguments, run_card),
+    "manifest": ("record a pair's files (size, sha256) in its manifest.json, which loading checks",
+                 add_manifest_arguments, run_manifest),
 }
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog=PROG, description="Exact, traced speculative decoding.",
+    parser = Parser(prog=program_name(), description="Exact, traced speculative decoding.",
                     epilog="Exit status: 0 success, 1 a failed check, 2 bad arguments (one line on stderr).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, (help_text, add_arguments, run) in COMMANDS.items():

@@ -15,6 +15,7 @@ layers over these functions, and bound the work a request may ask for where it e
 from __future__ import annotations
 
 import math
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -348,13 +349,19 @@ SUMMARY_HEADERS = ["rule", "TV(output, p) closed form", "TV(observed, p)", "chi-
                    f"matches p? (α = {ALPHA})", "acceptance predicted", "acceptance observed"]
 
 
-def summary_table(lab: LabResult) -> tuple[list[str], list[list]]:
-    """Per rule: bias (closed form), observed TV, chi-square, p-value, verdict, acceptance."""
-    headers = SUMMARY_HEADERS
+# The same columns for a terminal: short rule names, and groups `format_table` sets under one name.
+SUMMARY_HEADERS_SHORT = ["rule", "TV to p: closed form", "TV to p: observed", "chi-square", "p-value",
+                         f"matches p? (α = {ALPHA})", "acceptance: predicted", "acceptance: observed"]
+
+
+def summary_table(lab: LabResult, short: bool = False) -> tuple[list[str], list[list]]:
+    """Per rule: bias (closed form), observed TV, chi-square, p-value, verdict, acceptance
+    (`short`: the terminal's names and headers)."""
+    headers = SUMMARY_HEADERS_SHORT if short else SUMMARY_HEADERS
     rows = []
     for rule, r in lab.results.items():
-        rows.append([RULE_NAMES[rule].long, _fmt(r.bias), _fmt(r.tv), _fmt(r.chi2, 2), _fmt(r.pvalue),
-                     "rejected" if r.rejects_p else "not rejected",
+        rows.append([RULE_NAMES[rule].short if short else RULE_NAMES[rule].long, _fmt(r.bias), _fmt(r.tv),
+                     _fmt(r.chi2, 2), _fmt(r.pvalue), "rejected" if r.rejects_p else "not rejected",
                      _fmt(r.acceptance_predicted), _fmt(r.acceptance_observed)])
     return headers, rows
 
@@ -398,10 +405,56 @@ def acceptance_table(lab: LabResult) -> tuple[list[str], list[list]]:
     return headers, rows
 
 
-def format_table(headers, rows) -> str:
-    """Plain-text table for the CLI."""
-    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def format_table(headers, rows, width: int = 80) -> str:
+    """Plain-text table for the CLI, no wider than `width` where the cells allow: headers wrap at
+    spaces, columns named "group: name" sit under one line naming the group, and a table still too
+    wide is cut into several that each repeat the leading columns (those before the first group;
+    the first column when there are no groups)."""
+    heads = [h.split(": ", 1) if ": " in h else [None, h] for h in map(str, headers)]
+    cells = [list(map(str, r)) for r in rows]
+    widths = [max([len(w) for w in name.split()] + [len(r[i]) for r in cells] + [1])
+              for i, (_, name) in enumerate(heads)]
+    grouped = [i for i, (group, _) in enumerate(heads) if group]
+    keys = list(range(grouped[0])) if grouped and grouped[0] > 0 else [0]
+    blocks: list[list[int]] = []   # the other columns, a group's columns kept together
+    for i in range(len(heads)):
+        if i in keys:
+            continue
+        if blocks and heads[i][0] and heads[i][0] == heads[blocks[-1][-1]][0]:
+            blocks[-1].append(i)
+        else:
+            blocks.append([i])
+    for block in blocks:   # a group's name fits above its columns
+        group = heads[block[0]][0] or ""
+        widths[block[-1]] += max(0, len(group) - (sum(widths[i] for i in block) + 2 * (len(block) - 1)))
+    span = lambda cols: sum(widths[i] for i in cols) + 2 * len(cols)   # noqa: E731
+    chunks: list[list[int]] = []
+    for block in blocks:
+        if chunks and span(keys) + span(chunks[-1] + block) - 2 <= width:
+            chunks[-1] += block
+        else:
+            chunks.append(list(block))
+    return "\n\n".join(_table_part(heads, cells, widths, keys + chunk) for chunk in chunks or [[]])
+
+
+def _table_part(heads, cells, widths, cols) -> str:
+    """One table of `format_table`: the group line, the wrapped headers, a rule, the rows."""
+    def line(texts):
+        return "  ".join(t.ljust(widths[i]) for t, i in zip(texts, cols)).rstrip()
+
+    out = []
+    if any(heads[i][0] for i in cols):
+        groups = [heads[i][0] if heads[i][0] and (n == 0 or heads[cols[n - 1]][0] != heads[i][0]) else ""
+                  for n, i in enumerate(cols)]
+        text = ""
+        for n, group in enumerate(groups):   # each name starts above its group's first column
+            if group:
+                text = text.ljust(sum(widths[j] + 2 for j in cols[:n])) + group
+        out.append(text)
+    wrapped = [textwrap.wrap(heads[i][1], widths[i], break_long_words=False) or [""] for i in cols]
+    depth = max(len(w) for w in wrapped)
+    for k in range(depth):   # bottom-aligned: every header's last line sits on the rule
+        out.append(line([w[k - depth + len(w)] if k >= depth - len(w) else "" for w in wrapped]))
+    out.append(line(["-" * widths[i] for i in cols]))
+    out += [line([r[i] for i in cols]) for r in cells]
+    return "\n".join(out)

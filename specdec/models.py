@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from . import manifest
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 BUNDLED = "bundled"
 
@@ -227,6 +229,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         target, draft, label = chosen.target, chosen.draft, chosen.label
     else:
         label = f"{display_name(target)} / {display_name(draft)}"
+    check_folders(target, draft)
     try:
         device, torch_dtype = pick_device(device, dtype)
         engine = pick_engine(engine, device)
@@ -262,6 +265,39 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
         raise ModelLoadError(f"could not load {label}: {text}") from None
     return ModelPair(tokenizer, target_model, draft_model, target, draft, device, torch_dtype, label, engine)
+
+
+def _looks_local(name: str) -> bool:
+    """A name that can only be a folder: a path (absolute, ./, ~, backslashes) or more than one
+    slash (a hub id is `name` or `owner/name`)."""
+    return Path(name).is_absolute() or name.startswith((".", "~")) or "\\" in name or name.count("/") >= 2
+
+
+def check_folders(*names: str) -> None:
+    """Before loading: a name that can only be a folder must be one, and a model folder beside a
+    `manifest.json` must still hold what it records (the bundled pair always has one), so an
+    overwritten pair is refused instead of decoding garbage. ModelLoadError says what is wrong."""
+    for name in names:
+        path = Path(name).expanduser()
+        bundled = path.parent.resolve() == ASSETS.resolve()
+        shown = f"assets/models/{path.name}" if bundled else name
+        if not path.is_dir():
+            if bundled or _looks_local(name):
+                raise ModelLoadError(f"{shown}: no such folder" if not path.exists()
+                                     else f"{shown} is a file, not a model folder")
+            continue   # a hub id
+        found = manifest.differences(path)
+        if bundled and found is None:
+            found = [f"assets/models/{manifest.NAME} is missing"]
+        if not found:
+            continue
+        if bundled:
+            raise ModelLoadError(
+                f"the bundled pair in assets/models was modified: {'; '.join(found)}. Restore it with "
+                "`git checkout assets/models` (after changing it on purpose, record it with "
+                "`python -m specdec manifest assets/models`)")
+        raise ModelLoadError(f"{name} does not match the {manifest.NAME} beside it: {'; '.join(found)}. "
+                             f"Re-train it, or record it as it is with `python -m specdec manifest {path.parent}`")
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:

@@ -4,12 +4,18 @@ Browser tests are skipped with a clear reason only when chromium is not installe
 installs it, so in CI they always run.
 
 Markers (pytest.ini): a test that uses the browser gets `browser`, one that needs the app server
-gets `slow`, here, from its fixtures; other slow tests and GPU tests carry their marker
-themselves. `python -m pytest -m "not slow and not browser"` is the fast subset.
+gets `slow`, one that takes a README screenshot gets `screenshot`, here, from its fixtures; other
+slow tests and GPU tests carry their marker themselves. `python -m pytest -m "not slow and not
+browser"` is the fast subset.
+
+The suite leaves the clone as it found it: screenshots go to a temporary folder (unless
+SPECDEC_SCREENSHOTS names one: `python scripts/screenshots.py` points it at assets/screenshots),
+and a session that changed, added or deleted a file git sees fails, naming the files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import subprocess
@@ -43,7 +49,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if Path(p).exists()), None)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-SCREENSHOTS = ROOT / "assets" / "screenshots"
+# Where the browser tests save their pictures: a temporary folder, or SPECDEC_SCREENSHOTS (the
+# refresh command, scripts/screenshots.py, sets it to assets/screenshots).
+SCREENSHOTS_ENV = "SPECDEC_SCREENSHOTS"
 
 
 def pytest_collection_modifyitems(items):
@@ -52,6 +60,73 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
         if "app_url" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
+        if "screenshots" in item.fixturenames:
+            item.add_marker(pytest.mark.screenshot)
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory, pytestconfig) -> Path:
+    """The folder the browser tests write their screenshots to: never the repository's own
+    assets/screenshots, unless SPECDEC_SCREENSHOTS says so."""
+    chosen = os.environ.get(SCREENSHOTS_ENV)
+    folder = Path(chosen).resolve() if chosen else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    pytestconfig._specdec_screenshots = folder   # named in the summary
+    return folder
+
+
+# ---------------------------------------------------------------- the clone stays as it was
+
+def git_changes() -> dict[str, str] | None:
+    """Every file git reports as changed, added, deleted or new (ignored files aside), with a hash
+    of its content; None where git or the repository is missing (an unpacked archive)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=all"], cwd=ROOT,
+                             capture_output=True, timeout=60, check=True).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    changes = {}
+    for entry in filter(None, out.split("\0")):
+        if len(entry) < 4 or entry[2] != " ":
+            continue   # the old name of a rename
+        path = ROOT / entry[3:]
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "-"
+        changes[entry[3:]] = f"{entry[:2]} {digest}"
+    return changes
+
+
+def pytest_sessionstart(session):
+    session.config._specdec_git_before = git_changes()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail a session that changed the clone (a test writing into the repository instead of a
+    temporary folder). Screenshots that SPECDEC_SCREENSHOTS sent into the repository on purpose
+    are the exception."""
+    before, after = getattr(session.config, "_specdec_git_before", None), git_changes()
+    if before is None or after is None:
+        return
+    chosen = os.environ.get(SCREENSHOTS_ENV)
+    wanted = Path(chosen).resolve() if chosen else None
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p)
+                     and not (wanted and wanted in (ROOT / p).resolve().parents))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = ("the tests changed files in the repository (tests write to temporary folders): "
+                   + ", ".join(changed))
+        if reporter is not None:
+            reporter.write_line("")
+            reporter.section("the clone changed", sep="=", red=True, bold=True)
+            reporter.write_line(f"ERROR: {message}", red=True, bold=True)
+        else:
+            print(f"ERROR: {message}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    folder = getattr(terminalreporter.config, "_specdec_screenshots", None)
+    if folder is not None:
+        terminalreporter.write_line(f"screenshots of this run: {folder}")
 
 
 def free_port() -> int:

@@ -1,14 +1,11 @@
 """The real app in a real browser (Debian chromium via Playwright): runs, step viewer, skip toggle,
-export/import and escaping. Saves the README screenshots to assets/screenshots/."""
+export/import and escaping. Takes the README's screenshots into the `screenshots` folder (a
+temporary one; `python scripts/screenshots.py` refreshes assets/screenshots/ with them)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "assets" / "screenshots"
-
-SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
 
@@ -64,28 +61,28 @@ def round_number(page) -> int:
     return int(float(page.locator("#round input[type=number]").first.input_value()))
 
 
-def shot(page, name: str, top: str, bottom: str) -> None:
-    """Screenshot of the page from element `top` to element `bottom` (for the README)."""
+def shot(page, path: Path, top: str, bottom: str) -> None:
+    """Screenshot of the page from element `top` to element `bottom` (for the README), to `path`."""
     page.evaluate("() => window.scrollTo(0, 0)")
     a = page.locator(top).first.bounding_box()
     b = page.locator(bottom).first.bounding_box()
     y0 = max(0, a["y"] - 10)
-    page.screenshot(path=str(SCREENSHOTS / name), full_page=True,
+    page.screenshot(path=str(path), full_page=True,
                     clip={"x": 0, "y": y0, "width": 1400, "height": b["y"] + b["height"] + 10 - y0})
 
 
-def test_page_loads_without_console_errors(page):
+def test_page_loads_without_console_errors(page, screenshots):
     page.wait_for_selector("#run")
     page.wait_for_selector("#timeline .js-plotly-plot", timeout=30_000)
     assert page.locator("#prompt textarea").input_value()
     page.get_by_role("tab", name="How it works").click()
     page.wait_for_selector("text=Why the output is exactly", timeout=30_000)
     page.wait_for_selector(".katex", timeout=30_000)   # the formulas are typeset
-    page.screenshot(path=str(SCREENSHOTS / "how-it-works.png"), full_page=False)
+    page.screenshot(path=str(screenshots / "how-it-works.png"), full_page=False)
     assert page.console_errors == []
 
 
-def test_default_run_renders_text_timeline_and_step_charts(page):
+def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     page.wait_for_selector("#run")
     page.locator("#run").click()
     # While it streams, the text and the timeline are already there (the progress sits on the status line).
@@ -124,7 +121,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page):
     page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot').layout.title.text"
                            ".includes('draft 1:')", timeout=30_000)
     assert "Run metrics" in page.content() and "tokens per target forward" in page.locator("#metrics").inner_text()
-    shot(page, "decode.png", "#prompt", "#metrics")
+    shot(page, screenshots / "decode.png", "#prompt", "#metrics")
 
     # Stepping to the next round changes the charts.
     first = round_number(page)
@@ -155,7 +152,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page):
                            arg=first)
     page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text === t",
                            arg=before[1], timeout=30_000)
-    shot(page, "step-viewer.png", "#step-viewer", "#end-chart")
+    shot(page, screenshots / "step-viewer.png", "#step-viewer", "#end-chart")
 
 
 def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
@@ -193,7 +190,7 @@ def test_timeline_click_opens_round(page):
                            ".includes('Round 3')", timeout=30_000)
 
 
-def test_skip_adjustment_marks_tokens_sampled_from_p(page):
+def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
     run(page, skip=True)
     kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")
     assert "residual" not in kinds
@@ -209,7 +206,7 @@ def test_skip_adjustment_marks_tokens_sampled_from_p(page):
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
                            ".includes('BIASED')", timeout=30_000)
     assert plot_data(page, "end-chart")[0]["name"] == "p (used instead of the residual: biased)"
-    shot(page, "skip-adjustment.png", "#token-text", "#end-chart")
+    shot(page, screenshots / "skip-adjustment.png", "#token-text", "#end-chart")
 
 
 def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_path):
@@ -275,7 +272,7 @@ def test_prompt_with_html_is_shown_as_text(page):
     assert page.evaluate("() => window.__pwned === undefined")
 
 
-def test_compare_shows_where_the_time_went(page):
+def test_compare_shows_where_the_time_went(page, screenshots):
     """With "compare with autoregressive": a stacked time chart for both runs, and the measured and
     predicted speedups side by side with a sentence. The figure itself is not asserted (speed
     goals are measured by `python -m specdec bench`, never by timed tests); it is printed."""
@@ -294,11 +291,11 @@ def test_compare_shows_where_the_time_went(page):
     predicted = float(metrics.split("α: ")[1].split("×")[0])
     assert measured > 0 and predicted > 0
     print(f"page comparison: measured {measured:.2f}×, predicted {predicted:.2f}×")
-    shot(page, "speed.png", "#metrics", "#time-chart")
+    shot(page, screenshots / "speed.png", "#metrics", "#time-chart")
     assert page.console_errors == []
 
 
-def test_side_by_side_shows_both_texts(page):
+def test_side_by_side_shows_both_texts(page, screenshots):
     """One click re-runs the same prompt and seed with the other rule, and the target alone; each
     view shows the two texts one above the other with their numbers."""
     run(page, max_new=32)
@@ -313,7 +310,7 @@ def test_side_by_side_shows_both_texts(page):
                            timeout=60_000)
     target_text = page.locator("#side-by-side .side-run").nth(1).inner_text()
     assert "32 tokens" in target_text and len(target_text) > 60   # the autoregressive run's own text
-    shot(page, "side-by-side.png", "#side-by-side", "#side-by-side")
+    shot(page, screenshots / "side-by-side.png", "#side-by-side", "#side-by-side")
     assert page.console_errors == []
 
 

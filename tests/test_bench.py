@@ -101,6 +101,9 @@ def test_quick_and_defaults_resolve_and_explicit_options_win(tmp_path):
     default = run.config_from_args(_args())
     assert default.gammas == list(range(1, 9)) and default.temperatures == [0.0, 1.0]
     assert run.config_from_args(_args("--quick", "--gammas", "2")).gammas == [2]
+    # A smoke run keeps to its own folder: it never replaces a full bench's results.
+    assert run.config_from_args(_args("--quick")).out == Path("runs/bench-quick") and quick.quick
+    assert default.out == Path("runs/bench") and not default.quick
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -273,6 +276,19 @@ def test_table_and_summary_read_back_the_rows():
     assert "FAILED" in summary and "first difference at token 7" in summary
 
 
+def test_a_smoke_run_holds_no_goal_against_its_numbers():
+    """bench --quick: a dozen tokens per run say nothing about the goals, so the summary says it
+    checked none, instead of printing "NOT met" beside them."""
+    results = _hand_made_results()
+    assert "goal: specdec speculative at T=0" in report.format_summary(results)   # a full bench: checked
+    rows, greedy = results["rows"], results["greedy"]
+    baselines = {float(t): b for t, b in results["baselines"].items()}
+    results["summary"] = report.summarize(rows, baselines, greedy, smoke=True)
+    summary = report.format_summary(results)
+    assert results["summary"]["goals"] == [] and "goal: " not in summary and "met" not in summary
+    assert "goals: not checked: a smoke run (--quick)" in summary
+
+
 # ---------------------------------------------------------------- the chart
 
 def test_speedup_figure_from_hand_made_results():
@@ -344,5 +360,6 @@ def test_quick_bench_on_the_bundled_pair(tmp_path):
     assert greedy["checked"] and greedy["agree"] and not greedy["mismatches"]
     assert greedy["compared"] == len([c for c in expected if c[1] == 0]) - 1   # all but the reference
     assert not results["warnings"]                                  # assisted drafted gamma tokens a round
-    html = (tmp_path / "speedup.html").read_text(encoding="utf-8")
-    assert "Plotly.newPlot" in html and '<script src="https://cdn.plot.ly' not in html   # works offline
+    # A smoke run: marked as one, no goals held against its numbers, no 5 MB chart.
+    assert settings["quick"] and results["summary"]["goals"] == [] and results["summary"]["smoke_run"]
+    assert not (tmp_path / "speedup.html").exists()

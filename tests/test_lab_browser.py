@@ -1,7 +1,8 @@
 """The exactness lab in the real app, in a real browser (Debian chromium via Playwright).
 
 Picks a preset and runs the lab (histogram and convergence charts: one trace per rule), then runs
-the Decode tab and takes p and q from a real drafted position. Saves assets/screenshots/lab.png.
+the Decode tab and takes p and q from a real drafted position. Takes lab.png into the
+`screenshots` folder (a temporary one; scripts/screenshots.py refreshes the README's).
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from conftest import SCREENSHOTS
 
 TIMEOUT = 120_000   # ms: the CPU is shared
 RULES = ["exact", "skip_adjustment", "accept_all", "greedy_match"]
@@ -59,7 +58,7 @@ def run_lab(page) -> None:
     wait_rule_traces(page, "lab-convergence")
 
 
-def test_lab_preset_run_and_take_from_decode_run(page):
+def test_lab_preset_run_and_take_from_decode_run(page, screenshots):
     page.wait_for_selector("#run")
     open_lab(page)
     choose_preset(page, "under-confident")
@@ -102,8 +101,7 @@ def test_lab_preset_run_and_take_from_decode_run(page):
     run_lab(page)
     assert rule_traces(page, "lab-histogram") == RULES
     page.locator("#lab-intro").scroll_into_view_if_needed()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "lab.png"), full_page=True)
+    page.screenshot(path=str(screenshots / "lab.png"), full_page=True)
     assert page.console_errors == []
 
 

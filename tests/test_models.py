@@ -1,11 +1,15 @@
 """The bundled pair loads offline like any hub model; hub presets fail fast offline."""
 
+import re
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from specdec import manifest
 from specdec.models import ASSETS, ModelLoadError, check_same_tokenizer, load_pair
 from specdec.training.recipe import train_tokenizer
 
@@ -54,8 +58,68 @@ def test_unknown_preset_and_half_pairs_are_refused():
         load_pair(preset="gpt-17")
     with pytest.raises(ModelLoadError, match="both"):
         load_pair(target=str(ASSETS / "specdec-target"))
-    with pytest.raises(ModelLoadError, match="could not load"):
-        load_pair(target="/nonexistent/a", draft="/nonexistent/b")
+
+
+@pytest.mark.parametrize("name", ["/nonexistent", "/nonexistent/a", "./no-such-model", "~/no/such", "a/b/c"])
+def test_a_missing_folder_is_reported_as_a_missing_folder(name):
+    """Not as a hub id it could never be ("Repo id must use alphanumeric chars ...")."""
+    with pytest.raises(ModelLoadError, match=f"^{re.escape(name)}: no such folder$"):
+        load_pair(target=name, draft=name)
+
+
+def test_a_file_is_not_a_model_folder(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"0")
+    with pytest.raises(ModelLoadError, match="is a file, not a model folder"):
+        load_pair(target=str(tmp_path / "weights.bin"), draft=str(ASSETS / "specdec-draft"))
+
+
+# ---------------------------------------------------------------- the pair is what it claims (manifest.json)
+
+def test_the_bundled_pair_matches_its_manifest():
+    """assets/models/manifest.json records the bundled files; after re-training one on purpose,
+    `python -m specdec manifest assets/models` records it again."""
+    for name in ("specdec-target", "specdec-draft"):
+        assert manifest.differences(ASSETS / name) == [], name
+    recorded = manifest.recorded(ASSETS)
+    assert {"specdec-target/model.safetensors", "specdec-draft/model.safetensors",
+            "specdec-target/tokenizer.json"} <= set(recorded)
+
+
+def _corrupt(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_a_changed_pair_is_refused_saying_what_changed(tmp_path):
+    copy = tmp_path / "models"
+    shutil.copytree(ASSETS, copy)
+    names = {"target": str(copy / "specdec-target"), "draft": str(copy / "specdec-draft")}
+    assert load_pair(**names).label   # an intact copy loads
+    _corrupt(copy / "specdec-draft" / "model.safetensors")
+    with pytest.raises(ModelLoadError, match="specdec-draft/model.safetensors has another sha256"):
+        load_pair(**names)
+    (copy / "specdec-target" / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match=r"specdec-target/tokenizer.json has 2 bytes, manifest.json records"):
+        load_pair(**names)
+    manifest.write(copy)   # recorded on purpose: accepted again (the check is the manifest, not a verdict)
+    assert manifest.differences(copy / "specdec-draft") == []
+
+
+def test_the_bundled_pair_modified_says_how_to_restore_it(tmp_path, monkeypatch):
+    import specdec.models as models
+
+    bundled = tmp_path / "assets" / "models"
+    shutil.copytree(ASSETS, bundled)
+    monkeypatch.setattr(models, "ASSETS", bundled)   # a copy stands in: the real pair is never touched
+    names = {"target": str(bundled / "specdec-target"), "draft": str(bundled / "specdec-draft")}
+    _corrupt(bundled / "specdec-target" / "model.safetensors")
+    with pytest.raises(ModelLoadError, match=r"the bundled pair in assets/models was modified: "
+                       r"specdec-target/model.safetensors .*git checkout assets/models"):
+        load_pair(**names)
+    (bundled / "manifest.json").unlink()
+    with pytest.raises(ModelLoadError, match="manifest.json is missing"):
+        load_pair(**names)
 
 
 def test_pairs_with_different_tokenizers_are_refused(tmp_path):

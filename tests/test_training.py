@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, speculative_generate
+from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, manifest, speculative_generate
+from specdec.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +29,7 @@ def test_tiny_training_run_produces_a_loadable_pair(tmp_path):
     assert "step 6/6" in r.stdout
     for name in ("specdec-target", "specdec-draft"):
         assert (out / name / "model.safetensors").exists() and (out / name / "README.md").exists()
+        assert manifest.differences(out / name) == []   # recorded in out/manifest.json, which loading checks
     # The recipe learned something: each model's validation loss fell below its first evaluation.
     for name in ("specdec-target", "specdec-draft"):
         history = json.loads((out / name / "training.json").read_text())["history"]
@@ -41,3 +43,48 @@ def test_tiny_training_run_produces_a_loadable_pair(tmp_path):
     assert spec.token_ids == alone.token_ids and len(spec.token_ids) >= 1
     s = speculative_generate(pair, "ROMEO.", RunSettings(gamma=3, max_new_tokens=10, seed=0)).stats
     assert 0 < s.tested <= s.drafted and s.accepted == round(s.acceptance_rate * s.tested)
+
+
+def _corpus(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for i in range(12):
+        (folder / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
+    return folder
+
+
+@pytest.mark.slow
+def test_tiny_training_by_default_writes_a_new_folder_under_runs(tmp_path):
+    """`specdec train --tiny` as the README gives it (no --out): a new folder under ./runs/, never
+    assets/models. (Run in a scratch folder: the defaults are relative to where it runs.)"""
+    corpus = _corpus(tmp_path / "corpus")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--tiny", "--no-card", "--corpus-dir", str(corpus)],
+                       cwd=work, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    made = [p.relative_to(work) for p in work.rglob("model.safetensors")]
+    assert len(made) == 2 and all(p.parts[0] == "runs" and p.parts[1].startswith("pair-") for p in made), made
+    assert not (work / "assets").exists()
+    assert f"--target {made[0].parent.parent / 'specdec-target'}" in r.stdout   # how to use it
+
+
+def test_training_into_the_bundled_folder_takes_overwrite_bundled(tmp_path, monkeypatch, capsys):
+    """The shipped pair is never overwritten by accident: --out naming it (or a folder inside it)
+    is refused before anything is fetched or trained."""
+    import specdec.training.recipe as recipe
+
+    bundled = tmp_path / "assets" / "models"
+    (bundled / "specdec-target").mkdir(parents=True)
+    monkeypatch.setattr(recipe, "ASSETS", bundled)   # a stand-in: the real pair is never put at risk
+    corpus = _corpus(tmp_path / "corpus")
+    for out in (bundled, bundled / "specdec-target", bundled / "." / "specdec-target" / ".."):
+        assert main(["train", "--tiny", "--no-card", "--out", str(out), "--corpus-dir", str(corpus)]) == 2
+        err = capsys.readouterr().err
+        assert "--overwrite-bundled" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["card", "--quick", "--out", str(bundled)]) == 2
+    assert "--overwrite-bundled" in capsys.readouterr().err
+    assert [p.name for p in bundled.rglob("*")] == ["specdec-target"]   # nothing written
+    with pytest.raises(ValueError, match="overwrite-bundled"):
+        recipe.train(recipe.tiny_config(str(bundled), str(corpus)))     # the library refuses too
+    recipe.check_out_dir(bundled, overwrite_bundled=True)               # asked for: allowed

