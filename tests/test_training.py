@@ -88,3 +88,67 @@ def test_training_into_the_bundled_folder_takes_overwrite_bundled(tmp_path, monk
     with pytest.raises(ValueError, match="overwrite-bundled"):
         recipe.train(recipe.tiny_config(str(bundled), str(corpus)))     # the library refuses too
     recipe.check_out_dir(bundled, overwrite_bundled=True)               # asked for: allowed
+
+
+@pytest.mark.slow
+def test_draft_only_keeps_the_target_and_writes_a_distilled_draft_with_its_record(tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    first = tmp_path / "first"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--tiny", "--no-card", "--out", str(first),
+                        "--corpus-dir", str(corpus)], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "second"
+    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--draft-only", "--tiny", "--compare-losses",
+                        "--source", str(first), "--out", str(out), "--corpus-dir", str(corpus)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    target = "specdec-target/model.safetensors"
+    assert (out / target).read_bytes() == (first / target).read_bytes()          # the target is unchanged
+    assert (out / "specdec-draft/model.safetensors").read_bytes() != (first / "specdec-draft/model.safetensors"
+                                                                       ).read_bytes()
+    info = json.loads((out / "specdec-draft" / "training.json").read_text())["on_policy"]
+    assert [row["loss"] for row in info["loss_comparison"]] == ["kl", "tv", "mix"]
+    assert info["history"][-1]["step"] == 4 and info["pool_tokens"] > 0
+    assert set(info["validation_text"]) == {"before", "after"}
+    assert "on the target's own samples" in (out / "specdec-draft" / "README.md").read_text()
+    assert manifest.differences(out / "specdec-draft") == [] and not (out / ".distill-work").exists()
+    pair = load_pair(target=str(out / "specdec-target"), draft=str(out / "specdec-draft"), device="cpu")
+    greedy = RunSettings(gamma=3, max_new_tokens=8, sampling=SamplingConfig(temperature=0))
+    assert speculative_generate(pair, "ROMEO.", greedy).token_ids == autoregressive_generate(pair, "ROMEO.",
+                                                                                              greedy).token_ids
+
+
+def test_distillation_losses_are_zero_only_where_the_draft_matches_and_tv_is_one_minus_beta():
+    import torch
+
+    from specdec.training.distill import divergences, loss_of, position_mask
+
+    torch.manual_seed(0)
+    teacher = torch.log_softmax(torch.randn(2, 5, 11), -1)
+    temps = torch.tensor([1.0, 0.7])
+    same = divergences(teacher.clone(), teacher, temps)
+    assert same["tv"].abs().max() < 1e-6 and same["kl"].abs().max() < 1e-5
+    other = torch.randn(2, 5, 11)
+    parts = divergences(other, teacher, temps)
+    p, q = torch.softmax(teacher[0] / 1.0, -1), torch.softmax(other[0] / 1.0, -1)
+    assert torch.allclose(parts["tv"][0], 1 - torch.minimum(p, q).sum(-1), atol=1e-6)   # TV = 1 - beta
+    assert (parts["kl"] > 0).all()
+    mask = position_mask(torch.tensor([3, 1]), 6)   # positions 2.. and 0.. predict sampled tokens
+    assert mask.tolist() == [[False, False, True, True, True], [True] * 5]
+    assert loss_of("mix", parts, mask.float()) == pytest.approx(
+        0.5 * (loss_of("tv", parts, mask.float()) + loss_of("kl", parts, mask.float())).item())
+
+
+def test_a_widened_mlp_computes_the_same_function():
+    import torch
+
+    from specdec.training.distill import widen_mlp
+    from tiny import tiny_model
+
+    model = tiny_model(vocab=12)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        before = model(ids).logits
+        after = widen_mlp(model, 96)(ids).logits
+    assert model.config.intermediate_size == 96 and torch.allclose(before, after, atol=1e-6)

@@ -345,7 +345,7 @@ def compare_losses(target, draft, train_ids, val_ids, cfg: DistillConfig, work: 
 
 
 def draft_only(source: Path, out: Path, cfg: DistillConfig, compare_steps: int = 0, widen: int = 0,
-               log=print, progress=True) -> dict:
+               log=print, progress=True, corpus_dir: str | None = None) -> dict:
     """Distil the draft of the pair in `source` on its target's own samples; write the pair to `out`
     (the target's files copied unchanged, the new draft beside them). Resumable: the sample pools
     and checkpoints are kept in `out/.distill-work` until the draft is saved."""
@@ -353,7 +353,7 @@ def draft_only(source: Path, out: Path, cfg: DistillConfig, compare_steps: int =
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .recipe import agreement, encode_docs, evaluate, fetch_corpus, split_documents
+    from .recipe import agreement, encode_docs, evaluate, fetch_corpus, read_corpus_dir, split_documents
 
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -363,7 +363,8 @@ def draft_only(source: Path, out: Path, cfg: DistillConfig, compare_steps: int =
     draft = AutoModelForCausalLM.from_pretrained(source / "specdec-draft", **load)
     if widen:
         draft = widen_mlp(draft, widen, cfg.seed)
-    texts = fetch_corpus(Path(tempfile.gettempdir()) / "specdec-corpus", log)
+    texts = (read_corpus_dir(Path(corpus_dir)) if corpus_dir
+             else fetch_corpus(Path(tempfile.gettempdir()) / "specdec-corpus", log))
     train_names, val_names = split_documents(texts)
     train_ids = encode_docs(tokenizer, [texts[n] for n in train_names])
     val_ids = encode_docs(tokenizer, [texts[n] for n in val_names])
