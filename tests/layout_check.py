@@ -2,7 +2,8 @@
 (titles, legend entries, tick labels, annotations, button labels, bar texts), as the quadrilateral
 it covers on screen, and the three defects a careful reader notices:
 
-- two pieces of text that cover each other (more than `TOLERANCE` pixels deep);
+- two pieces of text that cover each other (more than `TOLERANCE` pixels deep), or text under the
+  page's own label of the figure (Gradio draws it over the figure's top left corner);
 - text cut off: outside its figure, or a legend entry outside the legend's own box;
 - a category axis that shows fewer labels than it has categories (Plotly drops every second
   label when they are crowded).
@@ -30,7 +31,11 @@ _COLLECT = """(root) => {
     if (!gd.offsetParent || !gd._fullLayout) continue;          // in a hidden tab or not drawn
     const host = gd.closest('[id]');
     const fig = {id: host ? host.id : '?', box: rect(gd.getBoundingClientRect()), texts: [], legends: [],
-                 axes: []};
+                 axes: [], labels: []};
+    // The page's own label of the figure (Gradio's, drawn over the figure's top left corner).
+    const block = gd.closest('.block') || host;
+    if (block) for (const lab of block.querySelectorAll('label[data-testid="block-label"]'))
+      if (lab.offsetParent) fig.labels.push({text: lab.innerText.trim(), box: rect(lab.getBoundingClientRect())});
     for (const t of gd.querySelectorAll('text')) {
       const s = (t.textContent || '').trim();
       if (!s || !visible(t, gd)) continue;
@@ -113,6 +118,13 @@ def figure_problems(fig: dict) -> list[str]:
             depth = overlap_depth(a["corners"], b["corners"])
             if depth > TOLERANCE:
                 out.append(f"{fig['id']}: {a['text']!r} and {b['text']!r} overlap ({depth:.0f} px)")
+    for label in fig.get("labels", []):
+        box = label["box"]
+        corners = [[box["x0"], box["y0"]], [box["x1"], box["y0"]], [box["x1"], box["y1"]], [box["x0"], box["y1"]]]
+        for a in texts:
+            depth = overlap_depth(a["corners"], corners)
+            if depth > TOLERANCE:
+                out.append(f"{fig['id']}: {a['text']!r} is under the page's label {label['text']!r} ({depth:.0f} px)")
     for ax in fig["axes"]:
         if ax["labels"] < ax["categories"]:
             out.append(f"{fig['id']}: {ax['axis']} shows {ax['labels']} of its {ax['categories']} category labels")
