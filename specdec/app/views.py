@@ -15,7 +15,7 @@ import pandas as pd
 from ..decoding import STOPPED
 from ..looks import LOOKS, token_label
 from ..outcomes import Ending
-from ..speed import speedup
+from ..speed import run_point, speedup
 from ..trace import Generation
 from . import charts, step_charts
 from .charts import sig3
@@ -131,7 +131,9 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                 time_plot=charts.time_figure(timed or gen, ar),
                 run_state=gen, round_slider=slider(gen, round_index), export_file=None,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
-                side_by_side=charts.side_by_side_html(None, None, ""), **step_view(gen, round_index, None))
+                side_by_side=charts.side_by_side_html(None, None, ""),
+                speed_run=run_point((timed or gen).stats, gen.settings.gamma, ar.stats if ar is not None else None),
+                **step_view(gen, round_index, None))
 
 
 def done_status(gen: Generation, ar: Generation | None, timed: Generation | None = None) -> str:
