@@ -12,20 +12,35 @@ import layout_check
 
 RUN_TIMEOUT = 180_000   # ms: the CPU is shared
 
-# Any element under `root` whose content is wider than its box (a table scrolled or cut at the
-# right, a legend running out of its box), by id and class.
+# Any element under `root` whose content does not fit its box: a scrolling box (a table) wider
+# inside than it shows, text cut off by a box that hides its overflow (measured on the rendered
+# text itself), or a legend entry running past the right edge.
 _CUT_AT_RIGHT = """(root) => {
   const out = [];
   const scope = document.querySelector(root);
   if (!scope || !scope.offsetParent) return out;
   const edge = scope.getBoundingClientRect().right + 1;
+  const textRight = (el) => {   // the rightmost edge of the visible text inside el
+    let right = -Infinity;
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+      if (!t.textContent.trim() || getComputedStyle(t.parentElement).visibility === 'hidden') continue;
+      const range = document.createRange();
+      range.selectNodeContents(t);
+      for (const r of range.getClientRects()) if (r.width > 0) right = Math.max(right, r.right);
+    }
+    return right;
+  };
   for (const el of scope.querySelectorAll('*')) {
-    if (!el.offsetParent) continue;
     const cs = getComputedStyle(el);
-    if (['auto', 'scroll', 'hidden'].includes(cs.overflowX) && el.scrollWidth > el.clientWidth + 1)
-      out.push(`${root}: ${el.tagName.toLowerCase()}.${el.className} is cut at the right ` +
-               `(${el.scrollWidth} px of content in ${el.clientWidth})`);
-    else if (el.matches('.legend > span') && el.getBoundingClientRect().right > edge)
+    if (!el.offsetParent || cs.visibility === 'hidden' || !(el.innerText || '').trim()) continue;   // not shown
+    const box = el.getBoundingClientRect();
+    if (['auto', 'scroll'].includes(cs.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      out.push(`${root}: ${el.tagName.toLowerCase()}.${el.className} scrolls: ` +
+               `${el.scrollWidth} px of content in ${el.clientWidth}`);
+    else if (cs.overflowX === 'hidden' && textRight(el) > box.right + 1)
+      out.push(`${root}: ${el.tagName.toLowerCase()} cuts its text ${JSON.stringify(el.innerText.slice(0, 40))}`);
+    else if (el.matches('.legend > span') && box.right > edge)
       out.push(`${root}: legend entry ${JSON.stringify(el.innerText)} runs past the right edge`);
   }
   return out;
@@ -83,5 +98,25 @@ def test_lab_figures_have_no_overlapping_clipped_or_dropped_text(page):
                                " return t !== b && t.includes('trials per rule'); }", arg=before, timeout=RUN_TIMEOUT)
         page.wait_for_timeout(2500)
         found += [f"({source}) {p}" for p in layout_check.problems(page) + cut_at_right(page, "#lab-summary")]
+    assert found == [], "\n".join(found)
+    assert page.console_errors == []
+
+
+def test_speed_explorer_shows_the_run_on_its_curve_and_reads_cleanly(page):
+    """After a compared run, the explorer draws the run's measured speedup (the metrics' number)
+    on its own curves, says it is within its noise, and its figures pass the same checks."""
+    default_run_with_comparison(page)
+    metrics = page.locator("#metrics").inner_text()
+    measured = metrics.split("measured speedup ")[1].split("×")[0]
+    page.get_by_role("tab", name="Speed explorer").click()
+    page.wait_for_function("""() => { const gd = document.querySelector('#speed-curves .js-plotly-plot');
+        return gd && gd.data && gd.data.some(t => t.name === 'this run, measured'); }""", timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1500)
+    y = page.evaluate("""() => document.querySelector('#speed-curves .js-plotly-plot').data
+        .find(t => t.name === 'this run, measured').y[0]""")
+    assert f"{y:.2f}" == measured
+    note = page.locator("#speed-note").inner_text()
+    assert f"Measured speedup {measured}×" in note and "within its noise" in note
+    found = layout_check.problems(page) + cut_at_right(page, "#speed-note")
     assert found == [], "\n".join(found)
     assert page.console_errors == []

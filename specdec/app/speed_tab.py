@@ -36,8 +36,8 @@ average, so with **c** = a draft step ÷ a target step and **v(γ)** = a verify 
 The curves use costs measured on real devices: this run's (tick *compare with autoregressive* on the Decode
 tab), and the profiles the project measured and committed, each with where and when. Move **α**, **c** and
 **γ** to ask "what if". Try the *H100, CUDA graphs* profile with c ≈ 0.89: a 30-layer draft (135M-shaped)
-costs about as much on that GPU as a 24-layer target (1.7B-shaped), 3.3 vs 3.7 ms a step graphed, and then no
-α makes drafting pay.
+costs about as much on that GPU as a 24-layer target (1.7B-shaped), 3.3 vs 3.7 ms a step graphed, and then
+drafting pays only if nearly every draft is accepted (at γ = 4, α above 0.99).
 """
 
 
