@@ -80,12 +80,19 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 note=note_markdown(point, chosen, what_if) + (f"\n\n⚠ {problem}" if problem else ""))
 
 
-def for_run(point: RunPoint | None, path: Path = PROFILES_FILE) -> dict:
-    """A new run: its α and γ on the sliders, its own whole-loop profile chosen when it has one."""
+def for_run_controls(point: RunPoint | None) -> dict:
+    """The controls for a new run: its α and γ, its own whole-loop profile when it has one, and
+    that profile's measured c (None)."""
     if point is None:
-        return explore(None, None, DEFAULT_GAMMA, DEFAULT_ALPHA, None, path)
+        return dict(name=None, gamma=DEFAULT_GAMMA, alpha=DEFAULT_ALPHA, c=None)
     name = point.whole_loop.name if point.whole_loop is not None else None
-    return explore(point, name, min(point.gamma, 8), round(point.alpha, 3), None, path)
+    return dict(name=name, gamma=min(point.gamma, 8), alpha=round(point.alpha, 3), c=None)
+
+
+def for_run(point: RunPoint | None, path: Path = PROFILES_FILE) -> dict:
+    """What the tab shows for a new run (`for_run_controls`)."""
+    c = for_run_controls(point)
+    return explore(point, c["name"], c["gamma"], c["alpha"], c["c"], path)
 
 
 def run_lines(point: RunPoint | None) -> list[str]:
@@ -131,7 +138,7 @@ def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -
 
 def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     """Lay out the explorer inside the caller's current container (the app's "Speed explorer" tab)."""
-    v = SimpleNamespace()
+    v = SimpleNamespace()   # every component an output name refers to
     gr.Markdown(INTRO, elem_id="speed-intro", latex_delimiters=[])
     with gr.Row():
         v.profile = gr.Dropdown([], label="cost profile", elem_id="speed-profile", scale=2)
@@ -145,20 +152,42 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     with gr.Accordion("The profiles as a table", open=False):
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
                                elem_id="speed-table")
-    outputs = [getattr(v, n) for n in OUTPUTS]
+    # What the controls are set to, kept on the server: a run that ends while this tab is hidden,
+    # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
+    v.chosen = gr.State(None)
+    outputs = [getattr(v, n) for n in [*OUTPUTS, "chosen"]]
 
-    def named(result: dict) -> dict:
-        return {getattr(v, n): value for n, value in result.items()}
+    def shown(point, chosen: dict) -> dict:
+        out = explore(point, chosen["name"], chosen["gamma"], chosen["alpha"], chosen["c"])
+        return {getattr(v, n): value for n, value in out.items()} | {v.chosen: {
+            **chosen, "name": out["profile"]["value"], "gamma": out["gamma"], "alpha": out["alpha"],
+            "c": out["c"] if chosen["c"] is not None else None}}
 
-    def on_change(point, name, gamma, alpha, c):   # no profile chosen yet: its own measured c
-        return named(explore(point, name, gamma, alpha, c if name else None))
+    def on_show(point, chosen):   # a new run sets the controls for itself; else they stand
+        key = point_key(point)
+        if chosen is None or chosen["run"] != key:
+            chosen = for_run_controls(point) | {"run": key}
+        return shown(point, chosen)
 
-    def on_profile(point, name, gamma, alpha):   # another profile: c back to its measured value
-        return named(explore(point, name, gamma, alpha, None))
+    def on_control(point, chosen, name, gamma, alpha, c):   # the visitor moved a slider
+        return shown(point, {**(chosen or {"run": point_key(point)}), "name": name, "gamma": gamma,
+                             "alpha": alpha, "c": c if name else None})
+
+    def on_profile(point, chosen, name, gamma, alpha):   # another profile: c back to its measured value
+        return shown(point, {**(chosen or {"run": point_key(point)}), "name": name, "gamma": gamma,
+                             "alpha": alpha, "c": None})
 
     quiet = dict(api_name=False, show_progress="hidden")
-    speed_run.change(lambda point: named(for_run(point)), [speed_run], outputs, **quiet)
-    tab.select(on_change, [speed_run, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
-    v.profile.input(on_profile, [speed_run, v.profile, v.gamma, v.alpha], outputs, **quiet)
+    speed_run.change(on_show, [speed_run, v.chosen], outputs, **quiet)
+    tab.select(on_show, [speed_run, v.chosen], outputs, **quiet)
+    v.profile.input(on_profile, [speed_run, v.chosen, v.profile, v.gamma, v.alpha], outputs, **quiet)
     for slider in (v.gamma, v.alpha, v.c):
-        slider.release(on_change, [speed_run, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
+        slider.release(on_control, [speed_run, v.chosen, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
+
+
+def point_key(point: RunPoint | None) -> str | None:
+    """What tells one run's point from another's (the page's state is a copy, not the object)."""
+    if point is None:
+        return None
+    costs = point.whole_loop.target_step_ms if point.whole_loop is not None else None
+    return repr((point.alpha, point.tested, point.gamma, point.measured, costs))
