@@ -345,6 +345,14 @@ def _fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
+def closed_form_text(x: float) -> str:
+    """A closed-form TV as every view shows it: 4 decimals, and 0 for the exact rule, whose closed
+    form is 0 and computes as a float32 rounding of 1e-8 or so."""
+    return "0" if abs(x) < EXACT_TOLERANCE else f"{x:.4f}"
+
+
+EXACT_TOLERANCE = 1e-6   # a closed-form TV under this is float rounding of 0
+
 SUMMARY_HEADERS = ["rule", "TV(output, p) closed form", "TV(observed, p)", "chi-square", "p-value",
                    f"matches p? (α = {ALPHA})", "acceptance predicted", "acceptance observed"]
 
@@ -360,8 +368,8 @@ def summary_table(lab: LabResult, short: bool = False) -> tuple[list[str], list[
     headers = SUMMARY_HEADERS_SHORT if short else SUMMARY_HEADERS
     rows = []
     for rule, r in lab.results.items():
-        rows.append([RULE_NAMES[rule].short if short else RULE_NAMES[rule].long, _fmt(r.bias), _fmt(r.tv),
-                     _fmt(r.chi2, 2), _fmt(r.pvalue), "rejected" if r.rejects_p else "not rejected",
+        rows.append([RULE_NAMES[rule].short if short else RULE_NAMES[rule].long, closed_form_text(r.bias),
+                     _fmt(r.tv), _fmt(r.chi2, 2), _fmt(r.pvalue), "rejected" if r.rejects_p else "not rejected",
                      _fmt(r.acceptance_predicted), _fmt(r.acceptance_observed)])
     return headers, rows
 
@@ -394,7 +402,7 @@ def convergence_table(lab: LabResult) -> tuple[list[str], list[list]]:
               [f"{RULE_NAMES[r].short}: TV" for r in lab.results]
     rows = [[m, _fmt(float(lab.noise_floor[i]))] + [_fmt(r.curve_tv[i]) for r in lab.results.values()]
             for i, m in enumerate(lab.curve_n)]
-    rows.append(["bias (limit)", "0"] + [_fmt(r.bias) for r in lab.results.values()])
+    rows.append(["bias (limit)", "0"] + [closed_form_text(r.bias) for r in lab.results.values()])
     return headers, rows
 
 

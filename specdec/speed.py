@@ -9,12 +9,16 @@ with it, the bench predicts speedups with it, the CLI prints them: one definitio
   tokens per round / (g c + 1);
 - the speedup predicted from measured costs: tokens per round x (one target step) /
   (g x (one draft step) + (one verify)). The measured speedup falls short of it by the work
-  outside the forwards (sampling, verify, bookkeeping, tracing).
+  outside the forwards (sampling, verify, bookkeeping, tracing);
+- cost profiles (`CostProfile`): what a device's forwards cost, measured once and kept (the
+  bench's, the GPU notes'), or measured by one run against the target alone (`run_profiles`),
+  so the speed explorer draws Leviathan et al.'s curves with a device's own c and verify cost.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from .trace import Stats
 
@@ -34,13 +38,20 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Leviathan et al. (2023), eq. 1: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), if every
+def leviathan_speedup(alpha: float, gamma: int, c: float, verify: float = 1.0) -> float:
+    """Leviathan et al. (2023), eq. 1: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + v)), if every
     drafted position is accepted with probability alpha, a draft step costs c target steps and a
-    verify costs one."""
+    verify over gamma + 1 tokens costs v target steps (the paper takes v = 1)."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1)
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify)
+
+
+def alpha_band(alpha: float, tested: int, k: float = 2.0) -> tuple[float, float]:
+    """alpha +- k binomial standard deviations, sqrt(alpha (1 - alpha) / tested), kept in [0, 1]:
+    where a run's alpha could as well have landed with the same chances and as many tests."""
+    sigma = math.sqrt(alpha * (1 - alpha) / tested) if tested else 0.0
+    return max(0.0, alpha - k * sigma), min(1.0, alpha + k * sigma)
 
 
 def predicted_speedup(tokens_per_round: float, gamma: float, draft_step: float, verify: float,
@@ -83,22 +94,36 @@ class SpeedStory:
     sentence: str
 
 
-def explain(spec: Stats, ar: Stats) -> SpeedStory:
-    """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow."""
-    measured = speedup(spec, ar)
+def _forward_costs(spec: Stats, ar: Stats) -> tuple[float, float, float, float]:
+    """(drafts per round on average, one draft step, one verify, one target step), in seconds,
+    from the runs' own forward timings."""
     rounds = max(spec.rounds, 1)
     gamma = spec.drafted / rounds
     step = ar.verify_seconds / ar.new_tokens if ar.new_tokens else 0.0   # one target step
     draft_step = spec.draft_seconds / spec.drafted if spec.drafted else 0.0
-    verify = spec.verify_seconds / rounds
+    return gamma, draft_step, spec.verify_seconds / rounds, step
+
+
+def predicted_at(spec: Stats, ar: Stats, rate: float) -> float:
+    """The speedup this run's forward costs allow if every tested draft passed with `rate`: its
+    alpha (what the draws gave), or its mean beta (what p and q promise before any u is drawn)."""
+    gamma, draft_step, verify, step = _forward_costs(spec, ar)
+    tokens = expected_tokens_per_round(rate, round(gamma)) if spec.drafted else 1.0
+    return predicted_speedup(tokens, gamma, draft_step, verify, step)
+
+
+def explain(spec: Stats, ar: Stats) -> SpeedStory:
+    """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow."""
+    measured = speedup(spec, ar)
+    gamma, draft_step, verify, step = _forward_costs(spec, ar)
     tokens = expected_tokens_per_round(spec.acceptance_rate, round(gamma)) if spec.drafted else 1.0
-    predicted = predicted_speedup(tokens, gamma, draft_step, verify, step)
+    predicted = predicted_at(spec, ar, spec.acceptance_rate)
     draft_steps = gamma * draft_step / step if step else 0.0
     verify_steps = verify / step if step else 0.0
     other_share = time_split(spec).other / spec.wall_seconds if spec.wall_seconds else 0.0
     cost = draft_steps + verify_steps
     head = (f"Each round cost {cost:.2f} target steps (drafting {draft_steps:.2f}, verifying {verify_steps:.2f}) "
-            f"and, at α = {spec.acceptance_rate:.2f}, should yield {tokens:.2f} tokens: {predicted:.2f}× predicted.")
+            f"and, at α = {spec.acceptance_rate:.3f}, should yield {tokens:.2f} tokens: {predicted:.2f}× predicted.")
     if measured >= 1 and measured >= 0.9 * predicted:
         tail = " It won because the rounds yield more tokens than they cost."
     elif measured < 0.9 * predicted and other_share > 0.1:
@@ -111,3 +136,123 @@ def explain(spec: Stats, ar: Stats) -> SpeedStory:
     else:
         tail = " Run-to-run timing noise explains the rest (one run each)."
     return SpeedStory(measured, predicted, tokens, gamma, draft_steps, verify_steps, other_share, head + tail)
+
+
+# ---------------------------------------------------------------- cost profiles
+
+@dataclass(frozen=True, eq=False)   # hashed by identity (a page's state is hashed to spot changes)
+class CostProfile:
+    """What one device's forwards cost (milliseconds), with where, when and how it was measured."""
+
+    name: str
+    where: str                    # the machine, in words
+    when: str                     # the date it was measured
+    device: str
+    dtype: str
+    engine: str                   # "eager", "cuda graphs", or how a run was timed
+    target_step_ms: float         # one target forward over one token (a decoding step)
+    draft_step_ms: float          # one draft forward over one token
+    verify_ms_by_width: dict[int, float] = field(default_factory=dict)   # target forward over n tokens
+    source: str = ""              # the command or note that measured it
+
+    @property
+    def c(self) -> float:
+        """A draft step in target steps."""
+        return self.draft_step_ms / self.target_step_ms
+
+    def verify(self, gamma: int) -> float | None:
+        """A verify over gamma + 1 tokens in target steps (None: that width was not measured)."""
+        ms = self.verify_ms_by_width.get(gamma + 1)
+        return None if ms is None else ms / self.target_step_ms
+
+    def verify_nearest(self, gamma: int) -> tuple[float, bool]:
+        """(a verify over gamma + 1 tokens in target steps, whether that width was measured): an
+        unmeasured width takes the cost of the nearest measured verify width (2 tokens or more;
+        a one-token step when there is none)."""
+        v = self.verify(gamma)
+        if v is not None:
+            return v, True
+        widths = [w for w in self.verify_ms_by_width if w >= 2] or list(self.verify_ms_by_width) or [1]
+        near = min(widths, key=lambda w: (abs(w - gamma - 1), w))
+        return self.verify_ms_by_width.get(near, self.target_step_ms) / self.target_step_ms, False
+
+    def speedup(self, alpha: float, gamma: int, c: float | None = None) -> float | None:
+        """Leviathan et al.'s speedup with this profile's costs (or another c: "what if"); None
+        where the verify width gamma + 1 was not measured."""
+        v = self.verify(gamma)
+        return None if v is None else leviathan_speedup(alpha, gamma, self.c if c is None else c, v)
+
+
+PROFILE_FIELDS = ("name", "where", "when", "device", "dtype", "engine", "target_step_ms", "draft_step_ms",
+                  "verify_ms_by_width", "source")
+
+
+def profile_from_dict(d: dict) -> CostProfile:
+    """A profile from its JSON object; ValueError naming the field that is missing or wrong."""
+    if not isinstance(d, dict):
+        raise ValueError("a cost profile must be a JSON object")
+    missing = [k for k in PROFILE_FIELDS if k not in d]
+    if missing:
+        raise ValueError(f"cost profile {d.get('name', '?')!r} lacks {', '.join(missing)}")
+    widths = {}
+    for k, v in dict(d["verify_ms_by_width"]).items():
+        if not str(k).isdigit() or int(k) < 1 or not _positive(v):
+            raise ValueError(f"cost profile {d['name']!r}: verify_ms_by_width needs width >= 1 -> ms > 0, got {k}: {v}")
+        widths[int(k)] = float(v)
+    for key in ("target_step_ms", "draft_step_ms"):
+        if not _positive(d[key]):
+            raise ValueError(f"cost profile {d['name']!r}: {key} must be a number > 0, got {d[key]!r}")
+    return CostProfile(**{k: str(d[k]) for k in ("name", "where", "when", "device", "dtype", "engine", "source")},
+                       target_step_ms=float(d["target_step_ms"]), draft_step_ms=float(d["draft_step_ms"]),
+                       verify_ms_by_width=widths)
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def profiles_from_json(data) -> list[CostProfile]:
+    """The profiles of a cost-profiles file (a JSON list of objects, see `CostProfile`)."""
+    if not isinstance(data, list):
+        raise ValueError("a cost-profiles file holds a JSON list of profiles")
+    return [profile_from_dict(d) for d in data]
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One run as a point for the speed explorer: its alpha, and, when it was compared with the
+    target alone, its measured speedup and its costs."""
+
+    alpha: float
+    tested: int
+    gamma: int
+    measured: float | None = None                 # its measured speedup (ratio of token rates)
+    whole_loop: CostProfile | None = None          # costs with the loop's own work: the point lies on its curve
+    forwards_only: CostProfile | None = None       # the forwards alone: what `explain` predicts from
+
+
+def run_point(spec: Stats, gamma: int, ar: Stats | None = None) -> RunPoint:
+    """A run's point, with its costs from its own timings when `ar` (the target alone) made tokens.
+
+    Forwards only: a draft step = drafting time / drafts, one target step = the baseline's forward
+    time / its tokens, a verify = target-and-verify time / rounds. Whole loop: the target step is
+    everything the baseline spent per token, and the verify is everything a round spent besides
+    its gamma draft steps, so gamma c + v = (the run's time per round) / (the baseline's time per
+    token) exactly, and the measured speedup equals its curve at alpha times (tokens the rounds
+    actually gave) / (what alpha predicts): the point lies on its curve up to alpha's own noise."""
+    point = RunPoint(alpha=spec.acceptance_rate, tested=spec.tested, gamma=gamma)
+    if ar is None or not (ar.new_tokens and ar.wall_seconds and spec.rounds and spec.drafted and spec.wall_seconds):
+        return point
+    draft = 1000 * spec.draft_seconds / spec.drafted
+    per_round = 1000 * spec.wall_seconds / spec.rounds
+    base = dict(where="the machine serving this page", when="this run", device="", dtype="", draft_step_ms=draft,
+                source="this run's trace and the target-alone run (compare with autoregressive)")
+    whole = CostProfile(name="this run (whole loop)", engine="whole loop, timed", **base,
+                        target_step_ms=1000 * ar.wall_seconds / ar.new_tokens,
+                        verify_ms_by_width={gamma + 1: max(per_round - gamma * draft, 1e-9)})
+    step = 1000 * ar.verify_seconds / ar.new_tokens
+    forwards = CostProfile(name="this run (forwards only)", engine="forwards only, timed", **base,
+                           target_step_ms=step or whole.target_step_ms,
+                           verify_ms_by_width={gamma + 1: 1000 * spec.verify_seconds / spec.rounds})
+    return RunPoint(alpha=spec.acceptance_rate, tested=spec.tested, gamma=gamma, measured=speedup(spec, ar),
+                    whole_loop=whole, forwards_only=forwards)

@@ -114,7 +114,9 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     assert {"min(1, p(x)/q(x))", "u (uniform draw)"} <= {t["name"] for t in acc}
     end = plot_data(page, "end-chart")
     if "rejected" in kinds:   # the viewer opens the first round with a rejection: its residual
-        assert [t["name"] for t in end][:2] == ["max(0, p − q)", "p − q < 0 (clamped to 0)"]
+        names = [t["name"] for t in end]
+        assert names[0].startswith("normalised residual") and names[1:] == [
+            "max(0, p − q)", "q ≥ p: residual 0 (its p was given at acceptance)"]
         assert "rejected" in plot_title(page, "accept-chart").lower()
     # The position selector switches the drafted position (keyboard-usable radio).
     page.locator("#position label").first.click()

@@ -138,20 +138,27 @@ def test_acceptance_figure_shows_threshold_u_and_verdict(gen):
 
 
 def test_residual_figure(gen):
+    """The normalised residual over max(0, p − q), on one probability axis: no bar below 0, and
+    every token with q ≥ p marked as getting no residual."""
     r = _round_with(gen, "residual")
     fig = step_charts.end_figure(gen, r.index)
     names = [t.name for t in fig.data]
-    assert names == ["max(0, p − q)", "p − q < 0 (clamped to 0)", "normalised residual (sampled)"]
-    pos_part, neg_part, res = fig.data
-    diff = [p - q for p, q in zip(r.end_p.probs + r.end_p.buckets(), r.end_q.probs + r.end_q.buckets())]
+    assert names == [f"normalised residual = max(0, p − q) / {r.residual_mass:.3f} (sampled)", "max(0, p − q)",
+                     "q ≥ p: residual 0 (its p was given at acceptance)"]
+    res, pos_part, none = fig.data
+    view = step_charts.end_view(gen, r.index)
+    diff = [p - q for p, q in zip(view.p, view.q)]
     assert list(pos_part.y) == [max(0.0, d) for d in diff]
-    assert list(neg_part.y) == [min(0.0, d) for d in diff]
-    assert list(res.y) == r.end_dist.probs + r.end_dist.buckets()
-    assert sum(r.end_dist.buckets()) == pytest.approx(r.end_dist.rest)
-    k = r.end_dist.ids.index(r.end_token)
+    assert min(pos_part.y) >= 0 and min(res.y) >= 0          # nothing below 0 on a probability axis
+    assert list(res.y) == view.sampled
+    for i, v in zip(r.end_dist.ids, r.end_dist.probs):       # the stored residual, as the decoder drew it
+        assert view.sampled[view.ids.index(i)] == v
+    assert sum(view.sampled) == pytest.approx(1, abs=1e-5)
+    k = view.ids.index(r.end_token)
     assert list(res.marker.line.width)[k] > 0
+    assert list(none.x) == [label for label, a, b in zip(view.labels, view.p, view.q) if b >= a and b > 0]
     # the residual is zero wherever p <= q
-    for d, v in zip(diff, r.end_dist.probs):
+    for d, v in zip(diff, view.sampled):
         if d <= 0:
             assert v == pytest.approx(0, abs=1e-6)
 
@@ -162,8 +169,7 @@ def test_skip_adjustment_figure_warns(skipped):
     assert fig.data[0].name == "p (used instead of the residual: biased)"
     assert list(fig.data[0].y) == r.end_dist.probs + r.end_dist.buckets()
     assert r.end_dist.probs == r.end_p.probs   # the distribution used is p itself
-    assert "BIASED" in fig.layout.title.text
-    assert any("skipped" in a.text for a in fig.layout.annotations)
+    assert "BIASED" in fig.layout.title.text and "Adjustment skipped" in fig.layout.title.text
     assert "biased" in charts.metrics_markdown(skipped).lower()
 
 

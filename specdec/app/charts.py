@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..looks import LOOKS, PALETTE, token_label, visible_token
 from ..outcomes import Ending, Status, events
-from ..speed import expected_tokens_per_round, explain, time_split
+from ..speed import expected_tokens_per_round, explain, predicted_at, time_split
 from ..trace import Generation
 
 HIGHLIGHT = PALETTE["black"]
@@ -58,20 +58,27 @@ def fixed(x: float | None, digits: int = 4) -> str:
 # ---------------------------------------------------------------- generated text (HTML)
 
 def _span(outcome, text: str, title: str, round_index: int | None) -> str:
+    """One token, marked by its fate. A newline is shown as ↵ where it is, and a token that ends a
+    line keeps its mark on that line (the line break comes after the mark, not before it)."""
     look = LOOKS[outcome]
     where = f' data-round="{round_index}"' if round_index is not None else ""
+    body = text.rstrip("\n")
+    breaks = len(text) - len(body)
+    shown = html.escape(body).replace("\n", "↵\n") + "↵" * breaks
     return (f'<span class="tok tok-{outcome.value}" data-kind="{outcome.value}"{where} '
-            f'title="{html.escape(title, quote=True)}" style="{look.css}">{html.escape(text)}'
-            f'<sup aria-hidden="true" style="font-size:.65em;color:#333">{look.symbol}</sup></span>')
+            f'title="{html.escape(title, quote=True)}" style="{look.css}">{shown}'
+            f'<sup aria-hidden="true" style="font-size:.8em;color:#222;margin-left:1px">{look.symbol}</sup></span>'
+            + "\n" * breaks)
 
 
 LEGEND = (Status.ACCEPTED, Status.REJECTED, Ending.RESIDUAL, Ending.BIASED_P, Ending.BONUS, Ending.PLAIN)
 
 
 def legend_html(outcomes=LEGEND) -> str:
-    items = [f'<span style="margin-right:1.2em;white-space:nowrap">{_span(o, "tok", LOOKS[o].label, None)} '
+    items = [f'<span style="white-space:nowrap">{_span(o, "tok", LOOKS[o].label, None)} '
              f'{html.escape(LOOKS[o].label)}</span>' for o in outcomes]
-    return '<div class="legend" style="font-size:.85em;margin-bottom:.5em">' + "".join(items) + "</div>"
+    return ('<div class="legend" style="font-size:.85em;margin-bottom:.5em;display:flex;flex-wrap:wrap;'
+            'gap:.3em 1.2em">' + "".join(items) + "</div>")
 
 
 def event_title(gen: Generation, ev) -> str:
@@ -109,7 +116,7 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
 
 def md_text(text: str) -> str:
     """User text (a title, a note) inside Markdown: HTML-escaped, Markdown's own marks defused."""
-    out = html.escape(text)
+    out = html.escape(text, quote=False)   # quotes are plain text in Markdown (an entity's # would be escaped)
     for mark in "\\`*_[]#|<>!~":
         out = out.replace(mark, "\\" + mark)
     return out
@@ -122,9 +129,9 @@ def run_summary(gen: Generation) -> str:
         return (f"the target alone: {s.new_tokens} tokens, {s.target_forwards} target forwards, "
                 f"{s.wall_seconds:.2f} s")
     rule = "adjustment skipped (biased)" if gen.settings.skip_adjustment else "exact rule"
-    bias = s.skip_tv_mean if gen.settings.skip_adjustment else 0.0
+    bias = f"{s.skip_tv_mean:.4f}" if gen.settings.skip_adjustment else "0 (closed form)"
     return (f"{rule}: α = {s.acceptance_rate:.3f}, mean β = {s.expected_acceptance:.3f}, "
-            f"{s.tokens_per_target_forward:.2f} tokens per target forward, mean TV to p = {bias:.4f}, "
+            f"{s.tokens_per_target_forward:.2f} tokens per target forward, mean TV to p = {bias}, "
             f"{s.new_tokens} tokens in {s.wall_seconds:.2f} s")
 
 
@@ -143,13 +150,30 @@ def side_by_side_html(gen: Generation | None, other: Generation | None, label: s
     for head, g in (("This run", gen), (f"The same prompt, seed and settings with {label}", other)):
         blocks.append(f'<div class="side-run" style="margin-bottom:1em"><div style="font-weight:600">'
                       f"{html.escape(head)}: {html.escape(run_summary(g))}</div>{text_html(g)}</div>")
-    agree = (f"The two texts agree on their first {same} generated tokens"
-             + ("." if same < min(len(gen.token_ids), len(other.token_ids)) else " (all of them)."))
-    why = ("Same seed and the same draws up to the first rejection; from there the two rules draw the round's "
-           "last token from different distributions." if other.settings.speculative else
-           "The target alone spends the seed's random draws one per token, the speculative run spends them on "
-           "drafts and tests too, so the texts part early: both follow p, not the same sequence.")
-    return (f'<div class="side-by-side"><p>{html.escape(agree)} {html.escape(why)}</p>{"".join(blocks)}</div>')
+    return (f'<div class="side-by-side"><p>{html.escape(agreement(gen, other, same))}</p>{"".join(blocks)}</div>')
+
+
+def agreement(gen: Generation, other: Generation, same: int) -> str:
+    """How far the two texts agree, and why, in words that fit what happened: all the way (at
+    temperature 0 every run takes p's argmax), or up to where they part."""
+    n = min(len(gen.token_ids), len(other.token_ids))
+    times = " (This run was streamed to the page and the re-run was not, so their times do not compare.)"
+    if same < n:
+        why = ("Same seed and the same draws up to the first rejection; from there the two rules draw the round's "
+               "last token from different distributions." if other.settings.speculative else
+               "The target alone spends the seed's random draws one per token, the speculative run spends them on "
+               "drafts and tests too, so the texts part early: both follow p, not the same sequence.")
+        return f"The two texts agree on their first {same} generated tokens, then part. {why}{times}"
+    whole = "all {n} generated tokens" if len(gen.token_ids) == len(other.token_ids) else \
+        "the first {n} generated tokens (all of the shorter text)"
+    if gen.settings.sampling.greedy:
+        why = ("At temperature 0 every token is the argmax of p, however it is reached, so both runs give the "
+               "target's greedy text: speculative decoding changes the speed, not the text.")
+    elif other.settings.speculative:
+        why = "No rejection in this stretch drew the round's last token differently, so both rules drew the same."
+    else:
+        why = "The two runs spend the seed's draws differently, yet drew the same tokens here."
+    return f"The two texts agree on {whole.format(n=n)}. {why}{times}"
 
 
 # ---------------------------------------------------------------- the timeline
@@ -181,9 +205,9 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
         fig.add_shape(type="rect", x0=selected + 0.5, x1=selected + 1.5, y0=0.4, y1=top + 0.6,
                       line=dict(color=HIGHLIGHT, width=2), fillcolor="rgba(0,0,0,0.06)")
     fig.update_layout(
-        height=300, margin=dict(l=50, r=10, t=40, b=40), clickmode="event",
+        height=330, margin=dict(l=50, r=10, t=40, b=100), clickmode="event",
         title=dict(text=f"Timeline: {n} rounds, {gen.stats.new_tokens} tokens", font=dict(size=14)),
-        legend=dict(orientation="h", y=-0.25, x=0, font=dict(size=11)),
+        legend=legend_below(330, 40, 100, 58),
         xaxis=dict(title="round", range=[0.4, max(n, 1) + 0.6], dtick=1 if n <= 40 else None),
         yaxis=dict(title="", tickmode="array", tickvals=list(range(1, top + 1)),
                    ticktext=[f"draft {i}" for i in range(1, top)] + ["end"], range=[0.4, top + 0.6]))
@@ -210,6 +234,13 @@ def timeline_rows(gen: Generation | None) -> list[list]:
 
 
 
+def legend_below(height: int, top: int, bottom: int, gap: int) -> dict:
+    """A horizontal legend whose top sits `gap` pixels under the plot area (under the tick labels
+    and the axis title, which need about 50 px), for a figure of this height and margins."""
+    return dict(orientation="h", x=0, xanchor="left", y=-gap / (height - top - bottom), yanchor="top",
+                font=dict(size=11))
+
+
 def empty_figure(fig: go.Figure, message: str, height: int = 320) -> go.Figure:
     fig.update_layout(height=height, margin=dict(l=20, r=20, t=40, b=20),
                       xaxis=dict(visible=False), yaxis=dict(visible=False),
@@ -228,6 +259,55 @@ def alpha_noise(gen: Generation) -> float:
     return (sum(b * (1 - b) for b in betas) ** 0.5) / len(betas) if betas else 0.0
 
 
+def noise_verdict(gap: float, sigma: float, tested: int) -> str:
+    """α − mean β against its noise, worded to match what a band can claim: about 1 run in 20
+    lands outside ±2σ by chance (so one such run is no finding), 1 in 370 outside ±3σ."""
+    band = f"σ = {sigma:.3f} from {tested} tests"
+    if abs(gap) <= 2 * sigma:
+        return f"within ±2σ = {2 * sigma:.3f} ({band}): the draws' noise."
+    if abs(gap) <= 3 * sigma:
+        return (f"outside ±2σ = {2 * sigma:.3f} but within ±3σ = {3 * sigma:.3f} ({band}). About 1 run in 20 "
+                "lands outside ±2σ by chance, so one run like this is no finding: try other seeds.")
+    return (f"outside ±3σ = {3 * sigma:.3f} ({band}): chance gives this about 1 run in 370, "
+            "so it is worth a look (other seeds, a longer run).")
+
+
+def _bias_cell(gen: Generation) -> str:
+    s = gen.stats
+    over = f"mean over this run's {s.tested} tested positions"
+    if gen.settings.skip_adjustment:
+        return (f"**{s.skip_tv_mean:.4f}**, biased: the adjustment was skipped ({over}; an exact run of the same "
+                "seed takes other paths, so its “had it been skipped” figure differs)")
+    return (f"0: the exact rule's output follows p (closed form). Had the adjustment been skipped: mean TV "
+            f"{s.skip_tv_mean:.4f} ({over}; a run with the adjustment skipped takes other paths, so its own "
+            "mean differs)")
+
+
+def _wall_cell(gen: Generation, timed: Generation | None) -> str:
+    s = gen.stats
+    parts = f"drafting {s.draft_seconds:.2f} s, target and verify {s.verify_seconds:.2f} s"
+    if timed is None:
+        return f"{s.wall_seconds:.2f} s ({parts})"
+    return (f"{s.wall_seconds:.2f} s while streaming to this page ({parts}); **{timed.stats.wall_seconds:.2f} s** "
+            "timed again unstreamed, which the speedup uses")
+
+
+def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) -> list[str]:
+    t = (timed or gen).stats
+    story = explain(t, ar.stats)
+    from_beta = predicted_at(t, ar.stats, t.expected_acceptance)
+    return [
+        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s | "
+        "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
+        "back to back, the same way |",
+        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
+        f"{ar.stats.target_forwards} target forwards | |",
+        f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
+        f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×**; "
+        f"from mean β: {from_beta:.2f}× (known before any u is drawn) |",
+        "", story.sentence]
+
+
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,
                      timed: Generation | None = None) -> str:
     """The run's numbers, each named once with a line that says what it answers."""
@@ -235,45 +315,30 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         return "_No run yet._"
     s = gen.stats
     gamma = gen.settings.gamma
-    predicted = expected_tokens_per_round(s.acceptance_rate, gamma)
-    noise = alpha_noise(gen)
+    from_alpha = expected_tokens_per_round(s.acceptance_rate, gamma)
+    from_beta = expected_tokens_per_round(s.expected_acceptance, gamma)
     gap = s.acceptance_rate - s.expected_acceptance
-    within = "within" if abs(gap) <= 2 * noise else "outside"
-    bias = ("0: the exact rule's output follows p (closed form); had the adjustment been skipped, "
-            f"mean TV {s.skip_tv_mean:.4f}" if not gen.settings.skip_adjustment
-            else f"**{s.skip_tv_mean:.4f}**, biased: the adjustment was skipped")
     lines = [
         "| number | this run | what it answers |", "|---|---|---|",
         f"| **acceptance rate α** | **{s.acceptance_rate:.3f}** ({s.accepted} of {s.tested} tested drafts) | "
-        "How often did a tested draft pass u < p(x)/q(x)? |",
+        "How often did a tested draft pass u < p(x)/q(x)? Known only once the u are drawn. |",
         f"| **expected acceptance, mean β** | **{s.expected_acceptance:.3f}** | How often should it pass? "
-        f"β = Σ min(p, q) is each position's chance, averaged over the tested ones. α − mean β = {gap:+.3f}, "
-        f"{within} the noise of {s.tested} tests (±2σ = {2 * noise:.3f}). |",
+        "β = Σ min(p, q) is each position's chance, averaged over the tested ones: known from p and q before any "
+        f"u is drawn. α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
         f"| draft yield | {s.accepted_per_drafted:.3f} ({s.accepted} of {s.drafted} drafted) | How many drafts "
         "ended in the text? Drafts after a rejection are never tested (some call this ratio the acceptance rate). |",
         f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "
-        f"give? (1 − α^(γ+1)) / (1 − α) = {predicted:.2f} if every position had α (γ = {gamma}). |",
+        f"give? If every position had one rate (γ = {gamma}), (1 − r^(γ+1)) / (1 − r) predicts {from_alpha:.2f} "
+        f"from r = α (what this run's draws gave) and {from_beta:.2f} from r = mean β (what p and q promise, "
+        "before any u is drawn). |",
         f"| forward passes | target **{s.target_forwards}**, draft **{s.draft_forwards}** | Autoregressive decoding "
         f"would need {s.new_tokens} target forwards. |",
-        f"| bias (mean TV to p per tested position) | {bias} | Does the output follow p? |",
+        f"| bias (mean TV to p per tested position) | {_bias_cell(gen)} | Does the output follow p? |",
         f"| tokens / rounds | {s.new_tokens} / {s.rounds} | |",
-        f"| wall time | {s.wall_seconds:.2f} s (drafting {s.draft_seconds:.2f} s, target and verify "
-        f"{s.verify_seconds:.2f} s) | |",
+        f"| wall time | {_wall_cell(gen, timed if ar is not None else None)} | |",
     ]
     if ar is not None:
-        t = (timed or gen).stats
-        story = explain(t, ar.stats)
-        lines += [
-            f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s | "
-            "the streamed run above shares the CPU with drawing the page, so both sides of the speedup are "
-            "timed again, back to back, the same way |",
-            f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
-            f"{ar.stats.target_forwards} target forwards | |",
-            f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
-            f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×** |",
-        ]
-        lines.append("")
-        lines.append(story.sentence)
+        lines += _comparison_rows(gen, ar, timed)
     head = "**Running…** " if running else ""
     if gen.settings.skip_adjustment:
         head += "⚠ **Residual adjustment skipped: this run is biased** (its output does not follow p). "
@@ -303,9 +368,9 @@ def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
                              hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
     story = explain(gen.stats, ar.stats)
     fig.update_layout(
-        barmode="stack", height=240, margin=dict(l=110, r=20, t=50, b=70),
+        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100),
         title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "
                         f"predicted {story.predicted:.2f}×", font=dict(size=13)),
         xaxis=dict(title="milliseconds per generated token"), yaxis=dict(autorange="reversed"),
-        legend=dict(orientation="h", y=-0.45, x=0))
+        legend=legend_below(270, 50, 100, 58))
     return fig

@@ -43,7 +43,7 @@ def run_generation(*values, stops: list | None = None):
             _refuse_if_timed_out(ar)
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
-    yield views.final_view(gen, ar, status=views.done_status(timed or gen, ar), timed=timed)
+    yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed), timed=timed)
 
 
 @contextmanager

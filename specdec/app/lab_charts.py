@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..lab import RULE_NAMES, LabResult
+from ..lab import EXACT_TOLERANCE, RULE_NAMES, LabResult, closed_form_text
 from ..looks import PALETTE
 from ..sampling import Rule
 
@@ -36,9 +36,15 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
     rules = list(lab.results)
     cols = 2 if len(rules) > 1 else 1
     rows = (len(rules) + cols - 1) // cols
-    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=0.3,
-                        horizontal_spacing=0.05,
-                        subplot_titles=[f"{RULE_NAMES[r].long}: TV to p = {lab.results[r].bias:.4f}" for r in rules])
+    ticks = [_short(t) for t in lab.tokens]
+    upright = max(len(t) for t in ticks) * len(ticks) <= 40     # short labels fit side by side
+    label_px = 22 if upright else 8 + 7 * max(len(t) for t in ticks)   # room the tick labels take
+    panel, gap, top, bottom = 250, label_px + 48, 80, label_px + 70
+    height = rows * panel + (rows - 1) * gap + top + bottom
+    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=gap / (height - top - bottom),
+                        horizontal_spacing=0.06,
+                        subplot_titles=[f"{RULE_NAMES[r].long}: TV to p = {closed_form_text(lab.results[r].bias)}"
+                                        for r in rules])
     for k, rule in enumerate(rules):
         r, st = lab.results[rule], STYLE[rule]
         row, col = k // cols + 1, k % cols + 1
@@ -58,18 +64,18 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
                                     line=dict(width=3, color=TARGET["color"])),
                         legendgroup="p", showlegend=k == 0, row=row, col=col, meta={"role": "p"},
                         hovertemplate="%{x}: p = %{y:.4f}<extra></extra>")
-    fig.update_layout(barmode="stack", title="Where each emitted token comes from (closed form)",
-                      height=360 * rows + 180, **{**LAYOUT, "margin": dict(l=60, r=20, t=80, b=130),
-                                                  "legend": dict(orientation="h", yanchor="top", y=-0.12, x=0)})
+    legend = dict(orientation="h", yanchor="top", y=-(label_px + 30) / (height - top - bottom), x=0)
+    fig.update_layout(barmode="stack", title="Where each emitted token comes from (closed form)", height=height,
+                      **{**LAYOUT, "margin": dict(l=60, r=20, t=top, b=bottom), "legend": legend})
     fig.update_yaxes(title_text="probability", col=1)
-    # Up to 20 token labels share half the width: short, small, upright, so none runs into the
-    # subplot below or is clipped to a letter.
-    fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), automargin=True,
-                     ticktext=[_short(t) for t in lab.tokens], tickvals=lab.tokens)
+    # Every token labelled: upright when the labels are short, else read bottom to top, cut at 10
+    # characters (the hover and the table give them whole).
+    fig.update_xaxes(tickangle=0 if upright else -90, tickfont=dict(size=11), tickmode="array",
+                     ticktext=ticks, tickvals=lab.tokens)
     return fig
 
 
-def _short(label: str, limit: int = 8) -> str:
+def _short(label: str, limit: int = 10) -> str:
     return label if len(label) <= limit else label[:limit - 1] + "…"
 
 
@@ -110,10 +116,10 @@ def convergence_figure(lab: LabResult) -> go.Figure:
                         legendgroup=rule.value, meta={"rule": rule.value, "role": "observed"},
                         hovertemplate="N = %{x:,}: TV = %{y:.4g}<extra>" + RULE_NAMES[rule].short + "</extra>")
     for rule, r in lab.results.items():
-        if r.bias > 1e-6:          # exact (bias 0) has no level to draw on a log axis
+        if r.bias >= EXACT_TOLERANCE:      # exact (bias 0) has no level to draw on a log axis
             st = STYLE[rule]
             fig.add_scatter(x=[ns[0], ns[-1]], y=[r.bias, r.bias], mode="lines",
-                            name=f"{RULE_NAMES[rule].short}: bias {r.bias:.4f} (closed form)",
+                            name=f"{RULE_NAMES[rule].short}: bias {closed_form_text(r.bias)} (closed form)",
                             line=dict(color=st["color"], dash="dash", width=1.5), legendgroup=rule.value,
                             meta={"rule": rule.value, "role": "bias"},
                             hovertemplate="bias = %{y:.4f}<extra>" + RULE_NAMES[rule].short + "</extra>")

@@ -39,8 +39,9 @@ PRESET_OUTPUTS = ["table", "status"]
 FROM_RUN_OUTPUTS = ["table", "status", "preset"]
 RUN_OUTPUTS = ["status", "table", "summary"] + [n for name in VIEWS for n in (name, f"{name}_table")]
 
-INTRO = """
-### Is the verify step exact? Test one drafted position a million times.
+INTRO = f"""
+### Is the verify step exact? Test one drafted position many times
+({DEFAULT_SAMPLES:,} trials per rule by default, up to {limits.MAX_LAB_SAMPLES:,}).
 A draft **x ~ q** is accepted when **u < p(x)/q(x)**; on a rejection the exact rule samples the residual
 **norm(max(0, p − q))**. Then the emitted token follows **p** exactly:
 P[emitted x] = q(x)·min(1, p(x)/q(x)) + (1 − β)·residual(x) = min(p, q)(x) + max(0, p − q)(x) = p(x),
@@ -134,10 +135,15 @@ def run_lab(df, samples, seed) -> dict:
     exact = result.results[lab.Rule.EXACT]
     verdicts = ", ".join(f"{lab.RULE_NAMES[r].short}: {'rejected' if x.rejects_p else 'not rejected'}"
                          for r, x in result.results.items())
+    floor = float(lab.noise_floor(result.p, result.n))
     status = (f"{result.n:,} trials per rule, seed {result.seed}, {len(result.tokens)} tokens, "
               f"β = Σ min(p, q) = {result.beta:.4f} (observed under the exact rule: {exact.acceptance_observed:.4f}). "
               f"Chi-square test of “emitted tokens follow p” at α = {lab.ALPHA}: {verdicts}. "
-              f"({result.seconds:.2f} s)" + "".join(f"\n\nNote: {n}." for n in result.notes))
+              f"({result.seconds:.2f} s)\n\nTwo kinds of TV: the **closed form** TV(output, p) is what a rule "
+              f"gives exactly (the exact rule's is 0, as on the Decode tab; computed, it is {exact.bias:.1e}, "
+              f"float rounding); the **observed** TV(empirical, p) adds the sampling error of {result.n:,} trials: "
+              f"the exact rule's {exact.tv:.4f} is that error alone (an exact sampler's expected TV at this N: "
+              f"{floor:.4f})." + "".join(f"\n\nNote: {n}." for n in result.notes))
     out = dict(status=status, table=_frame(result.tokens, result.p, result.q),
                summary=_table(lab.summary_table(result)))
     for name, (_, figure, table) in VIEWS.items():
@@ -166,7 +172,8 @@ def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
             seed = CheckedNumber(0, label="seed", precision=0, minimum=0, elem_id="lab-seed")
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
     v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
-    v.summary = gr.Dataframe(interactive=False, headers=lab.SUMMARY_HEADERS,
+    v.summary = gr.Dataframe(interactive=False, headers=lab.SUMMARY_HEADERS, wrap=True,
+                             column_widths=["20%", "11%", "11%", "11%", "9%", "14%", "12%", "12%"],
                              label="Per rule: TV distance, chi-square test, acceptance rate", elem_id="lab-summary")
     for name, (label, _, _) in VIEWS.items():
         setattr(v, name, gr.Plot(label=label, elem_id=f"lab-{name}"))

@@ -22,6 +22,7 @@ from . import charts, handlers, limits, step_charts
 from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
 from .lab_tab import build_lab_tab
 from .serving import DECODE
+from .speed_tab import build_speed_tab
 
 __all__ = ["build_app", "launch_kwargs"]
 
@@ -39,6 +40,7 @@ def build_app() -> gr.Blocks:
         v.run_state = gr.State(None)          # the current Generation (or None)
         v.selection = gr.State((None, None))  # (round_index, position_index) shown in the step viewer
         v.stops = gr.State([])                # the visitor's running requests' stops (for the Stop button)
+        v.speed_run = gr.State(None)          # the current run as a point for the speed explorer (speed.RunPoint)
         gr.Markdown(INTRO)
         with gr.Tab("Decode"):
             _controls(v)
@@ -47,6 +49,8 @@ def build_app() -> gr.Blocks:
             _traces(v)
         with gr.Tab("Exactness lab"):
             build_lab_tab(v.run_state, v.selection)
+        with gr.Tab("Speed explorer") as speed_tab:
+            build_speed_tab(v.speed_run, speed_tab)
         with gr.Tab("How it works"):
             gr.Markdown((STATIC / "how_it_works.md").read_text(encoding="utf-8"),
                         latex_delimiters=[{"left": "$$", "right": "$$", "display": True},

@@ -2,14 +2,22 @@
 
 p against q at the position (`pq_figure`), its acceptance test (`acceptance_figure`) and how the
 round ended (`end_figure`), each with its table. Pure: every number comes from the trace.
+
+Layout, in pixels, so that no text covers another: the title at the top (one or two lines), a row
+under it with the legend on the left and the linear/log buttons on the right, then the plot; tick
+labels of a category axis are all drawn (none is skipped when crowded), upright or rotated 90°.
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..looks import LOOKS, tail_labels, token_label
+from ..looks import LOOKS, PALETTE, TAIL_LABELS, tail_labels, token_label
 from ..outcomes import Ending, Status
 from ..trace import Generation
 from .charts import (
@@ -26,6 +34,8 @@ from .charts import (
 )
 
 ACCEPT_HEADERS = ["quantity", "value"]
+PALETTE_GREY = PALETTE["grey"]
+TICK_CHARS = 12    # a token label on an axis is cut to this many characters (the hover shows it whole)
 
 
 def _position(gen: Generation, round_index: int, position: int | None):
@@ -35,12 +45,42 @@ def _position(gen: Generation, round_index: int, position: int | None):
     return r, r.positions[position]
 
 
-def _scale_buttons(log: bool, axes: tuple[str, ...]) -> list[dict]:
-    """Two buttons on the figure itself that switch its probability axes (no server round trip)."""
+def wrap(text: str, width: int) -> str:
+    """Plain text in lines of at most `width` characters, for a Plotly label (<br> between lines)."""
+    return "<br>".join(plotly_text(line) for line in textwrap.wrap(text, width))
+
+
+def _tick(label: str, upright: bool) -> str:
+    if label in TAIL_LABELS and upright:   # "rest where p ≥ q" on two lines, read bottom to top
+        return label.replace(" p ", "<br>p ")
+    return label if len(label) <= TICK_CHARS or label in TAIL_LABELS else label[:TICK_CHARS - 1] + "…"
+
+
+def _category_axis(labels: list[str], angle: int = -90) -> dict:
+    """Every category labelled (array ticks: Plotly never drops one), long labels cut short."""
+    return dict(type="category", tickmode="array", tickvals=labels, ticktext=[_tick(s, angle == -90) for s in labels],
+                tickangle=angle, tickfont=dict(size=10), automargin=True)
+
+
+def _log_range(values: list[float], headroom: float) -> list[float]:
+    """A log axis range (in decades) that shows every positive value, with room above the tallest."""
+    shown = [v for v in values if v > 0]
+    if not shown:
+        return [-3.0, 0.0]
+    return [math.floor(math.log10(min(shown))) - 0.2, math.log10(max(shown)) + headroom]
+
+
+def _scale_buttons(log: bool, axes: tuple[str, ...], values: list[float]) -> list[dict]:
+    """Two buttons on the figure itself (no server round trip) that switch its probability axes,
+    each with a range that shows every bar and leaves room for the label above the tallest; they
+    sit at the right of the row under the title, the legend at its left."""
+    top = max(values, default=1.0) or 1.0
+
     def args(kind):
-        return [{f"{a}.type": kind for a in axes}]
-    return [dict(type="buttons", direction="right", x=1.0, xanchor="right", y=1.18, yanchor="bottom",
-                 showactive=True, active=1 if log else 0, pad=dict(r=2, t=2), font=dict(size=11),
+        rng = _log_range(values, 0.6) if kind == "log" else [0, top * 1.45]
+        return [{**{f"{a}.type": kind for a in axes}, **{f"{a}.range": rng for a in axes}}]
+    return [dict(type="buttons", direction="right", x=1.0, xanchor="right", y=1.0, yanchor="bottom",
+                 showactive=True, active=1 if log else 0, pad=dict(r=0, t=0, b=4), font=dict(size=11),
                  buttons=[dict(label="linear", method="relayout", args=args("linear")),
                           dict(label="log", method="relayout", args=args("log"))])]
 
@@ -53,11 +93,35 @@ def _needs_log(values: list[float], marked: list[float]) -> bool:
     return bool(shown) and top > 0 and min(shown) < 0.02 * top
 
 
+def _pointer(labels: list[str], k: int, text: str, xref: str = "x") -> dict:
+    """A label with an arrow pointing down at category k, high in the plot (the same place on a
+    linear and a log axis), leaning away from the nearer edge so it stays inside the plot."""
+    side = k / max(len(labels) - 1, 1)
+    anchor, ax = ("left", 12) if side < 0.3 else ("right", -12) if side > 0.7 else ("center", 0)
+    return dict(x=labels[k], xref=xref, y=0.78, yref=f"{'y' if xref == 'x' else 'y' + xref[1:]} domain",
+                text=text, showarrow=True, arrowhead=2, ax=ax, ay=-26, xanchor=anchor,
+                bgcolor="rgba(255,255,255,0.9)", font=dict(size=11))
+
+
+LABEL_PX = 40   # the page's label of a figure (Gradio's, top left) and Plotly's modebar (top right)
+
+
+def _frame(fig: go.Figure, title: str, title_lines: int, height: int, legend: bool = True) -> None:
+    """Under the page's label: the title, the legend row under it (left), the plot under that."""
+    top = LABEL_PX + 8 + 18 * title_lines + (34 if legend else 8)
+    fig.update_layout(height=height, margin=dict(l=55, r=12, t=top, b=10),
+                      title=dict(text=title, font=dict(size=13), x=0, xref="paper", xanchor="left",
+                                 y=1 - LABEL_PX / height, yref="container", yanchor="top"),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom",
+                                  font=dict(size=11)))
+
+
 def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> go.Figure:
     """p and q side by side over the stored top tokens (left), and the rest of the vocabulary in
-    its own panel (right: the two tail parts, split by the sign of p − q, with their exact mass).
-    The drafted token is outlined and labelled with its p and q; the axis starts on a log scale
-    when its bars would be too small to see, and two buttons switch the scale."""
+    its own panel (right: the two tail parts, split by the sign of p − q, with their exact mass),
+    on one shared probability axis. The drafted token is outlined and labelled with its p and q;
+    the axis starts on a log scale when its bars would be too small to see, and two buttons
+    switch the scale."""
     if gen is None or not gen.rounds:
         return empty_figure(go.Figure(), "No run yet")
     r, pos = _position(gen, round_index, position)
@@ -66,9 +130,8 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
                                    "see how the round ended")
     labels = unique_labels(gen, pos.p.ids)
     drafted = pos.p.ids.index(pos.draft_token)
-    tails = tail_labels(pos.p)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.82, 0.18], horizontal_spacing=0.06,
-                        subplot_titles=("top tokens", "rest of the vocabulary"))
+    tails = list(tail_labels(pos.p))
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.84, 0.16], horizontal_spacing=0.03, shared_yaxes=True)
     widths = [3 if k == drafted else 0 for k in range(len(labels))]
     for name, d, colour, shape in (("p (target)", pos.p, P_COLOUR, ""), ("q (draft)", pos.q, Q_COLOUR, "/")):
         fig.add_trace(go.Bar(
@@ -76,24 +139,23 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
             marker=dict(color=colour, line=dict(color=HIGHLIGHT, width=widths), pattern=dict(shape=shape)),
             hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Bar(
-            x=list(tails), y=d.buckets(), name=name, legendgroup=name, offsetgroup=name, showlegend=False,
+            x=tails, y=d.buckets(), name=name, legendgroup=name, offsetgroup=name, showlegend=False,
             marker=dict(color=colour, pattern=dict(shape=shape)),
             hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>"), row=1, col=2)
-    log = _needs_log(pos.p.probs + pos.q.probs, [pos.p_draft, pos.q_draft])
-    axis_type = "log" if log else "linear"
-    fig.update_yaxes(type=axis_type, title_text="probability", row=1, col=1)
-    fig.update_yaxes(type=axis_type, row=1, col=2)
-    fig.update_xaxes(tickangle=-45, row=1, col=1)
-    # On a log axis the arrow points down from the top of the panel (bar heights are exponents there).
-    fig.add_annotation(x=labels[drafted], xref="x", y=0.95 if log else max(pos.p_draft, pos.q_draft),
-                       yref="y domain" if log else "y",
-                       text=f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}",
-                       showarrow=True, arrowhead=2, ay=-30, bgcolor="rgba(255,255,255,0.8)")
-    title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b>"
-             f" — p(x) = {sig3(pos.p_draft)}, q(x) = {sig3(pos.q_draft)}, β = Σmin(p, q) = {pos.beta:.3f}")
-    fig.update_layout(barmode="group", height=400, margin=dict(l=50, r=10, t=95, b=90),
-                      title=dict(text=title, font=dict(size=13)), updatemenus=_scale_buttons(log, ("yaxis", "yaxis2")),
-                      legend=dict(orientation="h", y=1.1, x=0, yanchor="bottom"))
+    values = pos.p.probs + pos.q.probs + pos.p.buckets() + pos.q.buckets()
+    log = _needs_log(values, [pos.p_draft, pos.q_draft])
+    buttons = _scale_buttons(log, ("yaxis", "yaxis2"), values)
+    rng = buttons[0]["buttons"][1 if log else 0]["args"][0]["yaxis.range"]
+    fig.update_yaxes(type="log" if log else "linear", range=rng, tickformat="~g", dtick=1 if log else None)
+    fig.update_yaxes(title_text="probability", row=1, col=1)
+    fig.update_xaxes(**_category_axis(labels), title=dict(text="top tokens", font=dict(size=11)), row=1, col=1)
+    fig.update_xaxes(**_category_axis(tails), title=dict(text="rest of the vocabulary", font=dict(size=11)),
+                     row=1, col=2)
+    fig.add_annotation(**_pointer(labels, drafted, f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}"))
+    title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b><br>"
+             f"p(x) = {sig3(pos.p_draft)}, q(x) = {sig3(pos.q_draft)}, β = Σ min(p, q) = {pos.beta:.3f}")
+    _frame(fig, title, 2, 470)
+    fig.update_layout(barmode="group", updatemenus=buttons)
     return fig
 
 
@@ -113,6 +175,20 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
 
 PQ_HEADERS = ["token", "id", "p (target)", "q (draft)", "min(p, q)", "note"]
 
+NOTE_CHARS = 88   # characters per line of the notes under the acceptance test (about 540 px at 11 px)
+
+
+def _verdict(pos) -> tuple[str, str]:
+    """The test's outcome in a few words, and a second line that says what it means."""
+    symbol, threshold = LOOKS[pos.status].symbol, min(1.0, pos.ratio)
+    if pos.status is Status.ACCEPTED:
+        return (f"ACCEPTED {symbol}", f"u = {pos.u:.3f} < min(1, p/q) = {threshold:.3f}: the draft is kept")
+    if pos.status is Status.REJECTED:
+        return (f"REJECTED {symbol}", f"u = {pos.u:.3f} ≥ min(1, p/q) = {threshold:.3f}: this draft and the "
+                                      "ones after it are thrown away")
+    return (f"NOT TESTED {symbol}", f"thrown away untested: an earlier draft was rejected (its u = {pos.u:.3f} "
+                                   "was drawn, never used)")
+
 
 def acceptance_figure(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> go.Figure:
     """The acceptance test at one drafted position: min(1, p(x)/q(x)) against the uniform draw u."""
@@ -123,44 +199,51 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
     if pos is None:
         return empty_figure(fig, f"Round {r.index + 1} drafted nothing: no test", height=220)
     threshold = min(1.0, pos.ratio)
-    symbol = LOOKS[pos.status].symbol
-    verdict = {Status.ACCEPTED: f"ACCEPTED {symbol} (u = {pos.u:.3f} < {threshold:.3f})",
-               Status.REJECTED: f"REJECTED {symbol} (u = {pos.u:.3f} ≥ {threshold:.3f})",
-               Status.UNUSED: f"NOT TESTED {symbol} (an earlier draft was rejected; u = {pos.u:.3f} was drawn "
-                              "but unused)"}[pos.status]
-    fig.add_trace(go.Bar(x=[threshold], y=["test"], orientation="h", name="min(1, p(x)/q(x))",
+    fig.add_trace(go.Bar(x=[threshold], y=["test"], orientation="h", name="min(1, p(x)/q(x))", width=0.6,
                          marker=dict(color=LOOKS[Status.ACCEPTED].colour, pattern=dict(shape="/")),
                          hovertemplate="min(1, p/q) = %{x:.4f}<extra></extra>"))
-    fig.add_trace(go.Bar(x=[1.0 - threshold], y=["test"], orientation="h", name="rejection zone",
+    fig.add_trace(go.Bar(x=[1.0 - threshold], y=["test"], orientation="h", name="rejection zone", width=0.6,
                          base=[threshold], marker=dict(color="rgba(213,94,0,0.25)"),
                          hovertemplate="reject if u ≥ %{base:.4f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[pos.u], y=["test"], mode="markers+text", name="u (uniform draw)",
-                             text=[f"u = {pos.u:.3f}"], textposition="middle right",
+    fig.add_trace(go.Scatter(x=[pos.u], y=["test"], mode="markers", name="u (uniform draw)",
                              marker=dict(symbol="line-ns", size=40, line=dict(width=4, color=HIGHLIGHT)),
                              hovertemplate="u = %{x:.4f}<extra></extra>"))
+    # u's value above the bar, on white, leaning away from the nearer edge.
+    anchor, ax = ("left", 10) if pos.u < 0.2 else ("right", -10) if pos.u > 0.8 else ("center", 0)
+    fig.add_annotation(x=pos.u, y=0.3, text=f"u = {pos.u:.3f}", showarrow=True, arrowhead=2, ax=ax, ay=-24,
+                       xanchor=anchor, bgcolor="white", bordercolor=HIGHLIGHT, borderwidth=1, font=dict(size=12))
     notes = [bias_note(gen, pos)]
     if gen.settings.sampling.greedy:
         notes.append("Temperature 0: p and q are one-hot, so min(1, p/q) is 0 or 1 and u, though drawn, "
                      "cannot change the outcome.")
-    fig.add_annotation(text="<br>".join(plotly_text(n) for n in notes), xref="paper", yref="paper", x=0, y=-0.5,
-                       xanchor="left", yanchor="top", align="left", showarrow=False, font=dict(size=11))
-    fig.update_layout(
-        barmode="overlay", height=270, margin=dict(l=50, r=10, t=60, b=100),
-        title=dict(text=f"Test: p(x)/q(x) = {sig3(pos.p_draft)}/{sig3(pos.q_draft)} = {sig3(pos.ratio)} → {verdict}",
-                   font=dict(size=13)),
-        xaxis=dict(range=[0, 1.02]), yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.3))
+    note = "<br>".join(wrap(n, NOTE_CHARS) for n in notes)
+    lines = note.count("<br>") + 1
+    plot, top, bottom = 110, LABEL_PX + 8 + 18 * 2 + 8, 58 + 15 * lines
+    height = plot + top + bottom
+    verdict, detail = _verdict(pos)
+    title = (f"Test: p(x)/q(x) = {sig3(pos.p_draft)}/{sig3(pos.q_draft)} = {sig3(pos.ratio)} → <b>{verdict}</b><br>"
+             f"<span style='font-size:12px'>{plotly_text(detail)}</span>")
+    _frame(fig, title, 2, height, legend=False)
+    fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-56 / plot, xanchor="left", yanchor="top",
+                       align="left", showarrow=False, font=dict(size=11))
+    fig.update_layout(barmode="overlay", margin=dict(l=12, r=12, t=top, b=bottom),
+                      legend=dict(orientation="h", x=0, y=-24 / plot, yanchor="top", xanchor="left"),
+                      xaxis=dict(range=[0, 1.02]), yaxis=dict(visible=False, range=[-0.5, 1.0]))
     return fig
 
 
 def bias_note(gen: Generation, pos) -> str:
     """The bias of this run's rule at one position (closed form, from the trace), in words."""
+    if pos.status is Status.UNUSED:
+        return ("This draft emitted nothing (it was thrown away untested), so there is no output here to "
+                "compare with p: the round's next token came from the rejected position.")
     if pos.skip_tv is None:
         return "Bias at this position: not stored (a schema-1 trace)."
     if gen.settings.skip_adjustment:
         return (f"Output here vs p: TV = {pos.skip_tv:.4f}, biased, because the adjustment was skipped "
                 "(closed form: min(p, q) + (1 − β) p).")
-    return (f"Output here vs p: TV = 0 (the exact rule, closed form). Had the adjustment been skipped: "
-            f"TV = {pos.skip_tv:.4f}.")
+    return (f"Output here vs p: TV = 0 (the exact rule's output is p; closed form). Had the adjustment been "
+            f"skipped: TV = {pos.skip_tv:.4f}.")
 
 
 def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
@@ -169,83 +252,142 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
+    untested = pos.status is Status.UNUSED
+    here = "— (not tested: no output here)" if untested else \
+        0.0 if not gen.settings.skip_adjustment else _r(pos.skip_tv)
     return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
             ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
-            ["min(1, p/q): chance this draft passes", round(min(1.0, pos.ratio), 6)], ["u", round(pos.u, 6)],
+            ["min(1, p/q): chance this draft passes", round(min(1.0, pos.ratio), 6)],
+            ["u" + (" (drawn, never used)" if untested else ""), round(pos.u, 6)],
             ["β = Σ min(p, q): chance a draft from q passes here", round(pos.beta, 6)], ["verdict", pos.status.value],
-            ["TV(output here, p) under this run's rule", 0.0 if not gen.settings.skip_adjustment else _r(pos.skip_tv)],
-            ["TV(output here, p) if the adjustment were skipped", _r(pos.skip_tv)]]
+            ["TV(output here, p) under this run's rule", here],
+            ["TV(output here, p) if the adjustment were skipped", "—" if untested else _r(pos.skip_tv)]]
+
+
+# ---------------------------------------------------------------- how the round ended
+
+@dataclass(frozen=True)
+class EndView:
+    """The round's last draw over one set of rows, shared by its chart and its table: the stored
+    ids of the end distribution, joined (after a rejection) by every token stored at the rejected
+    position (its p and q are the same rows), so the rejected draft and every token whose residual
+    is 0 keep their own row; then the tail parts, less what those rows took out of them."""
+
+    ids: list[int | None]        # None for a tail part
+    labels: list[str]            # axis and table labels (token labels, then the tail names)
+    p: list[float]
+    q: list[float] | None        # None when no draft was rejected (bonus, plain step)
+    sampled: list[float]         # the distribution the last token was drawn from
+    drafted: int | None          # the rejected draft's token, if any
+
+
+def _extra_value(r, p: float, q: float) -> float:
+    """What the round's end distribution gives a token stored at the rejected position but not
+    among the end distribution's ids: its residual share, p itself (skip), or 0 (greedy argmax)."""
+    if r.ending is Ending.RESIDUAL:
+        return max(0.0, p - q) / r.residual_mass if r.residual_mass else 0.0
+    return p if r.ending is Ending.BIASED_P else 0.0
+
+
+def end_view(gen: Generation, round_index: int) -> EndView:
+    r = gen.rounds[round_index]
+    d = r.end_dist
+    p = dict(zip(d.ids, r.end_p.probs))
+    q = dict(zip(d.ids, r.end_q.probs)) if r.end_q is not None else None
+    sampled = dict(zip(d.ids, d.probs))
+    tails = [d.buckets(), r.end_p.buckets(), r.end_q.buckets() if r.end_q is not None else None]
+    rejected = r.positions[r.n_accepted] if q is not None and r.n_accepted < len(r.positions) else None
+    if rejected is not None and None not in (d.split, r.end_p.split, r.end_q.split):
+        for i, pi, qi in zip(rejected.p.ids, rejected.p.probs, rejected.q.probs):
+            if i in p:
+                continue
+            si, part = _extra_value(r, pi, qi), 0 if pi >= qi else 1   # its tail part: by the sign of p - q
+            for tail, v in zip(tails, (si, pi, qi)):
+                tail[part] = max(0.0, tail[part] - v)
+            p[i], q[i], sampled[i] = pi, qi, si
+    order = sorted(p, key=lambda i: (-sampled[i], -p[i], i))
+    names = list(tail_labels(d))
+    return EndView(ids=[*order, *[None] * len(names)], labels=unique_labels(gen, order) + names,
+                   p=[p[i] for i in order] + tails[1],
+                   q=None if q is None else [q[i] for i in order] + tails[2],
+                   sampled=[sampled[i] for i in order] + tails[0],
+                   drafted=rejected.draft_token if rejected is not None else None)
+
+
+def _end_title(gen: Generation, r, token: str) -> tuple[str, int]:
+    look = LOOKS[r.ending]
+    n = r.n_accepted + 1
+    if r.ending is Ending.RESIDUAL:
+        beta = r.positions[r.n_accepted].beta
+        return (f"Round {r.index + 1}: draft {n} rejected → resampled <b>{token}</b> from the residual "
+                f"norm(max(0, p − q))<br>mass of max(0, p − q) = 1 − β = {fixed(r.residual_mass, 3)} "
+                f"(β = {beta:.3f} at this position): each bar of max(0, p − q) is divided by it", 2)
+    if r.ending is Ending.BIASED_P:
+        return (f"<b>{look.symbol} BIASED</b>: round {r.index + 1}: draft {n} rejected → sampled <b>{token}</b> "
+                f"from p, not from the residual<br><span style='color:{look.colour}'><b>Adjustment skipped: tokens "
+                "q over-proposes are now too likely. The output no longer follows p.</b></span>", 2)
+    titles = {Ending.BONUS: f"Round {r.index + 1}: all {len(r.positions)} drafts accepted → bonus token "
+                            f"<b>{token}</b> drawn from p at position {len(r.positions) + 1}",
+              Ending.PLAIN: f"Round {r.index + 1}: nothing was drafted → one plain target step drew "
+                            f"<b>{token}</b> from p",
+              Ending.GREEDY: f"Round {r.index + 1}: draft {n} did not match → <b>{token}</b>, the argmax of p"}
+    return titles[r.ending], 1
 
 
 def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
-    """How the round's last token was drawn, over the stored ids and the tail (its two parts when
-    a draft was rejected).
+    """How the round's last token was drawn, over `end_view`'s rows.
 
-    residual: p − q with the negative part clamped (faded), the normalised residual (= end_dist);
-    biased p (adjustment skipped): p used as-is, with a warning that this is biased;
-    bonus / plain step / greedy: the distribution used. The drawn token is outlined and labelled
-    (the decoder always keeps it among the stored ids).
+    residual: the normalised residual (= end_dist, wide, outlined) over max(0, p − q) (narrow,
+    inside it); a token with q ≥ p gets no residual, marked at 0 (its full p was given at the
+    acceptance step); biased p (adjustment skipped): p used as-is, q faded, with the warning;
+    bonus / plain step / greedy: the distribution used. The drawn token is outlined and labelled.
     """
     fig = go.Figure()
     if gen is None or not gen.rounds:
         return empty_figure(fig, "No run yet", height=360)
     r = gen.rounds[round_index]
-    d = r.end_dist
-    tails = list(tail_labels(d))
-    labels = unique_labels(gen, d.ids) + tails
-    drawn = d.ids.index(r.end_token)
-    widths = [3 if k == drawn else 0 for k in range(len(labels))]
-    token = show_token(gen, r.end_token)
+    v = end_view(gen, round_index)
+    drawn = v.ids.index(r.end_token)
+    widths = [3 if k == drawn else 0 for k in range(len(v.labels))]
     look = LOOKS[r.ending]
-    values = list(d.probs) + d.buckets()
+    used = dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths))
     if r.ending is Ending.RESIDUAL:
-        diff = [a - b for a, b in zip(r.end_p.probs + r.end_p.buckets(), r.end_q.probs + r.end_q.buckets())]
-        fig.add_trace(go.Bar(x=labels, y=[max(0.0, v) for v in diff], name="max(0, p − q)",
-                             marker=dict(color=LOOKS[Status.REJECTED].colour),
-                             hovertemplate="%{x}<br>max(0, p − q) = %{y:.4f}<extra></extra>"))
-        fig.add_trace(go.Bar(x=labels, y=[min(0.0, v) for v in diff], name="p − q < 0 (clamped to 0)",
-                             marker=dict(color=FADED), hovertemplate="%{x}<br>p − q = %{y:.4f} → 0<extra></extra>"))
-        fig.add_trace(go.Bar(x=labels, y=values, name="normalised residual (sampled)",
-                             marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
-                                         pattern=dict(shape="x")),
-                             hovertemplate="%{x}<br>residual = %{y:.4f}<extra></extra>"))
-        title = (f"Round {r.index + 1}: draft {r.n_accepted + 1} rejected → resampled <b>{token}</b> from "
-                 f"norm(max(0, p − q)); mass of max(0, p − q) = {fixed(r.residual_mass, 3)}")
+        mass = fixed(r.residual_mass, 3)
+        fig.add_trace(go.Bar(x=v.labels, y=v.sampled, name=f"normalised residual = max(0, p − q) / {mass} (sampled)",
+                             width=0.8, marker=dict(**used, pattern=dict(shape="x")),
+                             hovertemplate="%{x}<br>residual = %{y:.4g}<extra></extra>"))
+        fig.add_trace(go.Bar(x=v.labels, y=[max(0.0, a - b) for a, b in zip(v.p, v.q)], name="max(0, p − q)",
+                             width=0.4, marker=dict(color=LOOKS[Status.REJECTED].colour),
+                             hovertemplate="%{x}<br>max(0, p − q) = %{y:.4g}<extra></extra>"))
+        none = [k for k, (a, b) in enumerate(zip(v.p, v.q)) if b >= a and b > 0]
+        fig.add_trace(go.Scatter(
+            x=[v.labels[k] for k in none], y=[0.0] * len(none), yaxis="y2", mode="markers", cliponaxis=False,
+            name="q ≥ p: residual 0 (its p was given at acceptance)",
+            marker=dict(symbol="line-ew", size=14, line=dict(width=3, color=PALETTE_GREY)),
+            customdata=[[v.p[k], v.q[k]] for k in none],
+            hovertemplate="%{x}<br>p = %{customdata[0]:.4g} ≤ q = %{customdata[1]:.4g}: residual 0<extra></extra>"))
+        fig.update_layout(yaxis2=dict(overlaying="y", range=[0, 1], visible=False, fixedrange=True))
     elif r.ending is Ending.BIASED_P:
-        fig.add_trace(go.Bar(x=labels, y=values, name="p (used instead of the residual: biased)",
-                             marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
-                                         pattern=dict(shape="\\")),
-                             hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
-        fig.add_trace(go.Bar(x=labels, y=list(r.end_q.probs) + r.end_q.buckets(), name="q (ignored)",
-                             marker=dict(color=FADED), hovertemplate="%{x}<br>q = %{y:.4f}<extra></extra>"))
-        title = (f"{look.symbol} BIASED: round {r.index + 1}: draft {r.n_accepted + 1} rejected → sampled "
-                 f"<b>{token}</b> from p, not from the residual (adjustment skipped)")
-        fig.add_annotation(text=f"{look.symbol} Adjustment skipped: tokens q over-proposes are now too likely. "
-                                "The output no longer follows p.", xref="paper", yref="paper", x=0, y=1.02,
-                           xanchor="left", yanchor="bottom", showarrow=False, bgcolor=look.colour,
-                           font=dict(color="white", size=12))
+        fig.add_trace(go.Bar(x=v.labels, y=v.sampled, name="p (used instead of the residual: biased)", width=0.8,
+                             marker=dict(**used, pattern=dict(shape="\\")),
+                             hovertemplate="%{x}<br>p = %{y:.4g}<extra></extra>"))
+        fig.add_trace(go.Bar(x=v.labels, y=v.q, name="q (ignored)", width=0.4, marker=dict(color=FADED),
+                             hovertemplate="%{x}<br>q = %{y:.4g}<extra></extra>"))
     else:
         name = {Ending.BONUS: "p at position γ+1 (bonus)", Ending.PLAIN: "p (plain target step)",
                 Ending.GREEDY: "argmax of p (greedy match)"}[r.ending]
-        fig.add_trace(go.Bar(x=labels, y=values, name=name,
-                             marker=dict(color=look.colour, line=dict(color=HIGHLIGHT, width=widths),
-                                         pattern=dict(shape=".")),
-                             hovertemplate="%{x}<br>p = %{y:.4f}<extra></extra>"))
-        title = {Ending.BONUS: f"Round {r.index + 1}: all {len(r.positions)} drafts accepted → bonus token "
-                               f"<b>{token}</b> drawn from p at position {len(r.positions) + 1}",
-                 Ending.PLAIN: f"Round {r.index + 1}: nothing was drafted → one plain target step drew "
-                               f"<b>{token}</b> from p",
-                 Ending.GREEDY: f"Round {r.index + 1}: draft {r.n_accepted + 1} did not match → "
-                                f"<b>{token}</b>, the argmax of p"}[r.ending]
-    log = _needs_log(values, [d.probs[drawn]])
-    fig.add_annotation(x=labels[drawn], y=d.probs[drawn] if not log else 0.95, yref="y" if not log else "y domain",
-                       text=f"drawn: {sig3(d.probs[drawn])}", showarrow=True, arrowhead=2, ay=-30,
-                       bgcolor="rgba(255,255,255,0.8)")
-    fig.update_layout(barmode="group", height=440, margin=dict(l=50, r=10, t=95, b=40),
-                      title=dict(text=title, font=dict(size=13)),
-                      yaxis=dict(title="probability", type="log" if log else "linear"),
-                      updatemenus=_scale_buttons(log, ("yaxis",)),
-                      xaxis=dict(tickangle=-45), legend=dict(orientation="h", y=-0.45, x=0))
+        fig.add_trace(go.Bar(x=v.labels, y=v.sampled, name=name, marker=dict(**used, pattern=dict(shape=".")),
+                             hovertemplate="%{x}<br>p = %{y:.4g}<extra></extra>"))
+    values = v.sampled + (v.q or [])
+    log = _needs_log(v.sampled, [x for x in v.sampled if x > 0])
+    buttons = _scale_buttons(log, ("yaxis",), values)
+    title, lines = _end_title(gen, r, show_token(gen, r.end_token))
+    fig.add_annotation(**_pointer(v.labels, drawn, f"drawn: {sig3(v.sampled[drawn])}"))
+    _frame(fig, title, lines, 480)
+    fig.update_layout(barmode="overlay", updatemenus=buttons, xaxis=_category_axis(v.labels, -45),
+                      yaxis=dict(title="probability", type="log" if log else "linear", tickformat="~g",
+                                 dtick=1 if log else None,
+                                 range=buttons[0]["buttons"][1 if log else 0]["args"][0]["yaxis.range"]))
     return fig
 
 
@@ -253,15 +395,13 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
     if gen is None or not gen.rounds:
         return []
     r = gen.rounds[round_index]
+    v = end_view(gen, round_index)
     rows = []
-    for k, i in enumerate(r.end_dist.ids):
-        p = r.end_p.prob(i)
-        q = r.end_q.prob(i) if r.end_q is not None else None
-        rows.append([token_label(gen, i), i, _r(p), _r(q), _r(None if q is None or p is None else p - q),
-                     round(r.end_dist.probs[k], 6), "◀ drawn" if i == r.end_token else ""])
-    q_tail = r.end_q.buckets() if r.end_q is not None else [None] * len(r.end_dist.buckets())
-    for name, d, p, q in zip(tail_labels(r.end_dist), r.end_dist.buckets(), r.end_p.buckets(), q_tail):
-        rows.append([name, None, _r(p), _r(q), _r(None if q is None else p - q), round(d, 6), ""])
+    for k, (i, label) in enumerate(zip(v.ids, v.labels)):
+        p, q = v.p[k], None if v.q is None else v.q[k]
+        note = "◀ drawn" if i == r.end_token else "◀ rejected draft" if i is not None and i == v.drafted else ""
+        rows.append([label if i is None else token_label(gen, i), i, _r(p), _r(q), _r(None if q is None else p - q),
+                     round(v.sampled[k], 6), note])
     return rows
 
 
@@ -270,4 +410,3 @@ END_HEADERS = ["token", "id", "p", "q", "p − q", "sampled from", "note"]
 
 def _r(x):
     return None if x is None else round(x, 6)
-

@@ -15,9 +15,10 @@ import pandas as pd
 from ..decoding import STOPPED
 from ..looks import LOOKS, token_label
 from ..outcomes import Ending
-from ..speed import speedup
+from ..speed import run_point, speedup
 from ..trace import Generation
 from . import charts, step_charts
+from .charts import sig3
 
 
 def default_position(gen: Generation | None, round_index: int) -> int | None:
@@ -81,9 +82,23 @@ def round_caption(gen: Generation, r: int) -> str:
     rnd = gen.rounds[r]
     text = "".join(gen.token(t) for t in rnd.emitted)
     look = LOOKS[rnd.ending]
-    return (f"**Round {r + 1} of {len(gen.rounds)}**: drafted {len(rnd.positions)}, accepted {rnd.n_accepted}, "
-            f"ended by {look.symbol} *{look.label}*; emitted {len(rnd.emitted)} tokens: "
-            f"`{json.dumps(text, ensure_ascii=False)}`")
+    n = len(rnd.emitted)
+    caption = (f"**Round {r + 1} of {len(gen.rounds)}**: drafted {len(rnd.positions)}, accepted {rnd.n_accepted}, "
+               f"ended by {look.symbol} *{look.label}*; emitted {n} token{'' if n == 1 else 's'}: "
+               f"`{json.dumps(text, ensure_ascii=False)}`")
+    if rnd.ending is Ending.RESIDUAL and rnd.n_accepted < len(rnd.positions):
+        caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
+    return caption
+
+
+def why_no_residual(gen: Generation, pos) -> str:
+    """Why the rejected draft (and every token with q ≥ p) gets no residual mass."""
+    x = charts.md_text(token_label(gen, pos.draft_token))
+    return (f"*Why does the rejected draft {x} get no residual, though p({x}) = {sig3(pos.p_draft)}?* Its "
+            f"q = {sig3(pos.q_draft)} ≥ p. A draft is kept with chance min(1, p/q), so a token with q ≥ p is "
+            "emitted as an accepted draft with probability q · p/q = p: **its full p was already given at the "
+            "acceptance step**. The residual max(0, p − q) tops up only what acceptance could not give, the "
+            "tokens the draft under-proposes (p > q); every token with q ≥ p gets 0 there.")
 
 
 def slider(gen: Generation | None, value: int | None = None):
@@ -116,13 +131,20 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                 time_plot=charts.time_figure(timed or gen, ar),
                 run_state=gen, round_slider=slider(gen, round_index), export_file=None,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
-                side_by_side=charts.side_by_side_html(None, None, ""), **step_view(gen, round_index, None))
+                side_by_side=charts.side_by_side_html(None, None, ""),
+                speed_run=run_point((timed or gen).stats, gen.settings.gamma, ar.stats if ar is not None else None),
+                **step_view(gen, round_index, None))
 
 
-def done_status(gen: Generation, ar: Generation | None) -> str:
+def done_status(gen: Generation, ar: Generation | None, timed: Generation | None = None) -> str:
+    """The status line: the run's tokens and time; with a comparison, the time the speedup uses
+    (the run timed again, unstreamed) first, and the streamed time beside it, each named."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
-    msg = f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({s.stopped.replace('_', ' ')})."
-    if ar is not None:
-        msg += f" Autoregressive: {ar.stats.wall_seconds:.2f} s → speedup {speedup(s, ar.stats):.2f}×."
-    return msg
+    why = s.stopped.replace("_", " ")
+    if ar is None:
+        return f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
+    t = (timed or gen).stats
+    return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
+            f"unstreamed ({s.wall_seconds:.2f} s while streaming to the page). Autoregressive: "
+            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.")

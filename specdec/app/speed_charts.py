@@ -1,0 +1,154 @@
+"""The speed explorer's figures and table: Leviathan et al.'s expected speedup against α, with the
+costs of a device measured by the project (`speed.CostProfile`) or by the current run.
+
+speedup(α, γ) = (1 − α^(γ+1)) / ((1 − α)(γ c + v(γ))), c = a draft step in target steps,
+v(γ) = a verify over γ + 1 tokens in target steps. Pure: profiles and a `speed.RunPoint` in,
+figures out; every curve's trace carries meta {profile, gamma, c, v, measured_width} so a test
+can check it against the closed form.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..looks import PALETTE
+from ..speed import CostProfile, RunPoint, alpha_band, expected_tokens_per_round
+from .charts import empty_figure, legend_below, plotly_text
+
+GAMMAS = tuple(range(1, 9))
+ALPHAS = [k / 100 for k in range(101)]
+# Eight γ, told apart by colour and by dash (colour is never the only cue).
+GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69F00", "#0072B2", "#D55E00",
+                                                      "#CC79A7", "#999999", "#000000"),
+                                            ("solid", "dot", "dash", "solid", "longdash", "dashdot", "dot", "dash"))}
+PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "vermillion", "green", "purple", "orange", "sky", "black", "grey")]
+
+
+def curve(alpha: float, gamma: int, c: float, v: float) -> float:
+    """The closed form (the one `speed.leviathan_speedup` computes), without its range check."""
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + v)
+
+
+def _curve_trace(profile: CostProfile, gamma: int, c: float, name: str, colour: str, dash: str,
+                 width: float) -> go.Scatter:
+    """One curve; faded, its name starred, where the verify width γ + 1 was not measured."""
+    v, measured = profile.verify_nearest(gamma)
+    return go.Scatter(
+        x=ALPHAS, y=[curve(a, gamma, c, v) for a in ALPHAS], mode="lines", name=name + ("" if measured else " *"),
+        line=dict(color=colour, dash=dash, width=width), opacity=1.0 if measured else 0.5,
+        meta={"profile": profile.name, "gamma": gamma, "c": c, "v": v, "measured_width": measured},
+        hovertemplate=f"{plotly_text(name)}<br>α = %{{x:.2f}}: %{{y:.2f}}×<extra></extra>")
+
+
+def _guides(fig: go.Figure, alpha: float, label: str) -> None:
+    """Break-even (1×) and the chosen α, each with its label where nothing else is written."""
+    fig.add_hline(y=1, line=dict(color=PALETTE["grey"], width=1))
+    fig.add_annotation(text="break-even (1×)", x=0.01, xref="x", y=1, yref="y", xanchor="left", yanchor="bottom",
+                       showarrow=False, font=dict(size=10, color="#555"))
+    fig.add_vline(x=alpha, line=dict(color=PALETTE["black"], width=1, dash="dot"))
+    fig.add_annotation(text=label, x=alpha, xref="x", y=1.0, yref="paper", yanchor="bottom",
+                       xanchor="left" if alpha < 0.5 else "right", showarrow=False, bgcolor="rgba(255,255,255,0.9)",
+                       font=dict(size=11))
+
+
+LABEL_PX = 40   # the page's label of a figure (top left) and Plotly's modebar (top right)
+
+
+def _layout(fig: go.Figure, title: str, title_lines: int, entries: int, columns: int = 1) -> None:
+    """Under the page's label: the title; the plot; the legend under the axis title."""
+    rows = -(-entries // columns)
+    top, plot, bottom = LABEL_PX + 18 * title_lines + 34, 300, 70 + 20 * rows
+    height = top + plot + bottom
+    fig.update_layout(height=height, margin=dict(l=60, r=20, t=top, b=bottom), template="plotly_white",
+                      title=dict(text=title, font=dict(size=13), x=0, xref="paper", xanchor="left",
+                                 y=1 - LABEL_PX / height, yref="container", yanchor="top"),
+                      legend={**legend_below(height, top, bottom, 48), "orientation": "v" if columns == 1 else "h"},
+                      xaxis=dict(title="acceptance rate α", range=[-0.03, 1.02]),
+                      yaxis=dict(title="speedup over the target alone (×)", rangemode="tozero"))
+
+
+def curves_figure(profile: CostProfile | None, gamma: int, alpha: float, c: float | None = None,
+                  point: RunPoint | None = None) -> go.Figure:
+    """Speedup against α for γ = 1..8 with one profile's costs (c from the slider: "what if"), the
+    chosen γ drawn bold; the run's measured point on its own curve when this is its profile."""
+    fig = go.Figure()
+    if profile is None:
+        return empty_figure(fig, "No cost profile to draw", height=300)
+    c = profile.c if c is None else c
+    what_if = abs(c - profile.c) > 1e-9
+    for g in GAMMAS:
+        colour, dash = GAMMA_STYLE[g]
+        fig.add_trace(_curve_trace(profile, g, c, f"γ = {g}", colour, dash, 4 if g == gamma else 1.5))
+    entries = len(GAMMAS)
+    if point is not None and point.whole_loop is not None and profile.name == point.whole_loop.name and not what_if:
+        entries += _run_point(fig, point, profile)
+    v, _ = profile.verify_nearest(gamma)
+    _guides(fig, alpha, f"α = {alpha:.3f}, γ = {gamma}: {curve(alpha, gamma, c, v):.2f}×")
+    head = f"what if c = {c:.3f} (measured {profile.c:.3f})" if what_if else f"c = {c:.3f}"
+    _layout(fig, f"{plotly_text(profile.name)}: speedup against α, γ = 1–8<br><span style='font-size:11px'>"
+                 f"{head}; v(γ) = its verify over γ + 1 tokens ÷ one step. * faded: width γ + 1 not measured, "
+                 "v from the nearest measured width</span>", 2, entries, columns=4)
+    return fig
+
+
+def _run_point(fig: go.Figure, point: RunPoint, profile: CostProfile) -> int:
+    """The run's measured speedup at its α, with α ± 2σ (binomial), and its curve over that band."""
+    g = point.gamma
+    v, _ = profile.verify_nearest(g)
+    lo, hi = alpha_band(point.alpha, point.tested)
+    band = [a for a in ALPHAS if lo <= a <= hi] or [point.alpha]
+    fig.add_trace(go.Scatter(x=[lo, *band, hi], y=[curve(a, g, profile.c, v) for a in (lo, *band, hi)],
+                             mode="lines", name="its curve over α ± 2σ",
+                             line=dict(color="rgba(0,114,178,0.3)", width=14), meta={"role": "band"},
+                             hovertemplate="α = %{x:.3f}: %{y:.2f}×<extra>curve within α's noise</extra>"))
+    fig.add_trace(go.Scatter(x=[point.alpha], y=[curve(point.alpha, g, profile.c, v)], mode="markers",
+                             name=f"predicted at α = {point.alpha:.3f}", meta={"role": "predicted"},
+                             marker=dict(symbol="circle-open", size=14, color=PALETTE["black"], line=dict(width=2))))
+    fig.add_trace(go.Scatter(x=[point.alpha], y=[point.measured], mode="markers", name="this run, measured",
+                             meta={"role": "measured"},
+                             error_x=dict(type="data", symmetric=False, array=[hi - point.alpha],
+                                          arrayminus=[point.alpha - lo], color=PALETTE["vermillion"]),
+                             marker=dict(symbol="x", size=13, color=PALETTE["vermillion"])))
+    return 3
+
+
+def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_if: tuple[CostProfile, float] | None,
+                   point: RunPoint | None = None) -> go.Figure:
+    """One γ, every profile: where and when each was measured in its legend entry; the what-if
+    curve (a profile with another c) dashed."""
+    fig = go.Figure()
+    for k, prof in enumerate(profiles):
+        name = f"{prof.name} ({prof.when}): c = {prof.c:.3f}, v = {prof.verify_nearest(gamma)[0]:.2f}"
+        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, PROFILE_COLOURS[k % len(PROFILE_COLOURS)], "solid", 2))
+    entries = len(profiles)
+    if what_if is not None:
+        prof, c = what_if
+        fig.add_trace(_curve_trace(prof, gamma, c, f"what if: {prof.name} with c = {c:.3f}", PALETTE["black"],
+                                   "dash", 3))
+        entries += 1
+    if point is not None and point.measured is not None:
+        fig.add_trace(go.Scatter(x=[point.alpha], y=[point.measured], mode="markers", name="this run, measured",
+                                 marker=dict(symbol="x", size=13, color=PALETTE["vermillion"]),
+                                 meta={"role": "measured"}))
+        entries += 1
+    _guides(fig, alpha, f"α = {alpha:.3f}")
+    _layout(fig, f"γ = {gamma}: every measured cost profile<br><span style='font-size:11px'>* faded: width "
+                 f"{gamma + 1} not measured, v from the nearest measured width</span>", 2, entries)
+    return fig
+
+
+PROFILE_HEADERS = ["profile", "where", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
+                   "speedup at α", "best γ at α", "source"]
+
+
+def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
+    """Each profile's costs and what they give at (α, γ); the best γ among the measured widths."""
+    rows = []
+    for prof in profiles:
+        v, measured = prof.verify_nearest(gamma)
+        best = max(((prof.speedup(alpha, g), g) for g in GAMMAS if prof.verify(g) is not None), default=None)
+        best_text = "—" if best is None else f"γ = {best[1]}: {best[0]:.2f}×"
+        rows.append([prof.name, prof.where, prof.when, prof.engine, round(prof.target_step_ms, 3),
+                     round(prof.draft_step_ms, 3), round(prof.c, 3), f"{v:.2f}" + ("" if measured else " (nearest)"),
+                     f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text, prof.source])
+    return rows

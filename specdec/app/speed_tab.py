@@ -1,0 +1,193 @@
+"""The "Speed explorer" tab: why a device gets the speedup it gets. Leviathan et al.'s expected
+speedup against α for γ 1–8, with the costs this run measured (when it was compared with the
+target alone) and the cost profiles the project measured and committed
+(`assets/bench/cost-profiles.json`, read at each request: new profiles show without a restart),
+with sliders for α, c and γ to ask "what if".
+
+Layout and callbacks only: the formulas are `specdec.speed`, the figures `speed_charts`. The
+callbacks are plain functions returning {output name: value}, like the lab's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import pandas as pd
+
+from ..speed import CostProfile, RunPoint, alpha_band, profiles_from_json
+from . import speed_charts
+from .charts import md_text
+
+PROFILES_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
+OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "table", "note"]
+DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
+
+INTRO = """
+### Why this device gets the speedup it gets
+A round costs γ draft steps and one verify over γ + 1 tokens, and yields (1 − α^(γ+1)) / (1 − α) tokens on
+average, so with **c** = a draft step ÷ a target step and **v(γ)** = a verify ÷ a target step
+(Leviathan et al. 2023, eq. 1, who take v = 1):
+
+**speedup(α, γ) = (1 − α^(γ+1)) / ((1 − α) (γ c + v(γ)))**
+
+The curves use costs measured on real devices: this run's (tick *compare with autoregressive* on the Decode
+tab), and the profiles the project measured and committed, each with where and when. Move **α**, **c** and
+**γ** to ask "what if". Try the *H100, CUDA graphs* profile with c ≈ 0.89: a 30-layer draft (135M-shaped)
+costs about as much on that GPU as a 24-layer target (1.7B-shaped), 3.3 vs 3.7 ms a step graphed, and then
+drafting pays only if nearly every draft is accepted (at γ = 4, α above 0.99).
+"""
+
+
+def load_profiles(path: Path = PROFILES_FILE) -> tuple[list[CostProfile], str]:
+    """The committed profiles, read now; and what went wrong reading them, in words ('' if nothing)."""
+    try:
+        return profiles_from_json(json.loads(path.read_text(encoding="utf-8"))), ""
+    except (OSError, ValueError) as err:
+        return [], f"The committed cost profiles ({path.name}) could not be read: {err}."
+
+
+def all_profiles(point: RunPoint | None, path: Path = PROFILES_FILE) -> tuple[list[CostProfile], str]:
+    committed, problem = load_profiles(path)
+    run = [p for p in (point.whole_loop, point.forwards_only) if p is not None] if point is not None else []
+    return run + committed, problem
+
+
+def _number(value, default: float, lo: float, hi: float) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return default
+    return min(hi, max(lo, x)) if x == x else default
+
+
+def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES_FILE) -> dict:
+    """Everything the tab shows for a profile, γ, α and c (c None: the profile's measured c)."""
+    profiles, problem = all_profiles(point, path)
+    chosen = next((p for p in profiles if p.name == name), profiles[0] if profiles else None)
+    gamma = int(_number(gamma, DEFAULT_GAMMA, 1, 8))
+    alpha = _number(alpha, DEFAULT_ALPHA, 0.0, 1.0)
+    c = chosen.c if chosen is not None and c is None else _number(c, chosen.c if chosen else 0.1, 0.0, 2.0)
+    what_if = (chosen, c) if chosen is not None and abs(c - chosen.c) > 5e-4 else None
+    return dict(profile=gr.update(choices=[p.name for p in profiles], value=chosen.name if chosen else None),
+                gamma=gamma, alpha=round(alpha, 3), c=round(c, 3),
+                curves=speed_charts.curves_figure(chosen, gamma, alpha, None if what_if is None else c, point),
+                compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point),
+                table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
+                                   columns=speed_charts.PROFILE_HEADERS),
+                note=note_markdown(point, chosen, what_if) + (f"\n\n⚠ {problem}" if problem else ""))
+
+
+def for_run_controls(point: RunPoint | None) -> dict:
+    """The controls for a new run: its α and γ, its own whole-loop profile when it has one, and
+    that profile's measured c (None)."""
+    if point is None:
+        return dict(name=None, gamma=DEFAULT_GAMMA, alpha=DEFAULT_ALPHA, c=None)
+    name = point.whole_loop.name if point.whole_loop is not None else None
+    return dict(name=name, gamma=min(point.gamma, 8), alpha=round(point.alpha, 3), c=None)
+
+
+def for_run(point: RunPoint | None, path: Path = PROFILES_FILE) -> dict:
+    """What the tab shows for a new run (`for_run_controls`)."""
+    c = for_run_controls(point)
+    return explore(point, c["name"], c["gamma"], c["alpha"], c["c"], path)
+
+
+def run_lines(point: RunPoint | None) -> list[str]:
+    """What the page can say about the current run's point, in words and numbers."""
+    if point is None:
+        return ["_No run yet: run one on the Decode tab, with **compare with autoregressive** ticked to put it "
+                "on these curves._"]
+    lo, hi = alpha_band(point.alpha, point.tested)
+    head = (f"**This run**: γ = {point.gamma}, α = {point.alpha:.3f} from {point.tested} tested drafts; "
+            f"α ± 2σ = {lo:.3f}–{hi:.3f} with σ = √(α(1 − α) / {point.tested}) (binomial: each tested draft "
+            "passes or not).")
+    prof = point.whole_loop
+    if point.measured is None or prof is None:
+        return [head, "It was not compared with the target alone, so this page has **no measured target step** "
+                      "for this machine and draws no point for it (it invents none): tick **compare with "
+                      "autoregressive** on the Decode tab and run again. The committed profiles are drawn."]
+    v, _ = prof.verify_nearest(point.gamma)
+    at, low, high = (speed_charts.curve(a, point.gamma, prof.c, v) for a in (point.alpha, lo, hi))
+    inside = "within" if low - 1e-9 <= point.measured <= high + 1e-9 else "outside"
+    return [head,
+            f"Measured speedup **{point.measured:.2f}×** (as in the run's metrics). Its whole-loop costs: a target "
+            f"step {prof.target_step_ms:.2f} ms (all the target-alone run spent per token), a draft step "
+            f"{prof.draft_step_ms:.2f} ms (c = {prof.c:.3f}), and all else a round spent {v * prof.target_step_ms:.2f} "
+            f"ms (v = {v:.2f}), so γ c + v is the run's time per round over the target alone's time per token and "
+            "the point can differ from its curve only by the tokens its rounds gave against what α predicts.",
+            f"Its curve gives **{at:.2f}×** at α and {low:.2f}×–{high:.2f}× over α ± 2σ: the measured point is "
+            f"**{inside} its noise**. (The metrics' “predicted from this run's costs” counts the forwards only, "
+            "without sampling and bookkeeping, over the drafts the rounds made: the curve *this run (forwards "
+            "only)*.)"]
+
+
+def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -> str:
+    lines = run_lines(point)
+    if chosen is not None:
+        lines.append(f"**{md_text(chosen.name)}**: measured {md_text(chosen.when)} on {md_text(chosen.where)} "
+                     f"({md_text(chosen.engine)}{', ' + md_text(chosen.dtype) if chosen.dtype else ''}); "
+                     f"source: {md_text(chosen.source)}.")
+    if what_if is not None:
+        lines.append(f"**What if** c = {what_if[1]:.3f} instead of the measured {chosen.c:.3f}: the other costs "
+                     "stay this profile's.")
+    return "\n\n".join(lines)
+
+
+def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
+    """Lay out the explorer inside the caller's current container (the app's "Speed explorer" tab)."""
+    v = SimpleNamespace()   # every component an output name refers to
+    gr.Markdown(INTRO, elem_id="speed-intro", latex_delimiters=[])
+    with gr.Row():
+        v.profile = gr.Dropdown([], label="cost profile", elem_id="speed-profile", scale=2)
+        v.gamma = gr.Slider(1, 8, value=DEFAULT_GAMMA, step=1, label="γ (drafts per round)", elem_id="speed-gamma")
+        v.alpha = gr.Slider(0, 1, value=DEFAULT_ALPHA, step=0.001, label="α (acceptance rate)", elem_id="speed-alpha")
+        v.c = gr.Slider(0, 2, value=0.1, step=0.001, label="c (draft step ÷ target step): what if",
+                        elem_id="speed-c")
+    v.note = gr.Markdown("", elem_id="speed-note", latex_delimiters=[])
+    v.curves = gr.Plot(label="speedup against α, γ 1–8", elem_id="speed-curves")
+    v.compare = gr.Plot(label="every measured profile at one γ", elem_id="speed-compare")
+    with gr.Accordion("The profiles as a table", open=False):
+        v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
+                               elem_id="speed-table")
+    # What the controls are set to, kept on the server: a run that ends while this tab is hidden,
+    # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
+    v.chosen = gr.State(None)
+    outputs = [getattr(v, n) for n in [*OUTPUTS, "chosen"]]
+
+    def shown(point, chosen: dict) -> dict:
+        out = explore(point, chosen["name"], chosen["gamma"], chosen["alpha"], chosen["c"])
+        return {getattr(v, n): value for n, value in out.items()} | {v.chosen: {
+            **chosen, "name": out["profile"]["value"], "gamma": out["gamma"], "alpha": out["alpha"],
+            "c": out["c"] if chosen["c"] is not None else None}}
+
+    def on_show(point, chosen):   # a new run sets the controls for itself; else they stand
+        key = point_key(point)
+        if chosen is None or chosen["run"] != key:
+            chosen = for_run_controls(point) | {"run": key}
+        return shown(point, chosen)
+
+    def on_control(point, chosen, name, gamma, alpha, c):   # the visitor moved a slider
+        return shown(point, {**(chosen or {"run": point_key(point)}), "name": name, "gamma": gamma,
+                             "alpha": alpha, "c": c if name else None})
+
+    def on_profile(point, chosen, name, gamma, alpha):   # another profile: c back to its measured value
+        return shown(point, {**(chosen or {"run": point_key(point)}), "name": name, "gamma": gamma,
+                             "alpha": alpha, "c": None})
+
+    quiet = dict(api_name=False, show_progress="hidden")
+    speed_run.change(on_show, [speed_run, v.chosen], outputs, **quiet)
+    tab.select(on_show, [speed_run, v.chosen], outputs, **quiet)
+    v.profile.input(on_profile, [speed_run, v.chosen, v.profile, v.gamma, v.alpha], outputs, **quiet)
+    for slider in (v.gamma, v.alpha, v.c):
+        slider.release(on_control, [speed_run, v.chosen, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
+
+
+def point_key(point: RunPoint | None) -> str | None:
+    """What tells one run's point from another's (the page's state is a copy, not the object)."""
+    if point is None:
+        return None
+    costs = point.whole_loop.target_step_ms if point.whole_loop is not None else None
+    return repr((point.alpha, point.tested, point.gamma, point.measured, costs))

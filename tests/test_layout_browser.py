@@ -1,0 +1,122 @@
+"""Every figure readable, in a real browser: after a default run with "compare with autoregressive"
+on (and in the lab after a run), no two pieces of figure text cover each other, none is cut off,
+no category axis drops a label, and no table or legend is cut off at the right.
+
+The texts are read from the rendered SVG (tests/layout_check.py): legend entries, titles, tick
+labels, annotations, button labels, as the boxes they cover on screen.
+"""
+
+from __future__ import annotations
+
+import layout_check
+
+RUN_TIMEOUT = 180_000   # ms: the CPU is shared
+
+# Any element under `root` whose content does not fit its box: a scrolling box (a table) wider
+# inside than it shows, text cut off by a box that hides its overflow (measured on the rendered
+# text itself), or a legend entry running past the right edge.
+_CUT_AT_RIGHT = """(root) => {
+  const out = [];
+  const scope = document.querySelector(root);
+  if (!scope || !scope.offsetParent) return out;
+  const edge = scope.getBoundingClientRect().right + 1;
+  const textRight = (el) => {   // the rightmost edge of the visible text inside el
+    let right = -Infinity;
+    const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+      if (!t.textContent.trim() || getComputedStyle(t.parentElement).visibility === 'hidden') continue;
+      const range = document.createRange();
+      range.selectNodeContents(t);
+      for (const r of range.getClientRects()) if (r.width > 0) right = Math.max(right, r.right);
+    }
+    return right;
+  };
+  for (const el of scope.querySelectorAll('*')) {
+    const cs = getComputedStyle(el);
+    if (!el.offsetParent || cs.visibility === 'hidden' || !(el.innerText || '').trim()) continue;   // not shown
+    const box = el.getBoundingClientRect();
+    if (['auto', 'scroll'].includes(cs.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      out.push(`${root}: ${el.tagName.toLowerCase()}.${el.className} scrolls: ` +
+               `${el.scrollWidth} px of content in ${el.clientWidth}`);
+    else if (cs.overflowX === 'hidden' && textRight(el) > box.right + 1)
+      out.push(`${root}: ${el.tagName.toLowerCase()} cuts its text ${JSON.stringify(el.innerText.slice(0, 40))}`);
+    else if (el.matches('.legend > span') && box.right > edge)
+      out.push(`${root}: legend entry ${JSON.stringify(el.innerText)} runs past the right edge`);
+  }
+  return out;
+}"""
+
+
+def cut_at_right(page, root: str) -> list[str]:
+    return page.evaluate(_CUT_AT_RIGHT, root)
+
+
+def default_run_with_comparison(page) -> None:
+    page.wait_for_selector("#run")
+    page.locator("#compare-ar input[type=checkbox]").check()
+    page.locator("#run").click()
+    page.wait_for_function("() => /Done/.test(document.querySelector('#run-status').innerText)", timeout=RUN_TIMEOUT)
+    page.wait_for_function("""() => ['pq-chart', 'accept-chart', 'end-chart', 'time-chart'].every(id => {
+        const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+        return gd && gd.data && gd.data.length >= 2; })""", timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1500)   # Plotly lays out legends and annotations after the data
+
+
+def test_decode_tab_figures_have_no_overlapping_clipped_or_dropped_text(page):
+    default_run_with_comparison(page)
+    for name in ("p and q as a table", "end of round as a table"):
+        page.get_by_text(name).click()
+    page.wait_for_timeout(1000)
+    found = layout_check.problems(page)
+    found += cut_at_right(page, "#token-text") + cut_at_right(page, "#metrics")
+    # An untested position (drafted after a rejection) has its own test chart.
+    labels = page.eval_on_selector_all("#position label", "els => els.map(e => e.innerText)")
+    unused = next((k for k, t in enumerate(labels) if " · " in t), None)
+    assert unused is not None, labels   # the default run's first rejected round leaves a draft untested
+    page.locator("#position label").nth(unused).click()
+    page.wait_for_function("() => document.querySelector('#accept-chart .js-plotly-plot')"
+                           ".layout.title.text.includes('NOT TESTED')", timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1000)
+    found += layout_check.problems(page, "#accept-chart")
+    assert found == [], "\n".join(found)
+    assert page.console_errors == []
+
+
+def test_lab_figures_have_no_overlapping_clipped_or_dropped_text(page):
+    default_run_with_comparison(page)
+    page.get_by_role("tab", name="Exactness lab").click()
+    page.wait_for_selector("#lab-run", state="visible")
+    found = []
+    for source in ("preset", "from the run"):
+        if source == "from the run":   # a real position: 20 tokens and two long tail names
+            page.locator("#lab-from-run").click()
+            page.wait_for_function("() => document.querySelector('#lab-status').innerText"
+                                   ".includes('Taken from the last run')", timeout=RUN_TIMEOUT)
+        before = page.locator("#lab-status").inner_text()
+        page.locator("#lab-run").click()
+        page.wait_for_function("(b) => { const t = document.querySelector('#lab-status').innerText;"
+                               " return t !== b && t.includes('trials per rule'); }", arg=before, timeout=RUN_TIMEOUT)
+        page.wait_for_timeout(2500)
+        found += [f"({source}) {p}" for p in layout_check.problems(page) + cut_at_right(page, "#lab-summary")]
+    assert found == [], "\n".join(found)
+    assert page.console_errors == []
+
+
+def test_speed_explorer_shows_the_run_on_its_curve_and_reads_cleanly(page):
+    """After a compared run, the explorer draws the run's measured speedup (the metrics' number)
+    on its own curves, says it is within its noise, and its figures pass the same checks."""
+    default_run_with_comparison(page)
+    metrics = page.locator("#metrics").inner_text()
+    measured = metrics.split("measured speedup ")[1].split("×")[0]
+    page.get_by_role("tab", name="Speed explorer").click()
+    page.wait_for_function("""() => { const gd = document.querySelector('#speed-curves .js-plotly-plot');
+        return gd && gd.data && gd.data.some(t => t.name === 'this run, measured'); }""", timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1500)
+    y = page.evaluate("""() => document.querySelector('#speed-curves .js-plotly-plot').data
+        .find(t => t.name === 'this run, measured').y[0]""")
+    assert f"{y:.2f}" == measured
+    note = page.locator("#speed-note").inner_text()
+    assert f"Measured speedup {measured}×" in note and "within its noise" in note
+    found = layout_check.problems(page) + cut_at_right(page, "#speed-note")
+    assert found == [], "\n".join(found)
+    assert page.console_errors == []

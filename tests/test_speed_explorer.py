@@ -1,0 +1,163 @@
+"""The speed explorer: Leviathan et al.'s speedup against α with measured costs.
+
+The curves are checked against the closed form written out here (not through `specdec.speed`),
+with c and v computed from the committed profile file's milliseconds; a run's measured point lies
+on its own curve within α's noise; the profiles are read at each request."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from specdec import RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec.app import speed_charts, speed_tab
+from specdec.speed import alpha_band, leviathan_speedup, profile_from_dict, profiles_from_json, run_point
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ROOT / "assets" / "bench" / "cost-profiles.json"
+
+
+def closed_form(alpha: float, gamma: int, c: float, v: float) -> float:
+    """(1 − α^(γ+1)) / ((1 − α)(γ c + v)); at α = 1 the limit (γ + 1) / (γ c + v)."""
+    tokens = gamma + 1 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens / (gamma * c + v)
+
+
+def raw_profiles() -> list[dict]:
+    return json.loads(PROFILES.read_text(encoding="utf-8"))
+
+
+def test_the_committed_profiles_say_where_when_and_how():
+    raw = raw_profiles()
+    names = [d["name"] for d in raw]
+    assert any("CPU" in n for n in names) and "H100, eager, fp32" in names and "H100, CUDA graphs, fp32" in names
+    for d in raw:
+        assert d["where"] and d["when"] and d["source"] and d["engine"] in ("eager", "cuda graphs")
+        assert d["verify_ms_by_width"]["1"] == pytest.approx(d["target_step_ms"])
+    bench = json.loads((ROOT / "assets" / "bench" / "results.json").read_text())["costs"]
+    cpu = next(d for d in raw if "bench" in d["name"])
+    assert cpu["target_step_ms"] == pytest.approx(bench["target_step_ms"], abs=1e-4)
+    assert {int(k): v for k, v in cpu["verify_ms_by_width"].items()} == pytest.approx(
+        {int(k): v for k, v in bench["target_ms_by_width"].items()}, abs=1e-4)
+    graphed = next(d for d in raw if d["name"] == "H100, CUDA graphs, fp32")
+    assert (graphed["target_step_ms"], graphed["draft_step_ms"]) == (1.47, 0.12)   # the 2026-11-23 notes
+    assert "NOTES-transformers.md" in graphed["source"]
+
+
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_plotted_curves_are_the_closed_form(gamma):
+    profiles = profiles_from_json(raw_profiles())
+    for raw, prof in zip(raw_profiles(), profiles):
+        c = raw["draft_step_ms"] / raw["target_step_ms"]
+        widths = {int(k): v for k, v in raw["verify_ms_by_width"].items()}
+        fig = speed_charts.curves_figure(prof, gamma, 0.5)
+        curves = {t.meta["gamma"]: t for t in fig.data if t.meta and "gamma" in t.meta}
+        assert sorted(curves) == list(range(1, 9))
+        for g, t in curves.items():
+            near = g + 1 if g + 1 in widths else min((w for w in widths if w >= 2), key=lambda w: (abs(w - g - 1), w))
+            v = widths[near] / raw["target_step_ms"]
+            assert t.meta["measured_width"] == (g + 1 in widths)
+            assert list(t.y) == pytest.approx([closed_form(a, g, c, v) for a in t.x], rel=1e-12)
+            assert t.x[0] == 0 and t.x[-1] == 1
+        compare = speed_charts.compare_figure(profiles, gamma, 0.5, None)
+        mine = next(t for t in compare.data if t.meta and t.meta.get("profile") == prof.name)
+        v = mine.meta["v"]
+        assert list(mine.y) == pytest.approx([closed_form(a, gamma, c, v) for a in mine.x], rel=1e-12)
+
+
+def test_leviathan_speedup_with_a_verify_cost_and_alpha_band():
+    assert leviathan_speedup(0.6, 4, 0.2) == pytest.approx(closed_form(0.6, 4, 0.2, 1.0))
+    assert leviathan_speedup(0.6, 4, 0.2, verify=1.3) == pytest.approx(closed_form(0.6, 4, 0.2, 1.3))
+    assert leviathan_speedup(1.0, 3, 0.1, 1.2) == pytest.approx(4 / 1.5)
+    lo, hi = alpha_band(0.7, 100)
+    assert (lo, hi) == pytest.approx((0.7 - 2 * math.sqrt(0.21 / 100), 0.7 + 2 * math.sqrt(0.21 / 100)))
+    assert alpha_band(0.99, 4) == (pytest.approx(0.99 - 2 * math.sqrt(0.99 * 0.01 / 4)), 1.0)
+
+
+def test_a_profile_missing_a_field_or_with_a_bad_width_is_refused_by_name():
+    good = raw_profiles()[0]
+    with pytest.raises(ValueError, match="lacks draft_step_ms"):
+        profile_from_dict({k: v for k, v in good.items() if k != "draft_step_ms"})
+    with pytest.raises(ValueError, match="verify_ms_by_width"):
+        profile_from_dict({**good, "verify_ms_by_width": {"0": 1.0}})
+    with pytest.raises(ValueError, match="target_step_ms"):
+        profile_from_dict({**good, "target_step_ms": -1})
+
+
+@pytest.fixture(scope="module")
+def compared(bundled):
+    """Default runs (γ 4, T 1) of seeds 0–3, each against the target alone: (run, point)."""
+    out = []
+    for seed in range(4):
+        s = RunSettings(gamma=4, max_new_tokens=64, seed=seed, sampling=SamplingConfig(temperature=1.0))
+        spec = speculative_generate(bundled, "To be, or not to be", s)
+        ar = autoregressive_generate(bundled, "To be, or not to be", s)
+        out.append((spec, run_point(spec.stats, 4, ar.stats)))
+    return out
+
+
+def test_the_measured_point_lies_on_its_own_curve_within_its_noise(compared):
+    for spec, point in compared:
+        prof = point.whole_loop
+        c, v = prof.c, prof.verify(4)
+        at = closed_form(point.alpha, 4, c, v)
+        # gamma c + v is the run's time per round over the baseline's time per token, so the
+        # point differs from its curve only by the tokens a round gave against what alpha predicts.
+        rounds = spec.stats.rounds
+        assert point.measured == pytest.approx(at * (spec.stats.new_tokens / rounds) /
+                                               closed_form(point.alpha, 4, 0, 1), rel=1e-9)
+        lo, hi = alpha_band(point.alpha, point.tested)
+        assert closed_form(lo, 4, c, v) <= point.measured <= closed_form(hi, 4, c, v), (point, lo, hi)
+        assert "**within its noise**" in speed_tab.note_markdown(point, prof, None)
+
+
+def test_the_tab_draws_the_run_on_its_curve_and_says_so(compared, tmp_path):
+    spec, point = compared[0]
+    out = speed_tab.for_run(point)
+    assert out["profile"]["value"] == "this run (whole loop)" and out["gamma"] == 4
+    assert out["alpha"] == round(point.alpha, 3)
+    measured = next(t for t in out["curves"].data if (t.meta or {}).get("role") == "measured")
+    assert list(measured.x) == [point.alpha] and list(measured.y) == [point.measured]
+    assert f"Measured speedup **{point.measured:.2f}×**" in out["note"]
+    assert "σ = √(α(1 − α) / " in out["note"]          # how the band is computed
+    names = list(out["table"]["profile"])
+    assert names[:2] == ["this run (whole loop)", "this run (forwards only)"] and "H100, eager, fp32" in names
+
+
+def test_without_a_comparison_there_is_no_measured_target_step(compared):
+    spec, _ = compared[0]
+    point = run_point(spec.stats, 4)
+    out = speed_tab.for_run(point)
+    assert "no measured target step" in out["note"]
+    assert not [t for t in out["curves"].data if (t.meta or {}).get("role") == "measured"]
+    assert "this run" not in " ".join(out["table"]["profile"])
+
+
+def test_what_if_c_redraws_the_curves_with_that_c():
+    out = speed_tab.explore(None, "H100, CUDA graphs, fp32", 4, 0.653, 0.89)
+    curves = [t for t in out["curves"].data if t.meta and "gamma" in t.meta]
+    assert {t.meta["c"] for t in curves} == {0.89}
+    assert "what if c = 0.890" in out["curves"].layout.title.text
+    graphed = profiles_from_json(raw_profiles())[-1]
+    v = graphed.verify(4)
+    four = next(t for t in curves if t.meta["gamma"] == 4)
+    k = four.x.index(0.65)
+    assert four.y[k] == pytest.approx(closed_form(0.65, 4, 0.89, v))
+    assert four.y[four.x.index(0.95)] < 1       # a draft as costly as its target pays only if α is near 1
+    what_if = next(t for t in out["compare"].data if t.name.startswith("what if"))
+    assert what_if.meta["c"] == 0.89 and "**What if** c = 0.890" in out["note"]
+
+
+def test_profiles_are_read_at_each_request(tmp_path):
+    path = tmp_path / "profiles.json"
+    extra = {**raw_profiles()[0], "name": "a GPU measured later", "when": "2026-12-01"}
+    path.write_text(json.dumps(raw_profiles() + [extra]))
+    out = speed_tab.explore(None, "a GPU measured later", 4, 0.6, None, path=path)
+    assert "a GPU measured later" in list(out["table"]["profile"])
+    assert out["profile"]["value"] == "a GPU measured later"
+    path.write_text("not json")
+    out = speed_tab.explore(None, None, 4, 0.6, None, path=path)
+    assert "could not be read" in out["note"]
