@@ -167,7 +167,18 @@ class ModelPair:
         return {"label": self.label, "target": display_name(self.target_name),
                 "draft": display_name(self.draft_name),
                 "device": self.device, "dtype": str(self.dtype).replace("torch.", ""), "engine": self.engine,
-                "vocab_size": self.vocab_size, "context_length": self.context_length}
+                "vocab_size": self.vocab_size, "context_length": self.context_length,
+                **_shape("target", self.target), **_shape("draft", self.draft)}
+
+
+def _shape(role: str, model) -> dict:
+    """A model's depth and size for the trace: what a forward's cost on a GPU follows (its layers)
+    and what it does not (its parameters)."""
+    if model is None:
+        return {}
+    config = model.config
+    return {f"{role}_layers": getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None),
+            f"{role}_params": sum(p.numel() for p in model.parameters())}
 
 
 def _logit_size(model) -> int:

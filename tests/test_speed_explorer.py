@@ -161,3 +161,18 @@ def test_profiles_are_read_at_each_request(tmp_path):
     path.write_text("not json")
     out = speed_tab.explore(None, None, 4, 0.6, None, path=path)
     assert "could not be read" in out["note"]
+
+
+def test_the_depth_story_reads_the_runs_own_costs_per_layer():
+    from specdec.speed import depth_story
+    from specdec.trace import Stats
+
+    models = {"target_layers": 16, "draft_layers": 1, "target_params": 4_460_672, "draft_params": 475_520,
+              "device": "cpu", "engine": "eager"}
+    text = depth_story(Stats(drafted=100, draft_seconds=0.059), Stats(target_forwards=100, verify_seconds=0.37), models)
+    assert "3.70 ms" in text and "0.59 ms" in text and "c = 0.16" in text
+    assert "0.38 ms + 0.207 ms a layer" in text          # (3.70 - 0.59) / 15 a layer, the rest fixed
+    gpu = depth_story(Stats(drafted=10, draft_seconds=0.0012), Stats(target_forwards=10, verify_seconds=0.0147),
+                      {**models, "device": "cuda", "engine": "cuda graphs"})
+    assert "CUDA graphs" in gpu and "shallow" in gpu
+    assert depth_story(Stats(), Stats(), models) == ""   # no comparison: nothing to say

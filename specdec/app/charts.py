@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..looks import LOOKS, PALETTE, token_label, visible_token
 from ..outcomes import Ending, Status, events
-from ..speed import expected_tokens_per_round, explain, predicted_at, time_split
+from ..speed import depth_story, expected_tokens_per_round, explain, predicted_at, time_split
 from ..trace import Generation
 
 HIGHLIGHT = PALETTE["black"]
@@ -305,7 +305,7 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) 
         f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
         f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×**; "
         f"from mean β: {from_beta:.2f}× (known before any u is drawn) |",
-        "", story.sentence]
+        "", story.sentence, "", depth_story(t, ar.stats, gen.models)]
 
 
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,
