@@ -39,12 +39,15 @@ class DistillConfig:
     eval_sequences: int = 64       # per temperature, from validation prompts (held out)
     prompt_tokens: tuple[int, int] = (8, 64)   # prompt length range, cut from the text
     context: int = 256             # prompt + continuation
-    sample_batch: int = 256
-    steps: int = 3000
+    sample_batch: int = 256        # continuations sampled at once (throughput: 940 tokens/s at 256 on 2 cores)
+    steps: int = 6000
     batch_size: int = 16
-    lr: float = 1e-3
+    lr: float = 1e-3               # fine-tuning a trained draft: a third of the recipe's peak
     warmup: int = 100
-    loss: str = "mix"
+    # TV won the comparison (600 steps from the bundled draft, 170k sampled positions): beta at
+    # T = 1 0.679 (KL 0.672, mix 0.676), at T = 0.7 0.717 (0.713, 0.717), greedy agreement 0.805
+    # (0.792, 0.804). It is what the acceptance test rewards: beta = 1 - TV.
+    loss: str = "tv"
     greedy_loss_temperature: float = 1.0   # greedy continuations are fitted at this temperature
     eval_every: int = 500
     checkpoint_every: int = 250
