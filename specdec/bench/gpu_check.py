@@ -46,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a smoke run: few samples, short runs, no pytest")
     p.add_argument("--no-tests", action="store_true", help="skip running pytest -m gpu")
     p.add_argument("--out", default="runs/gpu-check", help="folder for results.json (default runs/gpu-check)")
+    p.add_argument("--save-profile", action="store_true",
+                   help="add the measured costs to assets/bench/cost-profiles.json (the speed explorer's curves)")
 
 
 def run(args) -> int:
@@ -70,6 +72,13 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print(f"wrote {out / 'results.json'} ({report['seconds']:.0f} s)")
+    if args.save_profile:
+        from . import profiles
+
+        entry = profiles.profile(report["speed"]["costs"], pair.describe(), report["machine"]["name"],
+                                 f"python -m specdec gpu-check (torch {torch.__version__}, median of 50 timed calls a "
+                                 "width, sampling and the verify step included)")
+        print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
     return 0 if all(c["ok"] for c in report["checks"]) else 1
 
 

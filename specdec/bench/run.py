@@ -133,6 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--quick", action="store_true", help="a smoke run in under a minute (small settings): checks that "
                                             "everything runs; no goals checked, no chart, results.json only")
     add("--no-progress", action="store_true", help="no progress bar (off anyway when stderr is not a terminal)")
+    add("--save-profile", action="store_true",
+        help="add the measured forward costs to assets/bench/cost-profiles.json (the speed explorer's curves)")
     add("--preset", default=None, help="model pair preset (default: the bundled pair)")
     add("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
     add("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="model weights (default float32)")
@@ -318,6 +320,13 @@ def run(args) -> int:
         raise ValueError(f"cannot write to {cfg.out}: {err.strerror}") from None
     written = json_path if cfg.quick else f"{json_path} and {html_path}"
     print(f"wrote {written}; elapsed {_duration(results['elapsed_s'])}")
+    if getattr(args, "save_profile", False) and not cfg.quick:
+        from . import profiles
+
+        entry = profiles.profile(results["costs"], pair.describe(), f"this CPU ({profiles.machine()})",
+                                 f"python -m specdec bench ({json_path}; median of the timed forwards spread "
+                                 "between the passes)", name="this CPU, bench (every width)")
+        print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
     return 0 if results["greedy"]["agree"] else 1
 
 

@@ -1,0 +1,50 @@
+"""Cost profiles measured by the project's own commands, kept in `assets/bench/cost-profiles.json`
+(the speed explorer draws one curve per profile; see `specdec.speed.CostProfile`).
+
+`bench --save-profile` and `gpu-check --save-profile` add the costs they measured, replacing a
+profile of the same name: one file, written only when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from ..speed import profile_from_dict
+
+DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
+
+
+def profile(costs: dict, pair_description: dict, where: str, source: str, name: str | None = None) -> dict:
+    """A profile from measured costs (`draft_step_ms`, `target_step_ms`, `target_ms_by_width`)."""
+    d = pair_description
+    engine = {"graphs": "cuda graphs", "static": "static cache"}.get(d["engine"], d["engine"])
+    entry = {"name": name or f"{where}, {engine}, {d['dtype']}", "where": where, "when": time.strftime("%Y-%m-%d"),
+             "device": d["device"], "dtype": d["dtype"], "engine": engine,
+             "target_step_ms": round(costs["target_step_ms"], 4), "draft_step_ms": round(costs["draft_step_ms"], 4),
+             "verify_ms_by_width": {str(k): round(v, 4) for k, v in sorted(costs["target_ms_by_width"].items(),
+                                                                        key=lambda kv: int(kv[0]))},
+             "source": source}
+    profile_from_dict(entry)   # refuse to write what the explorer could not read
+    return entry
+
+
+def save(entry: dict, path: Path = DEFAULT) -> Path:
+    """Add `entry` to the profiles file, replacing a profile of the same name."""
+    path = Path(path)
+    profiles = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    profiles = [p for p in profiles if p.get("name") != entry["name"]] + [entry]
+    path.write_text(json.dumps(profiles, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def machine() -> str:
+    """This machine in words, for a profile's `where`."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    threads = torch.get_num_threads()
+    return f"{platform.machine()} CPU, {threads} torch thread{'s' if threads > 1 else ''}"
