@@ -75,6 +75,9 @@ def _stream(prompt, preset, settings, stop):
     for message in runs.decode_stream(prompt, preset, settings, stop):
         if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
             raise error(user_message(message.error))
+        if isinstance(message, runs.Waiting):   # its place in the device's line
+            yield dict(status=message.words)
+            continue
         gen = message.generation
         if isinstance(message, runs.RunDone):
             _refuse_if_timed_out(gen)
