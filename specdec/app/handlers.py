@@ -155,7 +155,8 @@ def import_trace(file) -> dict:
         raise error("This trace has no speculative rounds to show (an autoregressive run?).")
     titled = f" “{gen.title}”" if gen.title else ""
     return views.final_view(gen, None, status=f"Imported a trace{charts.md_text(titled)}: {gen.stats.new_tokens} "
-                                              f"tokens, {len(gen.rounds)} rounds (replayed without models).")
+                                              f"tokens, {len(gen.rounds)} rounds (replayed without models; a "
+                                              "reload will not bring it back: keep the file).")
 
 
 def export_trace(gen: Generation | None, title: str | None = None) -> dict:
