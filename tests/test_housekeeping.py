@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -117,6 +118,18 @@ def test_past_the_byte_budget_the_least_recently_used_go_and_are_told_at_their_n
     assert not any("let go" in m for m in notices(job))
     # the visitor being served is spared while others can go
     assert housekeeping.enforce_budget(demo, protect=clients[0].session_hash, limit=1)[-1] == clients[0].session_hash
+
+
+def test_a_visitor_whose_connection_dropped_is_told_what_to_do_at_their_next_action(served):
+    demo, url = served
+    c = gradio_client.Client(url, verbose=False, download_files=False)
+    c.predict(1, api_name="/run")
+    unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
+    unload.fn(SimpleNamespace(session_hash=c.session_hash))   # what Gradio calls when a page's heartbeat drops
+    assert c.session_hash not in demo.state_holder.session_data
+    job = c.submit(1, api_name="/run")   # the same page, connected again
+    job.result()
+    assert any("lost its connection" in m and "Reload the page" in m for m in notices(job)), notices(job)
 
 
 def test_closing_the_page_releases_the_visitors_session_at_once(served, browser):

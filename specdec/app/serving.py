@@ -177,7 +177,9 @@ def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
 
     def release_visitor(request: gr.Request):
         session_hash = getattr(request, "session_hash", None)
-        if housekeeping.drop_session(demo, session_hash):
+        holder = getattr(demo, "state_holder", None)
+        had_run = budget.holds_a_run(getattr(holder, "session_data", {}).get(session_hash))
+        if housekeeping.drop_session(demo, session_hash) and had_run:
             budget.tell(session_hash, DROPPED)   # read only if the same page comes back (a dropped connection)
 
     demo.unload(release_visitor)
