@@ -218,8 +218,11 @@ def drop_session(demo, session_hash: str | None) -> bool:
     except Exception:   # a callback failing must not keep the session alive
         pass
     with holder.lock:
-        holder.session_data.pop(session_hash, None)
+        session = holder.session_data.pop(session_hash, None)
         holder.time_last_used.pop(session_hash, None)
+    values = getattr(session, "config_values", None)
+    if isinstance(values, dict):   # what their page showed: freed now, not at the next garbage collection
+        values.clear()
     return True
 
 
@@ -278,7 +281,7 @@ def enforce_budget(demo, protect: str | None = None, limit: int | None = None) -
             if had_run:   # a page that showed nothing of theirs has nothing to be told
                 budget.tell(session_hash, budget.released_message())
     if victims:
-        device_queue.release_memory()
+        device_queue.trim_memory()   # cheap; the sweep's full release (a garbage collection) comes later
     return victims
 
 
