@@ -157,6 +157,21 @@ def test_eight_clients_through_the_devices_line_are_told_their_place_and_get_wha
     assert res.after_ok
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_eight_clients_on_the_gpu_take_turns_and_get_what_they_would_alone():
+    """The same on a GPU machine, where runs take turns without being asked (not run here: the
+    machine this was written on has no GPU)."""
+    server = serverload.start_server({"SPECDEC_DECODE_CONCURRENCY": "8", "SPECDEC_CONCURRENCY": "8"})
+    try:
+        res = serverload.load(server, clients=8, max_new_tokens=64, log=lambda *_: None)
+    finally:
+        server.stop()
+    assert not res.other_errors and res.matched == 8 and not res.mismatched, res.summary()
+    places = [p for lines in res.places.values() for p in lines]
+    assert all(re.fullmatch(r"Waiting for the GPU: [1-7] runs? ahead of you…", p) for p in places), places
+
+
 # ---------------------------------------------------------------- soak (short form)
 
 def test_short_soak_memory_and_disk_stay_flat(main):
