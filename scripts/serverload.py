@@ -9,7 +9,11 @@ folder on the path). A test and operations harness: it is not part of the packag
 - `soak(...)`: N default runs from one client; resident memory of the server process and the
   size of its temp and cache folders, sampled as it goes.
 - `load(...)`: K clients at once with different seeds; each result compared with the same
-  request run alone; requests beyond the queue are told to retry; the server answers after.
+  request run alone; requests beyond the queue are told to retry; the server answers after; the
+  clients told their place in the device's line (a server with SPECDEC_SERIALISE_DEVICE=1, or a GPU).
+- `import_soak(...)`: N visitors each import a large trace (`big_trace`); resident memory after
+  each, against the server's byte budget (SPECDEC_SESSION_BYTES); the first visitor's next action
+  must tell them their run was let go.
 
 Memory is read from /proc (Linux), so the measurement adds no dependency.
 """
@@ -147,8 +151,32 @@ def client(url: str):
 def generate(c, **changes) -> dict:
     """One /generate call: the app's default request with `changes` (RunRequest fields), its
     outputs by name."""
-    values = RunRequest().with_(**changes).values()
-    return dict(zip(api_outputs(MAIN_OUTPUTS), c.predict(*values, api_name="/generate"), strict=True))
+    return generate_streamed(c, **changes)[0]
+
+
+def generate_streamed(c, **changes) -> tuple[dict, list[str]]:
+    """One /generate call: its outputs by name, and every status line it streamed on the way."""
+    names = api_outputs(MAIN_OUTPUTS)
+    job = c.submit(*RunRequest().with_(**changes).values(), api_name="/generate")
+    final = dict(zip(names, job.result(), strict=True))
+    statuses = [str(dict(zip(names, out, strict=True)).get("status")) for out in job.outputs()]
+    return final, statuses
+
+
+def file_path(out) -> str:
+    """The server-side path of a file an endpoint returned (gradio_client, download_files=False)."""
+    path = out if isinstance(out, str) else out["path"] if isinstance(out, dict) else out[0]
+    return path if isinstance(path, str) else path["path"]
+
+
+def notices(job) -> list[str]:
+    """The notices (gr.Info, gr.Warning) a finished gradio_client job was shown, in order."""
+    found, updates = [], job.communicator.updates
+    while not updates.empty():
+        log = getattr(updates.get_nowait(), "log", None)
+        if log:
+            found.append(log[0])
+    return found
 
 
 def fingerprint(result: dict) -> str:
@@ -218,12 +246,15 @@ class LoadResult:
     seconds: float = 0.0
     after_ok: bool = False
     after_seconds: float = 0.0
+    places: dict[int, list[str]] = field(default_factory=dict)   # client -> "Waiting for …" lines it read
 
     def summary(self) -> dict:
+        told = {i: p for i, p in self.places.items() if p}
         return dict(clients=self.clients, matched=self.matched, mismatched=self.mismatched,
                     told_to_retry=self.told_to_retry, retry_message=self.retry_message[:200],
                     other_errors=self.other_errors[:5],
-                    seconds=round(self.seconds, 1), after_ok=self.after_ok, after_seconds=round(self.after_seconds, 2))
+                    seconds=round(self.seconds, 1), after_ok=self.after_ok, after_seconds=round(self.after_seconds, 2),
+                    told_their_place=len(told), first_places=sorted({p[0] for p in told.values()})[:8])
 
 
 RETRY_WORDS = ("queue is full", "try again")
@@ -247,7 +278,8 @@ def load(server: Server, clients: int = 16, check_alone: bool = True, max_new_to
     def one(i: int):
         barrier.wait()
         try:
-            outputs[i] = generate(cs[i], seed=1000 + i, max_new_tokens=max_new_tokens)
+            outputs[i], statuses = generate_streamed(cs[i], seed=1000 + i, max_new_tokens=max_new_tokens)
+            result.places[i] = [s for s in statuses if s.startswith("Waiting for")]
         except Exception as err:    # sorted here: told to retry, or a failure
             if _is_retry(err):
                 result.told_to_retry += 1
@@ -280,6 +312,66 @@ def load(server: Server, clients: int = 16, check_alone: bool = True, max_new_to
     return result
 
 
+# ---------------------------------------------------------------- imports against the byte budget
+
+def big_trace(server: Server, folder: Path) -> Path:
+    """The largest bundled-pair run there is (240 tokens at gamma 16), exported and copied into
+    `folder`: about 2.8 MB of JSON, ~7 MB once parsed."""
+    c = client(server.url)
+    out = generate(c, max_new_tokens=240, gamma=16, seed=1, temperature=1.0)
+    if not str(out["status"]).startswith("Done"):
+        raise RuntimeError(f"the large run did not finish: {out['status']!r}")
+    path = Path(folder) / "big-trace.json"
+    shutil.copyfile(file_path(c.predict(api_name="/export_trace")), path)
+    return path
+
+
+@dataclass
+class ImportSoakResult:
+    imports: int
+    budget_mb: float | None
+    trace_mb: float
+    rss_start_mb: float = 0.0
+    samples: list[tuple[int, float]] = field(default_factory=list)   # (imports so far, RSS MB)
+    told: list[str] = field(default_factory=list)                     # what the first visitor read next
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        peak = max(rss for _, rss in self.samples)
+        end = self.samples[-1][1]
+        return dict(imports=self.imports, trace_mb=round(self.trace_mb, 2), budget_mb=self.budget_mb,
+                    rss_start_mb=round(self.rss_start_mb, 1), rss_peak_mb=round(peak, 1), rss_end_mb=round(end, 1),
+                    growth_peak_mb=round(peak - self.rss_start_mb, 1), growth_end_mb=round(end - self.rss_start_mb, 1),
+                    first_visitor_told=bool(self.told), seconds=round(self.seconds, 1))
+
+
+def import_soak(server: Server, trace: Path, imports: int = 30, budget_mb: float | None = None,
+                every: int = 5, log=print) -> ImportSoakResult:
+    """`imports` visitors, each a new client, import `trace` in turn; RSS after each. Then the
+    first visitor acts again (opens round 2): what the page told them comes back in `told`."""
+    from gradio_client import handle_file
+
+    result = ImportSoakResult(imports, budget_mb, Path(trace).stat().st_size / 1e6)
+    result.rss_start_mb = server.rss_mb()
+    visitors = []
+    t0 = time.perf_counter()
+    for i in range(1, imports + 1):
+        c = client(server.url)
+        status = c.predict(handle_file(str(trace)), api_name="/import_trace")[0]
+        if not str(status).startswith("Imported"):
+            raise RuntimeError(f"import {i} failed: {status!r}")
+        visitors.append(c)
+        result.samples.append((i, server.rss_mb()))
+        if i % every == 0 or i == imports:
+            log(f"import {i:3d}: RSS {result.samples[-1][1]:7.1f} MB "
+                f"(+{result.samples[-1][1] - result.rss_start_mb:.1f} MB)")
+    result.seconds = time.perf_counter() - t0
+    job = visitors[0].submit(2, api_name="/show_step")
+    job.result()
+    result.told = notices(job)
+    return result
+
+
 # ---------------------------------------------------------------- command lines
 
 def main_soak(argv: list[str] | None = None) -> int:
@@ -291,7 +383,13 @@ def main_soak(argv: list[str] | None = None) -> int:
     p.add_argument("--export", action="store_true", help="also export the trace after every run")
     p.add_argument("--url", help="soak a server already running (memory and disk are then not measured)")
     p.add_argument("--json", help="write the samples and the summary here")
+    p.add_argument("--imports", type=int, default=0,
+                   help="instead: this many visitors each import the largest bundled-pair trace")
+    p.add_argument("--budget-mb", type=float, default=40,
+                   help="with --imports: the server's SPECDEC_SESSION_BYTES in MB (default 40)")
     args = p.parse_args(argv)
+    if args.imports:
+        return _import_soak_main(args)
     if args.runs < args.early:
         p.error("--runs must be at least --early")
     server = start_server()
@@ -310,6 +408,28 @@ def main_soak(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+IMPORT_SLACK_MB = 40   # over the budget: the parse of one import in flight, and the allocator's own
+
+
+def _import_soak_main(args) -> int:
+    env = {"SPECDEC_SESSION_BYTES": str(int(args.budget_mb * 1e6)), "SPECDEC_MAX_UPLOAD_MB": "6"}
+    server = start_server(env)
+    try:
+        trace = big_trace(server, server.folder)
+        res = import_soak(server, trace, args.imports, args.budget_mb)
+        summary = res.summary()
+    finally:
+        stop_server(server)
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(summary=summary, samples=res.samples, told=res.told), indent=1))
+    ok = summary["growth_peak_mb"] <= args.budget_mb + IMPORT_SLACK_MB and summary["first_visitor_told"]
+    if not ok:
+        print(f"FAILED: memory grew {summary['growth_peak_mb']} MB against a budget of {args.budget_mb} MB "
+              f"(+{IMPORT_SLACK_MB} MB slack), or the first visitor was not told")
+    return 0 if ok else 1
+
+
 def main_load(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python scripts/load.py",
                                 description="Concurrent clients against a fresh server.")
@@ -317,7 +437,12 @@ def main_load(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", type=int, default=40, help="then this many at once against a small queue")
     p.add_argument("--queue", type=int, default=8, help="the queue size for the burst's server")
     p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--serialise", action="store_true",
+                   help="instead: --clients at once through the device's line (SPECDEC_SERIALISE_DEVICE=1), "
+                        "each equal to the same request alone and told its place")
     args = p.parse_args(argv)
+    if args.serialise:
+        return _serialised_main(args)
     server = start_server()
     try:
         first = load(server, args.clients, max_new_tokens=args.max_new_tokens)
@@ -332,4 +457,17 @@ def main_load(argv: list[str] | None = None) -> int:
     print(json.dumps(burst.summary(), indent=1))
     ok = (first.matched == args.clients and not first.other_errors and first.after_ok
           and not burst.other_errors and burst.told_to_retry > 0 and burst.after_ok)
+    return 0 if ok else 1
+
+
+def _serialised_main(args) -> int:
+    server = start_server({"SPECDEC_SERIALISE_DEVICE": "1", "SPECDEC_DECODE_CONCURRENCY": str(args.clients),
+                           "SPECDEC_CONCURRENCY": str(args.clients)})
+    try:
+        res = load(server, args.clients, max_new_tokens=args.max_new_tokens)
+    finally:
+        stop_server(server)
+    summary = res.summary()
+    print(json.dumps(summary, indent=1))
+    ok = res.matched == args.clients and not res.other_errors and res.after_ok and summary["told_their_place"] > 0
     return 0 if ok else 1

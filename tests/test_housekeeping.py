@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,8 @@ gr = pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
 from conftest import free_port  # noqa: E402
-from specdec.app import housekeeping, serving  # noqa: E402
+from serverload import notices  # noqa: E402
+from specdec.app import budget, housekeeping, serving  # noqa: E402
 
 
 def tiny_app() -> gr.Blocks:
@@ -89,6 +91,47 @@ def test_idle_and_closed_sessions_are_dropped(served):
     assert a.session_hash not in demo.state_holder.session_data
 
 
+def test_past_the_byte_budget_the_least_recently_used_go_and_are_told_at_their_next_action(served):
+    demo, url = served
+    for session_hash in list(demo.state_holder.session_data):   # only this test's visitors
+        housekeeping.drop_session(demo, session_hash)
+    clients = [gradio_client.Client(url, verbose=False, download_files=False) for _ in range(4)]
+    for c in clients:
+        c.predict(2, api_name="/run")   # each holds 50 kB in its state, and what its page shows
+        time.sleep(0.05)
+    sizes = budget.SIZER.held(demo.state_holder)
+    assert all(sizes[c.session_hash] > 100_000 for c in clients), sizes
+    # room for the two most recently used visitors only
+    limit = sizes[clients[2].session_hash] + sizes[clients[3].session_hash] + 1000
+    released = housekeeping.enforce_budget(demo, limit=limit)
+    assert released == [clients[0].session_hash, clients[1].session_hash]
+    assert sum(budget.SIZER.held(demo.state_holder).values()) <= limit
+    assert {clients[2].session_hash, clients[3].session_hash} <= set(demo.state_holder.session_data)
+    # their next action, whatever it is, tells them what happened and what to do (once)
+    job = clients[0].submit(1, api_name="/run")
+    job.result()
+    told = notices(job)
+    assert any("let go of your run" in m and "SPECDEC_SESSION_BYTES" in m and "Reload the page" in m
+               for m in told), told
+    job = clients[0].submit(1, api_name="/run")
+    job.result()
+    assert not any("let go" in m for m in notices(job))
+    # the visitor being served is spared while others can go
+    assert housekeeping.enforce_budget(demo, protect=clients[0].session_hash, limit=1)[-1] == clients[0].session_hash
+
+
+def test_a_visitor_whose_connection_dropped_is_told_what_to_do_at_their_next_action(served):
+    demo, url = served
+    c = gradio_client.Client(url, verbose=False, download_files=False)
+    c.predict(1, api_name="/run")
+    unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
+    unload.fn(SimpleNamespace(session_hash=c.session_hash))   # what Gradio calls when a page's heartbeat drops
+    assert c.session_hash not in demo.state_holder.session_data
+    job = c.submit(1, api_name="/run")   # the same page, connected again
+    job.result()
+    assert any("lost its connection" in m and "Reload the page" in m for m in notices(job)), notices(job)
+
+
 def test_closing_the_page_releases_the_visitors_session_at_once(served, browser):
     demo, url = served
     before = set(demo.state_holder.session_data)
@@ -109,33 +152,89 @@ def test_closing_the_page_releases_the_visitors_session_at_once(served, browser)
     assert not new & set(demo.state_holder.session_data), "the session outlived its page"
 
 
-def test_exports_are_written_once_into_gradios_cache_and_swept_when_old(tmp_path, monkeypatch):
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    """Gradio's cache folder and the temp folder, both fresh: (cache, tmp)."""
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
+    (tmp_path / "gradio").mkdir()
+    return (tmp_path / "gradio").resolve(), (tmp_path / "tmp").resolve()
+
+
+def _write(path: Path, text: str = "{}") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+LATER = 7200   # seconds: the sweeps below look at the folders from two hours ahead
+
+
+def test_exports_are_written_once_into_a_folder_of_our_own_and_kept_until_their_age(folders):
+    cache, _ = folders
     path = Path(housekeeping.export_path('{"schema": "specdec.trace"}'))
-    assert path.is_file() and path.is_relative_to((tmp_path / "gradio" / housekeeping.EXPORTS).resolve())
-    legacy = tmp_path / "tmp" / "specdec-abc123"   # where older versions wrote each run's export
-    legacy.mkdir()
-    (legacy / "specdec-trace.json").write_text("{}")
-    empty = tmp_path / "gradio" / "0123abcd"      # Gradio deletes old files but leaves their folders
-    empty.mkdir()
-    unrelated = tmp_path / "tmp" / "someone-else"
-    unrelated.mkdir()
-    upload = tmp_path / "gradio" / "f00d" / "upload.json"   # an upload Gradio's own sweep missed
-    upload.parent.mkdir()
-    upload.write_text("{}")
-    example = tmp_path / "gradio" / "beef" / "example.json"   # a file the app keeps in the cache
-    example.parent.mkdir()
-    example.write_text("{}")
-    # young: nothing goes
+    own = housekeeping.own_dir()
+    assert path.is_file() and path.is_relative_to(own) and own.parent == cache
+    assert own.name.startswith(f"specdec-{__import__('os').getpid()}-")
+    # nothing lost: a sweep before the export's age keeps it (the visitor can still download it)
     assert housekeeping.sweep_files(max_age=3600)["removed"] == 0
-    assert path.exists() and legacy.exists()
-    # an hour later: ours go, other programs' files stay
-    out = housekeeping.sweep_files(max_age=3600, now=time.time() + 7200, keep=[example])
-    assert not path.exists() and not legacy.exists() and not empty.exists() and not upload.exists()
-    assert out["bytes"] > 0 and out["failed"] == 0
-    assert unrelated.exists() and example.exists()
+    assert housekeeping.sweep_files(max_age=3600, now=time.time() + 3500)["removed"] == 0
+    assert path.read_text() == '{"schema": "specdec.trace"}'
+    # past its age it goes, with the folder it was in; our folder stays for the next export
+    out = housekeeping.sweep_files(max_age=3600, now=time.time() + LATER)
+    assert not path.exists() and not path.parent.exists() and own.is_dir()
+    assert out["removed"] == 2 and out["bytes"] > 0 and out["failed"] == 0
+
+
+def test_a_sweep_deletes_only_what_this_process_made(folders):
+    """Gradio's cache folder is shared by every Gradio app on the machine that does not set
+    GRADIO_TEMP_DIR: another app's files and folders of the same age, in the same folder, survive
+    a sweep, whatever their names (another specdec server's folder, an older specdec's too)."""
+    cache, tmp = folders
+    ours = Path(housekeeping.export_path("{}"))
+    foreign = [_write(cache / "f00d" / "upload.json"),               # another app's upload
+               _write(cache / "loose.json"),                         # a file at the top of the cache
+               _write(cache / "specdec-exports" / "abc" / "t.json"),  # where older specdecs wrote exports
+               _write(cache / "specdec-999-beef" / "t.json"),         # another specdec server's folder
+               _write(tmp / "specdec-abc123" / "trace.json")]         # an older specdec's temp folder
+    empty = cache / "0123abcd"
+    empty.mkdir()                                                    # another app's empty folder
+    out = housekeeping.sweep_files(max_age=3600, now=time.time() + LATER)
+    assert not ours.exists(), "our own old export was kept"
+    assert all(f.read_text() == "{}" for f in foreign), [str(f) for f in foreign if not f.exists()]
+    assert empty.is_dir()
+    assert out["failed"] == 0
+
+
+def test_a_link_in_our_folder_is_removed_as_a_link_its_target_untouched(folders, tmp_path):
+    own = Path(housekeeping.export_path("{}")).parent.parent   # the folder exports go to
+    outside = _write(tmp_path / "outside" / "precious.json", "keep me")
+    _write(tmp_path / "outside" / "dir" / "inner.json", "keep me too")
+    (own / "to-file").symlink_to(outside)
+    (own / "to-dir").symlink_to(tmp_path / "outside" / "dir", target_is_directory=True)
+    (own / "sub").mkdir()
+    (own / "sub" / "to-outside").symlink_to(tmp_path / "outside", target_is_directory=True)
+    out = housekeeping.sweep_files(max_age=3600, now=time.time() + LATER)
+    for link in (own / "to-file", own / "to-dir", own / "sub" / "to-outside"):
+        assert not link.is_symlink() and not link.exists(), f"{link.name} was kept"
+    assert outside.read_text() == "keep me"
+    assert (tmp_path / "outside" / "dir" / "inner.json").read_text() == "keep me too"
+    assert out["failed"] == 0
+
+
+def test_folders_gradio_made_for_this_apps_files_go_once_empty_and_old(folders):
+    """Gradio's own `delete_cache` deletes this app's uploads but leaves their folders: the sweep
+    removes those (only when empty), and nobody else's."""
+    cache, _ = folders
+    mine = _write(cache / "cafe" / "upload.json")
+    still_there = _write(cache / "beef" / "upload.json")
+    foreign_empty = cache / "f00d"
+    foreign_empty.mkdir()
+    made = [str(mine), str(still_there)]
+    mine.unlink()   # Gradio deleted it
+    housekeeping.sweep_files(max_age=3600, now=time.time() + LATER, gradio_files=made)
+    assert not mine.parent.exists() and still_there.exists() and foreign_empty.is_dir()
 
 
 def test_the_housekeeper_thread_runs_and_survives_errors(served, monkeypatch):

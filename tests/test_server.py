@@ -8,15 +8,23 @@ own temp and Gradio cache folders):
   app.py, not by any code of the app). Load test, short soak, uploads, faults, bad input.
 - `small`: a queue of 8 and a 1-second request limit: the time limit.
 - `burst`: a queue of 8: the burst of 40.
+- `budgeted`: a byte budget of 40 MB for visitors' state, exports kept 30 s: large imported traces
+  against the budget, and an export that outlives sweeps and its visitor's release.
+- `queued`: runs take turns on the CPU (SPECDEC_SERIALISE_DEVICE=1, the GPU's path) with 8
+  decoding at once: 8 clients, each told its place, each result what it is alone.
 
-The long forms: `python scripts/soak.py` (200 runs) and `python scripts/load.py`.
+The long forms: `python scripts/soak.py` (200 runs; `--imports 30` against the byte budget) and
+`python scripts/load.py` (`--serialise` through the device's line).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -26,7 +34,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
 
 import serverload  # noqa: E402
-from serverload import client, generate  # noqa: E402
+from serverload import client, file_path, generate, notices  # noqa: E402
 from specdec.app.api import RunRequest  # noqa: E402
 from specdec.models import ASSETS, PRESETS  # noqa: E402
 from test_hub_cache import add_to_hub_cache  # noqa: E402
@@ -80,6 +88,33 @@ def burst():
     server.stop()
 
 
+BUDGET_MB = 40
+EXPORT_AGE = 30   # seconds
+
+
+@pytest.fixture(scope="module")
+def budgeted():
+    server = serverload.start_server({"SPECDEC_SESSION_BYTES": str(BUDGET_MB * 1_000_000), "SPECDEC_MAX_UPLOAD_MB": "6",
+                                      "SPECDEC_FILE_MAX_AGE_SECONDS": str(EXPORT_AGE),
+                                      "SPECDEC_CLEAN_EVERY_SECONDS": "1"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def big_trace(budgeted, tmp_path_factory):
+    """The largest bundled-pair run there is (240 tokens at gamma 16): 2.9 MB of JSON."""
+    return serverload.big_trace(budgeted, tmp_path_factory.mktemp("big"))
+
+
+@pytest.fixture(scope="module")
+def queued():
+    server = serverload.start_server({"SPECDEC_SERIALISE_DEVICE": "1", "SPECDEC_DECODE_CONCURRENCY": "8",
+                                      "SPECDEC_CONCURRENCY": "8"})
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module")
 def c(main):
     return client(main.url)
@@ -110,6 +145,33 @@ def test_forty_at_once_the_excess_is_told_to_retry_and_the_server_answers_after(
     assert res.after_ok and res.after_seconds < 10, res.summary()
 
 
+def test_eight_clients_through_the_devices_line_are_told_their_place_and_get_what_they_would_alone(queued):
+    """The GPU's path (runs take turns on the device), run on the CPU: eight at once."""
+    res = serverload.load(queued, clients=8, max_new_tokens=32, log=lambda *_: None)
+    assert not res.other_errors and res.told_to_retry == 0, res.summary()
+    assert res.matched == 8 and not res.mismatched, res.summary()
+    places = [p for lines in res.places.values() for p in lines]
+    assert all(re.fullmatch(r"Waiting for the CPU: [1-7] runs? ahead of you…", p) for p in places), places
+    told = [lines for lines in res.places.values() if lines]   # how many runs started while others ran:
+    assert len(told) >= 3 and max(int(p.split(": ")[1].split()[0]) for p in places) >= 2, res.places
+    assert res.after_ok
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_eight_clients_on_the_gpu_take_turns_and_get_what_they_would_alone():
+    """The same on a GPU machine, where runs take turns without being asked (not run here: the
+    machine this was written on has no GPU)."""
+    server = serverload.start_server({"SPECDEC_DECODE_CONCURRENCY": "8", "SPECDEC_CONCURRENCY": "8"})
+    try:
+        res = serverload.load(server, clients=8, max_new_tokens=64, log=lambda *_: None)
+    finally:
+        server.stop()
+    assert not res.other_errors and res.matched == 8 and not res.mismatched, res.summary()
+    places = [p for lines in res.places.values() for p in lines]
+    assert all(re.fullmatch(r"Waiting for the GPU: [1-7] runs? ahead of you…", p) for p in places), places
+
+
 # ---------------------------------------------------------------- soak (short form)
 
 def test_short_soak_memory_and_disk_stay_flat(main):
@@ -121,6 +183,50 @@ def test_short_soak_memory_and_disk_stay_flat(main):
     assert s["rss_growth_pct"] <= 5, s
     assert s["rss_end_mb"] - s["rss_early_mb"] < 0.25 * 30, s
     assert s["disk_growth_mb"] <= 2, s
+
+
+# ---------------------------------------------------------------- the byte budget, and nothing lost
+
+def _download(server, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"{server.url}gradio_api/file={path}", timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, b""
+
+
+def test_an_export_stays_downloadable_through_sweeps_and_its_visitors_release_until_its_age(budgeted, big_trace):
+    visitor = client(budgeted.url)
+    generate(visitor, max_new_tokens=12, seed=3)
+    path = file_path(visitor.predict(api_name="/export_trace"))
+    taken = time.time()
+    status, body = _download(budgeted, path)
+    assert status == 200 and json.loads(body)["schema"] == "specdec.trace"
+    for _ in range(6):   # other visitors' imports: the visitor who exported is let go (least recently used)
+        client(budgeted.url).predict(gradio_client.handle_file(str(big_trace)), api_name="/import_trace")
+    job = visitor.submit(2, api_name="/show_step")
+    job.result()
+    assert any("let go of your run" in m for m in notices(job)), "the exporting visitor was not released"
+    time.sleep(2.5)   # a few sweeps (every second here)
+    assert time.time() - taken < EXPORT_AGE - 5, "too slow to test 'until its age' on this machine"
+    assert _download(budgeted, path) == (200, body), "an export was lost before its age"
+    deadline = taken + EXPORT_AGE + 20
+    while time.time() < deadline and _download(budgeted, path)[0] == 200:
+        time.sleep(1)
+    assert _download(budgeted, path)[0] != 200 and not Path(path).exists(), "an export outlived its age"
+
+
+def test_imports_of_large_traces_keep_memory_within_the_byte_budget(budgeted, big_trace):
+    """The byte-budget soak (short form of `python scripts/soak.py --imports 30`): 20 visitors
+    each import a 2.9 MB trace (~9 MB held once parsed and shown). Without a budget the server
+    grew by ~10 MB an import (measured: +264 MB for 30); here it stays within the 40 MB budget
+    (plus 25 MB for the parse in flight and the allocator), and the first visitor, let go, is
+    told so at their next action."""
+    res = serverload.import_soak(budgeted, big_trace, imports=20, budget_mb=BUDGET_MB, log=lambda *_: None)
+    s = res.summary()
+    assert s["growth_peak_mb"] <= BUDGET_MB + 25, s
+    assert any("let go of your run" in m and "SPECDEC_SESSION_BYTES" in m for m in res.told), res.told
+    assert_serving(budgeted)
 
 
 # ---------------------------------------------------------------- uploads

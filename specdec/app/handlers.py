@@ -75,6 +75,9 @@ def _stream(prompt, preset, settings, stop):
     for message in runs.decode_stream(prompt, preset, settings, stop):
         if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
             raise error(user_message(message.error))
+        if isinstance(message, runs.Waiting):   # its place in the device's line
+            yield dict(status=message.words)
+            continue
         gen = message.generation
         if isinstance(message, runs.RunDone):
             _refuse_if_timed_out(gen)
@@ -152,7 +155,8 @@ def import_trace(file) -> dict:
         raise error("This trace has no speculative rounds to show (an autoregressive run?).")
     titled = f" “{gen.title}”" if gen.title else ""
     return views.final_view(gen, None, status=f"Imported a trace{charts.md_text(titled)}: {gen.stats.new_tokens} "
-                                              f"tokens, {len(gen.rounds)} rounds (replayed without models).")
+                                              f"tokens, {len(gen.rounds)} rounds (replayed without models; a "
+                                              "reload will not bring it back: keep the file).")
 
 
 def export_trace(gen: Generation | None, title: str | None = None) -> dict:

@@ -18,7 +18,7 @@ from ..models import BUNDLED, PRESETS, context_of
 from ..outcomes import Ending, Status
 from ..settings import DRAFTERS
 from ..trace import MAX_NOTE
-from . import charts, handlers, limits, step_charts
+from . import charts, handlers, limits, restore, step_charts
 from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
 from .lab_tab import build_lab_tab
 from .serving import DECODE
@@ -170,6 +170,8 @@ def _traces(v) -> None:
             v.export_file = gr.File(label="exported trace", interactive=False, elem_id="export")
         v.import_file = gr.File(label="Import a trace (JSON) to replay it without models", file_types=[".json"],
                                 type="filepath", elem_id="import")
+    v.run_link = gr.Textbox(elem_id="run-link", elem_classes=["specdec-hidden"], show_label=False,
+                            container=False)   # the run's link, for the address bar (`restore`)
 
 
 # ---------------------------------------------------------------- wiring
@@ -198,9 +200,10 @@ def _wire_run(demo: gr.Blocks, v) -> None:
     controls, main_out = _all(v, RunRequest.names()), _all(v, MAIN_OUTPUTS)
     run_event = dict(fn=run, inputs=[*controls, v.stops], outputs=main_out, show_progress="full",
                      show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
-    v.run_btn.click(**run_event, api_name="generate")
-    v.prompt.submit(**run_event, api_name=False)
-    demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])
+    ran = [v.run_btn.click(**run_event, api_name="generate"),
+           v.prompt.submit(**run_event, api_name=False),
+           demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])]
+    restore.keep_links(v, runs=ran)   # the run's link, for the address bar
     v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
     for which, button, api_name in (("other rule", v.other_rule_btn, "side_by_side_rule"),
                                     ("target alone", v.target_btn, "side_by_side_target")):
@@ -236,8 +239,9 @@ def _wire_traces(v) -> None:
     """Export, import, and the link (built on the server, completed with the page's address)."""
     v.export_btn.click(lambda g, t: _named(v, handlers.export_trace(g, t)), [v.run_state, v.title], [v.export_file],
                        api_name="export_trace")
-    v.import_file.upload(lambda f: _named(v, handlers.import_trace(f)), [v.import_file], _all(v, MAIN_OUTPUTS),
-                         api_name="import_trace", show_progress_on=[v.status])
+    imported = v.import_file.upload(lambda f: _named(v, handlers.import_trace(f)), [v.import_file],
+                                    _all(v, MAIN_OUTPUTS), api_name="import_trace", show_progress_on=[v.status])
+    restore.keep_links(v, imports=[imported])   # no link: a reload does not bring an earlier run back
     v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-1]), values[-1]),
                      [*_all(v, RunRequest.names()), v.round_slider], [v.link_box], api_name=False, **QUIET).then(
         None, [v.link_box], [v.link_box], js="(q) => { const url = location.origin + location.pathname + q; "

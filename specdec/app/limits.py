@@ -30,16 +30,26 @@ and check a request with `check_run`, `check_prompt_tokens`, and an import with 
 |                              |           | bundled pair is pinned and counts as one)                            |
 | SPECDEC_MAX_SESSIONS         | 100       | visitors whose state (their run or imported trace) is kept; the      |
 |                              |           | least recently active is dropped first                               |
+| SPECDEC_SESSION_BYTES        | 1e9       | bytes all visitors' state may hold together (runs, imported traces,  |
+|                              |           | measured by `budget`); past it the least recently used visitor's is  |
+|                              |           | released, and they are told so at their next action                  |
+| SPECDEC_SERIALISE_DEVICE     | 0         | 0: runs on one CUDA device take turns (graph capture and replay      |
+|                              |           | never overlap), CPU runs do not; 1: runs take turns on every device, |
+|                              |           | the CPU too (the same path, tested without a GPU). A waiting visitor |
+|                              |           | sees their place in the line                                         |
 | SPECDEC_SESSION_IDLE_SECONDS | 1800      | a visitor's state is dropped after this long without a request (and  |
 |                              |           | at once when their page closes)                                      |
 | SPECDEC_FILE_MAX_AGE_SECONDS | 3600      | exported traces and uploads are deleted after this age               |
 | SPECDEC_CLEAN_EVERY_SECONDS  | 300       | how often old files and idle visitors are swept                      |
 
-Memory is then bounded by about MAX_SESSIONS x (one visitor's state) + MAX_PAIRS x (one pair's
-weights), and disk by the files written within FILE_MAX_AGE_SECONDS. A visitor's state is their
-last run or imported trace: a parsed trace takes about 2.5 times its JSON size (measured: 2.8 MB
-of JSON, the largest bundled-pair run there is, 240 tokens at gamma 16, became 6.9 MB), so the
-defaults bound imported traces to about 100 x 12.5 MB. Every bundled-pair trace fits in 5 MB.
+Memory is then bounded by SESSION_BYTES (what visitors' state holds, whatever the number of
+visitors) + MAX_PAIRS x (one pair's weights), and disk by the files written within
+FILE_MAX_AGE_SECONDS. A visitor's state is their last run or imported trace: a parsed trace takes
+about 2.5 times its JSON size (measured: 2.8 MB of JSON, the largest bundled-pair run there is,
+240 tokens at gamma 16, became 6.9 MB); `budget.size_of` measures each one. The 1 GB default
+suits a 16 GB Space: two hub pairs of up to ~3 GB of weights each, the process itself, and room
+to spare; it holds about 150 of the largest bundled-pair traces. Every bundled-pair trace fits in
+5 MB.
 """
 
 from __future__ import annotations
@@ -51,8 +61,8 @@ from ..validate import ImportLimits
 __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
            "DECODE_CONCURRENCY", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS", "SESSION_IDLE_SECONDS",
-           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "max_new_tokens_for", "describe", "check_run",
-           "check_prompt_tokens", "check_lab_samples", "import_limits"]
+           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "SESSION_BYTES", "SERIALISE_DEVICE",
+           "max_new_tokens_for", "describe", "check_run", "check_prompt_tokens", "check_lab_samples", "import_limits"]
 
 
 def _read(name: str, default: float, lo: float, hi: float, whole: bool = True) -> int | float:
@@ -87,6 +97,8 @@ MAX_SESSIONS: int = _read("SPECDEC_MAX_SESSIONS", 100, 1, 1_000_000)
 SESSION_IDLE_SECONDS: float = _read("SPECDEC_SESSION_IDLE_SECONDS", 1800, 1, 30 * 86_400, whole=False)
 FILE_MAX_AGE_SECONDS: float = _read("SPECDEC_FILE_MAX_AGE_SECONDS", 3600, 1, 30 * 86_400, whole=False)
 CLEAN_EVERY_SECONDS: float = _read("SPECDEC_CLEAN_EVERY_SECONDS", 300, 1, 86_400, whole=False)
+SESSION_BYTES: int = _read("SPECDEC_SESSION_BYTES", 1_000_000_000, 1_000_000, 1 << 40)
+SERIALISE_DEVICE: int = _read("SPECDEC_SERIALISE_DEVICE", 0, 0, 1)
 
 
 def max_new_tokens_for(context: int | None) -> int:
@@ -142,4 +154,5 @@ def describe() -> dict[str, int | float]:
             "SPECDEC_REQUEST_SECONDS": REQUEST_SECONDS, "SPECDEC_MAX_PAIRS": MAX_PAIRS,
             "SPECDEC_MAX_SESSIONS": MAX_SESSIONS, "SPECDEC_SESSION_IDLE_SECONDS": SESSION_IDLE_SECONDS,
             "SPECDEC_FILE_MAX_AGE_SECONDS": FILE_MAX_AGE_SECONDS,
-            "SPECDEC_CLEAN_EVERY_SECONDS": CLEAN_EVERY_SECONDS}
+            "SPECDEC_CLEAN_EVERY_SECONDS": CLEAN_EVERY_SECONDS, "SPECDEC_SESSION_BYTES": SESSION_BYTES,
+            "SPECDEC_SERIALISE_DEVICE": SERIALISE_DEVICE}

@@ -4,7 +4,9 @@ request, at most SPECDEC_MAX_PAIRS of them in memory.
 A least-recently-used cache: before a new pair loads, the least recently used pairs that are not
 pinned are evicted, so peak memory stays within the limit. The bundled pair is pinned and never
 evicted. An evicted pair's memory returns once the last run using it ends. The limit is read at
-each load (`limits.MAX_PAIRS`), never copied.
+each load (`limits.MAX_PAIRS`), never copied. On a GPU a load takes the device's turn
+(`device_queue`): moving weights onto the GPU and emptying its cache never overlap a run's graph
+capture or replay.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ..models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, release_memory
-from . import limits
+from ..models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
+from . import device_queue, limits
 
 PINNED = frozenset({BUNDLED})              # never evicted
 _LOADED: OrderedDict[str, ModelPair] = OrderedDict()   # least recently used first
@@ -33,7 +35,7 @@ def get_pair(key: str = BUNDLED) -> ModelPair:
     pair = _cached(key)
     if pair is not None:
         return pair
-    with _LOADING:
+    with _LOADING, device_queue.turn(pick_device()[0]):
         pair = _cached(key)
         if pair is not None:
             return pair
@@ -65,7 +67,7 @@ def _evict(room_for: int = 0) -> list[str]:
                 del _LOADED[key]
                 evicted.append(key)
     if evicted:
-        release_memory()
+        device_queue.release_memory()
     return evicted
 
 

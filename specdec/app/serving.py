@@ -12,7 +12,11 @@ What `configure` sets, each from `limits` (one environment variable each):
   without a word) — each with a message naming the control (`specdec.checks`, one wording);
 - Gradio's `delete_cache`: uploads and returned files deleted after SPECDEC_FILE_MAX_AGE_SECONDS;
 - a visitor's session released when their page closes, and the housekeeping thread
-  (`housekeeping`): idle sessions, orphaned component copies, old files, freed memory.
+  (`housekeeping`): idle sessions, orphaned component copies, this process's old files, freed
+  memory;
+- the byte budget (`budget`, SPECDEC_SESSION_BYTES): kept after every request that changes a
+  visitor's state, and a visitor whose state was released (to keep it, or because their
+  connection dropped) is told so, with what to do, at their next action (a warning on the page).
 
 The time limit (SPECDEC_REQUEST_SECONDS) is not here: each decoding request carries a stop with a
 deadline (`runs.request_stop`), which the decoder checks between forwards.
@@ -23,13 +27,16 @@ refused before it is stored) and `state_session_capacity` (SPECDEC_MAX_SESSIONS)
 
 from __future__ import annotations
 
+import asyncio
+
 import gradio as gr
 
 from ..checks import number
-from . import housekeeping, limits
+from . import budget, housekeeping, limits
 from .messages import error
 
-__all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "BUSY", "DECODE"]
+__all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "BUSY", "DECODE",
+           "DROPPED"]
 
 BUSY = ("The server is busy: {waiting} requests are waiting, the most it queues "
         "(SPECDEC_QUEUE_SIZE = {limit}). Please try again in a minute.")
@@ -127,6 +134,39 @@ def _limit_decoding(demo: gr.Blocks) -> None:
             block_fn.concurrency_limit = limits.DECODE_CONCURRENCY
 
 
+DROPPED = ("Your page lost its connection to the server, which let go of your run. Reload the page: "
+           "the link in the address bar runs it again, at the round you were on (an imported trace must be "
+           "imported again).")
+
+
+def _changes_state(block_fn) -> bool:
+    return any(isinstance(block, gr.State) for block in getattr(block_fn, "outputs", ()) or ())
+
+
+def _watch_sessions(demo: gr.Blocks) -> None:
+    """Around every request: a visitor whose state was released is told at once (a warning on
+    their page, whatever they did); after an event that changes a visitor's state ends, the byte
+    budget is kept (in a worker thread: measuring a new trace takes a moment)."""
+    process = demo.process_api
+    stateful = {id(fn) for fn in demo.fns.values() if _changes_state(fn)}
+
+    async def process_api(*args, **kwargs):
+        session_hash, event_id = kwargs.get("session_hash"), kwargs.get("event_id")
+        shown = event_id and kwargs.get("iterator") is None and demo._queue is not None   # once, on the page
+        message = budget.take_message(session_hash) if shown else None
+        if message:
+            demo._queue.log_message(event_id=event_id, log=message, title="Your run was let go", level="warning",
+                                    duration=None)
+        result = await process(*args, **kwargs)
+        block_fn = kwargs.get("block_fn", args[0] if args else None)
+        block_fn = demo.fns.get(block_fn) if isinstance(block_fn, int) else block_fn
+        if session_hash and id(block_fn) in stateful and not result.get("is_generating"):
+            await asyncio.to_thread(housekeeping.enforce_budget, demo, session_hash)
+        return result
+
+    demo.process_api = process_api
+
+
 def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
     """Apply the serving limits and housekeeping to a built app (see the module docstring)."""
     harden_inputs(demo)
@@ -136,9 +176,14 @@ def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
     demo.delete_cache = (int(max(1, limits.CLEAN_EVERY_SECONDS)), int(max(1, limits.FILE_MAX_AGE_SECONDS)))
 
     def release_visitor(request: gr.Request):
-        housekeeping.drop_session(demo, getattr(request, "session_hash", None))
+        session_hash = getattr(request, "session_hash", None)
+        holder = getattr(demo, "state_holder", None)
+        had_run = budget.holds_a_run(getattr(holder, "session_data", {}).get(session_hash))
+        if housekeeping.drop_session(demo, session_hash) and had_run:
+            budget.tell(session_hash, DROPPED)   # read only if the same page comes back (a dropped connection)
 
     demo.unload(release_visitor)
+    _watch_sessions(demo)
     if housekeeping_thread:
         demo.specdec_housekeeper = housekeeping.start(demo)
     return demo

@@ -14,6 +14,25 @@
     });
   };
   setInterval(hook, 700);
+  // The run in view survives a reload: the server writes its link (settings and seed) into
+  // #run-link after each run; with the round in view it goes into the address bar, which a reload
+  // (or a dropped connection's reload) opens again. '-' is an imported trace: no link, so the
+  // address loses an earlier run's. An empty box (nothing run yet) leaves the address alone.
+  let kept = null;
+  const remember = () => {
+    const box = document.querySelector('#run-link textarea, #run-link input');
+    if (!box || !box.value) return;
+    let want = '';
+    if (box.value !== '-') {
+      const slider = document.querySelector('#round input[type=number]');
+      const round = slider ? Math.round(Number(slider.value)) : 0;
+      want = box.value + (round >= 1 ? `&round=${round}` : '');
+    }
+    if (want === kept) return;
+    kept = want;
+    history.replaceState(history.state, '', location.pathname + want + location.hash);
+  };
+  setInterval(remember, 400);
   // Keyboard: left / right arrow (outside text fields and sliders) step through the rounds.
   document.addEventListener('keydown', (ev) => {
     if (ev.altKey || ev.ctrlKey || ev.metaKey || ev.defaultPrevented) return;
