@@ -68,7 +68,9 @@ class Graphed:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: an allocation by another thread (a CUDA out-of-memory handler emptying the
+        # cache) cannot break this capture; the server's device queue keeps runs apart.
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.out = fn()
 
     def __call__(self):

@@ -292,6 +292,20 @@ def _wall_cell(gen: Generation, timed: Generation | None) -> str:
             "timed again unstreamed, which the speedup uses")
 
 
+def _where(models: dict) -> str:
+    return ", ".join(str(models[k]) for k in ("device", "dtype") if models.get(k)) + (
+        f", {models['engine']} engine" if models.get("engine") else "")
+
+
+def _where_note(models: dict) -> str:
+    """Half precision says, in words, what it gives up; float32 says why it is the default."""
+    if models.get("dtype", "float32") != "float32":
+        return ("⚠ **Half precision** (asked for): a verify pass over γ + 1 tokens and a one-token step round "
+                "differently, so this output is exact with respect to the verify pass's p, not token for token what "
+                "the target alone would give.")
+    return "Float32 weights and math: the verify pass and the target alone compute the same p."
+
+
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) -> list[str]:
     t = (timed or gen).stats
     story = explain(t, ar.stats)
@@ -336,6 +350,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| bias (mean TV to p per tested position) | {_bias_cell(gen)} | Does the output follow p? |",
         f"| tokens / rounds | {s.new_tokens} / {s.rounds} | |",
         f"| wall time | {_wall_cell(gen, timed if ar is not None else None)} | |",
+        f"| where it ran | {_where(gen.models)} | {_where_note(gen.models)} |",
     ]
     if ar is not None:
         lines += _comparison_rows(gen, ar, timed)

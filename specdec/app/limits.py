@@ -101,6 +101,22 @@ SESSION_BYTES: int = _read("SPECDEC_SESSION_BYTES", 1_000_000_000, 1_000_000, 1 
 SERIALISE_DEVICE: int = _read("SPECDEC_SERIALISE_DEVICE", 0, 0, 1)
 
 
+def _choice(name: str, choices: tuple[str, ...], default: str | None) -> str | None:
+    """A variable that names one of `choices` (empty: `default`); ValueError naming it when bad."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if text not in choices:
+        raise ValueError(f"{name}={text!r} must be one of {', '.join(choices)}")
+    return text
+
+
+# How the server runs its models (not a limit, but read the same way, once, at start):
+DEVICE: str | None = _choice("SPECDEC_DEVICE", ("cpu", "cuda"), None)          # default: cuda when there is one
+DTYPE: str | None = _choice("SPECDEC_DTYPE", ("float32", "bfloat16", "float16"), None)   # default float32: exact
+ENGINE: str | None = _choice("SPECDEC_ENGINE", ("auto", "eager", "static", "graphs"), None)   # default auto
+
+
 def max_new_tokens_for(context: int | None) -> int:
     """The most new tokens a run can ask for with a pair of this context length: the prompt takes
     at least one position, so a 256-token context allows 255 (a slider whose maximum is the

@@ -35,12 +35,12 @@ def get_pair(key: str = BUNDLED) -> ModelPair:
     pair = _cached(key)
     if pair is not None:
         return pair
-    with _LOADING, device_queue.turn(pick_device()[0]):
+    with _LOADING, device_queue.turn(pick_device(limits.DEVICE)[0]):
         pair = _cached(key)
         if pair is not None:
             return pair
         _evict(room_for=1)
-        pair = load_pair(preset=key)
+        pair = load_pair(preset=key, device=limits.DEVICE, dtype=limits.DTYPE, engine=limits.ENGINE)
         with _CACHE:
             _LOADED[key] = pair
         return pair

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..decoding import StopSignal, autoregressive_generate, speculative_generate
+from ..measure import compare_with_target
 from ..sampling import Rule
 from ..settings import DRAFTERS, RunSettings
 from ..trace import Generation
@@ -117,13 +118,13 @@ def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSig
 @gpu
 def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: StopSignal
                      ) -> tuple[Generation, Generation]:
-    """The speculative run again, unstreamed (the same seed gives the same tokens), then the target
-    alone: both timed the same way, back to back, with no page being redrawn meanwhile. The
+    """The speculative run again, unstreamed (the same seed gives the same tokens), and the target
+    alone, timed fairly (`measure.compare_with_target`: both warmed up, in the order A B B A, on the
+    same engine, each timing waiting for the device), with no page being redrawn meanwhile. The
     streamed run is not timed fairly: the page's figures are built while it decodes."""
     pair = get_pair(preset)
     with device_queue.turn(pair.device, stop, on_wait=_notice(pair.device)):
-        spec = speculative_generate(pair, prompt, settings, stop=stop)
-        return spec, autoregressive_generate(pair, prompt, settings, stop=stop)
+        return compare_with_target(pair, prompt, settings, stop=stop)
 
 
 @gpu
