@@ -245,3 +245,13 @@ def test_round_without_drafts(pair):
     assert step_charts.pq_rows(gen, empty.index, None) == []
     fig = charts.timeline_figure(gen)
     assert sum(len(t.x) for t in fig.data if t.meta in ENDINGS) == len(gen.rounds)
+
+
+def test_the_metrics_say_where_a_run_ran_and_what_half_precision_gives_up(gen):
+    text = charts.metrics_markdown(gen)
+    assert "| where it ran | cpu, float32, eager engine |" in text and "Half precision" not in text
+    half = Generation.from_dict(gen.to_dict())
+    half.models = {**half.models, "dtype": "bfloat16", "engine": "cuda graphs", "device": "cuda"}
+    text = charts.metrics_markdown(half)
+    assert "cuda, bfloat16, cuda graphs engine" in text
+    assert "Half precision" in text and "not token for token" in text
