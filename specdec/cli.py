@@ -309,7 +309,8 @@ def run_draft_only(args, out: str) -> int:
         cfg = DistillConfig(**{**cfg.__dict__, "sequences": 4, "eval_sequences": 2, "steps": 4, "eval_every": 2,
                                "checkpoint_every": 2, "warmup": 1, "sample_batch": 4, "context": 48,
                                "prompt_tokens": (4, 8)})
-    source = Path(args.source)
+    from .models import ASSETS
+    source = Path(args.source) if args.source else ASSETS   # the bundled pair wherever the command runs
     info = draft_only(source, Path(out), cfg, compare_steps=(4 if args.tiny else 600) if args.compare_losses else 0,
                       log=lambda msg: print(msg, flush=True), corpus_dir=args.corpus_dir)
     manifest.write(out)
@@ -336,7 +337,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-only", action="store_true",
                    help=f"keep the target of --source and distil its draft on the target's own samples "
                         f"({DRAFT_ONLY_TIME}); resumable: run it again with the same --out")
-    p.add_argument("--source", type=folder, default="assets/models",
+    p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,
                    help="with --draft-only: the distillation loss (default: the one the comparison chose)")

@@ -64,10 +64,13 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
     for outcome, look in LOOKS.items():
         assert (look.symbol in text) == (f"{look.symbol} {look.label}" in legend), outcome
     # The speedup printed is speed.speedup (a ratio of token rates), up to the printed rounding.
-    m = re.search(r"autoregressive: (\d+) tokens in (\d+\.\d+) s .*speedup x(\d+\.\d+)", r.stdout)
+    m = re.search(r"speculative (\d+) tokens in (\d+\.\d+) s; target alone (\d+) tokens in (\d+\.\d+) s "
+                  r".*speedup x(\d+\.\d+)", r.stdout)
     assert m, r.stdout
-    expected = speedup(gen.stats, Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])))
-    assert abs(float(m[3]) - expected) <= 0.01 + 0.01 * expected, (m[0], expected)
+    assert int(m[1]) == int(m[3]) == len(gen.token_ids)   # both sides made the same number of tokens
+    expected = speedup(Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])),
+                       Stats(new_tokens=int(m[3]), wall_seconds=float(m[4])))
+    assert abs(float(m[5]) - expected) <= 0.01 + 0.01 * expected, (m[0], expected)
 
 
 @pytest.mark.slow
