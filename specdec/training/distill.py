@@ -375,9 +375,17 @@ def draft_only(source: Path, out: Path, cfg: DistillConfig, compare_steps: int =
     before = {"val_loss": evaluate(draft, val_ids, recipe_cfg),
               "val_beta": agreement(target, draft, val_ids, recipe_cfg)}
     work = out / ".distill-work"
+    # The pools are drawn here, once, so that their time is recorded as sampling: the comparison
+    # and the distillation reload them (a resumed run records only what it drew this time).
+    t_phase = time.perf_counter()
+    with torch.no_grad():
+        draw_pools(target, train_ids, val_ids, cfg, work, log, progress)
+    sample_seconds, t_phase = time.perf_counter() - t_phase, time.perf_counter()
     comparison = (compare_losses(target, draft, train_ids, val_ids, cfg, work, compare_steps, log, progress)
                   if compare_steps else [])
+    compare_seconds = time.perf_counter() - t_phase
     result = distill(target, draft, train_ids, val_ids, cfg, work, log, progress)
+    result.update(sample_seconds=round(sample_seconds, 1), compare_seconds=round(compare_seconds, 1))
     after = {"val_loss": evaluate(draft, val_ids, recipe_cfg), "val_beta": agreement(target, draft.eval(), val_ids,
                                                                                       recipe_cfg)}
     out.mkdir(parents=True, exist_ok=True)
