@@ -202,6 +202,26 @@ def _hand_made_results():
             "settings": {"max_new_tokens": 12, "threads": 1}}
 
 
+def test_paired_speedup_is_the_geometric_mean_of_same_prompt_ratios():
+    """Each run against the baseline's run on the same prompt and seed (and pass): prompt 0 twice
+    as fast (0.10 s against 0.05 s), prompt 1 slower (0.20 s against 0.25 s): sqrt(2 x 0.8); a
+    second pass pairs with the baseline's second pass, not its first."""
+    records = [_record(SPECDEC_AR, 1.0, None, 0.10), _record(SPECDEC_AR, 1.0, None, 0.20, prompt=1),
+               _record(SPECDEC_MODEL, 1.0, 3, 0.05, widths={"4": 3}, draft_forwards=12, accepted=8, tested=10),
+               _record(SPECDEC_MODEL, 1.0, 3, 0.25, widths={"4": 3}, draft_forwards=12, accepted=8, tested=10,
+                       prompt=1)]
+    rows = report.aggregate(records, COSTS)
+    baselines = report.add_speedups(rows)
+    report.add_paired_speedups(rows, records, baselines)
+    model = next(r for r in rows if r["kind"] == SPECDEC_MODEL)
+    assert model["paired_speedup"] == pytest.approx((2 * 0.8) ** 0.5)
+    assert model["speedup"] == pytest.approx(144 / 90)     # the ratio of medians says 1.6x: (240 + 48) / (120 + 60)
+    second_pass = [_record(SPECDEC_AR, 1.0, None, 0.40), _record(SPECDEC_MODEL, 1.0, 3, 0.10, widths={"4": 3})]
+    records += second_pass
+    report.add_paired_speedups(rows, records, baselines)
+    assert model["paired_speedup"] == pytest.approx((2 * 0.8 * 4) ** (1 / 3))
+
+
 def test_rows_by_hand():
     results = _hand_made_results()
     rows = {r["kind"]: r for r in results["rows"]}

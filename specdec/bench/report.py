@@ -8,6 +8,7 @@ fixed-width table and the summary the CLI prints.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from ..speed import leviathan_speedup, predicted_speedup
@@ -105,6 +106,25 @@ def add_speedups(rows: list[dict]) -> dict:
     return baselines
 
 
+def add_paired_speedups(rows: list[dict], records: list[dict], baselines: dict) -> None:
+    """Each row's paired speedup: the geometric mean, over its runs, of the baseline's time per
+    token on the same prompt and seed (same pass) over the row's. A ratio of medians mixes prompts
+    that decode at different speeds and drifts with the machine; each pair ran within seconds of
+    itself, so on a machine whose speed wanders the paired figure is the steadier one."""
+    per_token: dict[tuple, dict] = {}   # (kind, gamma) -> {(T, prompt, seed, n): seconds per token}
+    counts: dict[tuple, int] = {}
+    for r in records:
+        who = (r["kind"], r["gamma"], r["temperature"], r["prompt"], r["seed"])
+        n = counts[who] = counts.get(who, -1) + 1   # the n-th pass pairs with the baseline's n-th
+        if r["new_tokens"] and r["seconds"] > 0:
+            per_token.setdefault(who[:2], {})[who[2:] + (n,)] = r["seconds"] / r["new_tokens"]
+    for row in rows:
+        base = per_token.get((baselines[row["temperature"]]["kind"], None), {})
+        mine = per_token.get((row["kind"], row["gamma"]), {})
+        logs = [math.log(base[k] / v) for k, v in mine.items() if k[0] == row["temperature"] and k in base]
+        row["paired_speedup"] = math.exp(statistics.fmean(logs)) if logs else None
+
+
 def check_greedy(runs: list[Run]) -> dict:
     """At T = 0 every contender must produce the same tokens for the same prompt as specdec's
     autoregressive loop (whole outputs: everyone stops at the same EOS or max_new_tokens)."""
@@ -189,7 +209,7 @@ def _brief(row: dict | None) -> dict | None:
     """The summary's view of a row."""
     if row is None:
         return None
-    keys = ("kind", "label", "temperature", "gamma", "tok_s", "speedup", "predicted", "leviathan",
+    keys = ("kind", "label", "temperature", "gamma", "tok_s", "speedup", "paired_speedup", "predicted", "leviathan",
             "measured_over_predicted", "over_transformers", "alpha")
     return {k: row.get(k) for k in keys}
 
@@ -253,6 +273,7 @@ def format_summary(results: dict) -> str:
             r = b[key]
             if r and not (key == "specdec_model" and r["kind"] == b["specdec"]["kind"]):
                 line += (f"; best {r['label']} γ={r['gamma']}: {r['speedup']:.2f}x"
+                         + (f" (paired {r['paired_speedup']:.2f}x)" if r.get("paired_speedup") else "")
                          + (f" (predicted {r['predicted']:.2f}x, measured/predicted {r['measured_over_predicted']:.2f})"
                             if key.startswith("specdec") and r.get("predicted") else ""))
         lines.append(line)

@@ -44,6 +44,7 @@ from ..sampling import SamplingConfig
 from .contenders import HF_ASSISTED, Contender, ForwardCounter, Run, contenders, rotated, run_contender
 from .report import (
     LEGEND,
+    add_paired_speedups,
     add_speedups,
     aggregate,
     check_greedy,
@@ -226,6 +227,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     order = {c: n for n, c in enumerate(lineup)}
     rows.sort(key=lambda r: order[Contender(r["kind"], r["temperature"], r["gamma"])])
     baselines = add_speedups(rows)
+    add_paired_speedups(rows, records, baselines)
     greedy = check_greedy(runs)
     warnings = [f"{r['label']} γ={r['gamma']} T={r['temperature']:g}: verify forwards were not γ + 1 tokens wide "
                 f"({r['target_widths']}): the assistant's settings may not have reached transformers"
