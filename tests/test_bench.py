@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specdec import measure, speed
-from specdec.bench import contenders, report, run
+from specdec.bench import contenders, profiles, report, run
 from specdec.bench.chart import speedup_figure
 from specdec.bench.contenders import (
     HF_ASSISTED,
@@ -383,3 +383,12 @@ def test_quick_bench_on_the_bundled_pair(tmp_path):
     # A smoke run: marked as one, no goals held against its numbers, no 5 MB chart.
     assert settings["quick"] and results["summary"]["goals"] == [] and results["summary"]["smoke_run"]
     assert not (tmp_path / "speedup.html").exists()
+
+
+def test_saving_a_profile_replaces_the_one_of_its_name_where_it_stands(tmp_path):
+    """The explorer lists profiles in the file's order: a re-measured profile keeps its place."""
+    path = tmp_path / "profiles.json"
+    path.write_text(json.dumps([{"name": "a", "v": 1}, {"name": "b", "v": 1}, {"name": "c", "v": 1}]))
+    profiles.save({"name": "a", "v": 2}, path)
+    profiles.save({"name": "d", "v": 1}, path)
+    assert [(p["name"], p["v"]) for p in json.loads(path.read_text())] == [("a", 2), ("b", 1), ("c", 1), ("d", 1)]

@@ -147,7 +147,7 @@ def test_forty_at_once_the_excess_is_told_to_retry_and_the_server_answers_after(
 
 def test_eight_clients_through_the_devices_line_are_told_their_place_and_get_what_they_would_alone(queued):
     """The GPU's path (runs take turns on the device), run on the CPU: eight at once."""
-    res = serverload.load(queued, clients=8, max_new_tokens=32, log=lambda *_: None)
+    res = serverload.load(queued, clients=8, max_new_tokens=64, log=lambda *_: None)
     assert not res.other_errors and res.told_to_retry == 0, res.summary()
     assert res.matched == 8 and not res.mismatched, res.summary()
     places = [p for lines in res.places.values() for p in lines]
@@ -175,13 +175,14 @@ def test_eight_clients_on_the_gpu_take_turns_and_get_what_they_would_alone():
 # ---------------------------------------------------------------- soak (short form)
 
 def test_short_soak_memory_and_disk_stay_flat(main):
-    """40 default runs, each exported: resident memory after run 40 within 5 % of after run 10 and
-    growing by less than 0.25 MB a run (Gradio's orphaned copies alone added ~0.6 MB a run); the
-    temp and cache folders grow by at most 2 MB (exports are deleted after 2 s here)."""
-    res = serverload.soak(main, runs=40, every=10, early=10, export=True, log=lambda *_: None)
+    """30 default runs, each exported: resident memory after run 30 within 5 % of after run 10 and
+    growing by less than 0.25 MB a run (Gradio's orphaned copies alone added ~0.6 MB a run: 12 MB
+    over these 20 runs); the temp and cache folders grow by at most 2 MB (exports are deleted after
+    2 s here). The long form is scripts/soak.py (200 runs)."""
+    res = serverload.soak(main, runs=30, every=10, early=10, export=True, log=lambda *_: None)
     s = res.summary(10)
     assert s["rss_growth_pct"] <= 5, s
-    assert s["rss_end_mb"] - s["rss_early_mb"] < 0.25 * 30, s
+    assert s["rss_end_mb"] - s["rss_early_mb"] < 0.25 * 20, s
     assert s["disk_growth_mb"] <= 2, s
 
 

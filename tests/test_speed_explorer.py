@@ -141,7 +141,7 @@ def test_what_if_c_redraws_the_curves_with_that_c():
     curves = [t for t in out["curves"].data if t.meta and "gamma" in t.meta]
     assert {t.meta["c"] for t in curves} == {0.89}
     assert "what if c = 0.890" in out["curves"].layout.title.text
-    graphed = profiles_from_json(raw_profiles())[-1]
+    graphed = next(p for p in profiles_from_json(raw_profiles()) if p.name == "H100, CUDA graphs, fp32")
     v = graphed.verify(4)
     four = next(t for t in curves if t.meta["gamma"] == 4)
     k = four.x.index(0.65)

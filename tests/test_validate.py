@@ -20,11 +20,12 @@ PROMPT = "To be, or not to be"
 
 @pytest.fixture(scope="module")
 def good(bundled) -> dict:
-    """A real exported trace (T = 1, gamma = 4) with at least one rejection, as a dict."""
+    """A real exported trace (T = 1, gamma = 4) with at least one rejection and one accepted draft
+    that could have been rejected (p/q < 0.99), as a dict."""
     for seed in range(20):
         gen = speculative_generate(bundled, PROMPT, RunSettings(gamma=4, max_new_tokens=32, seed=seed))
         if any(r.n_accepted < len(r.positions) for r in gen.rounds) and any(
-                r.n_accepted > 0 for r in gen.rounds):
+                pos.ratio < 0.99 for r in gen.rounds for pos in r.positions[:r.n_accepted]):
             return json.loads(gen.to_json())
     raise AssertionError("no run with both an accepted and a rejected draft")
 
@@ -52,7 +53,9 @@ def first_rejected(d: dict) -> tuple[int, int]:
 
 
 def first_accepted(d: dict) -> tuple[int, int]:
-    return next((k, 0) for k, r in enumerate(d["rounds"]) if r["n_accepted"] > 0)
+    """The first accepted draft that could have been rejected (p/q < 1: a u near 1 contradicts it)."""
+    return next((k, i) for k, r in enumerate(d["rounds"]) for i, pos in enumerate(r["positions"][:r["n_accepted"]])
+                if pos["ratio"] < 0.99)
 
 
 # ---------------------------------------------------------------- real traces pass

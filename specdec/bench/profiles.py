@@ -34,10 +34,15 @@ def profile(costs: dict, pair_description: dict, where: str, source: str, name: 
 
 
 def save(entry: dict, path: Path = DEFAULT) -> Path:
-    """Add `entry` to the profiles file, replacing a profile of the same name."""
+    """Add `entry` to the profiles file, replacing a profile of the same name where it stands (the
+    explorer lists them in the file's order)."""
     path = Path(path)
     profiles = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-    profiles = [p for p in profiles if p.get("name") != entry["name"]] + [entry]
+    names = [p.get("name") for p in profiles]
+    if entry["name"] in names:
+        profiles[names.index(entry["name"])] = entry
+    else:
+        profiles.append(entry)
     path.write_text(json.dumps(profiles, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 

@@ -378,6 +378,7 @@ def draft_only(source: Path, out: Path, cfg: DistillConfig, compare_steps: int =
     # The pools are drawn here, once, so that their time is recorded as sampling: the comparison
     # and the distillation reload them (a resumed run records only what it drew this time).
     t_phase = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         draw_pools(target, train_ids, val_ids, cfg, work, log, progress)
     sample_seconds, t_phase = time.perf_counter() - t_phase, time.perf_counter()
