@@ -379,13 +379,11 @@ def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
         values = [1000 * getattr(split, key) / n for _, split, n in splits]
         fig.add_trace(go.Bar(y=[name for name, _, _ in splits], x=values, name=label, orientation="h",
                              marker=dict(color=colour, pattern=dict(shape=shape)), meta=key,
-                             text=[f"{v:.2f}" for v in values], textposition="inside", textangle=0,
+                             text=[f"{v:.2f}" for v in values], textposition="inside",
                              hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
     story = explain(gen.stats, ar.stats)
     fig.update_layout(
-        # A label that does not fit its segment level is hidden (the hover still gives it), never
-        # turned on its side or shrunk: a thin "everything else" segment had a sideways "0.50".
-        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100), uniformtext=dict(minsize=11, mode="hide"),
+        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100),
         title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "
                         f"predicted {story.predicted:.2f}×", font=dict(size=13)),
         xaxis=dict(title="milliseconds per generated token"), yaxis=dict(autorange="reversed"),
