@@ -185,7 +185,7 @@ def write_cards(out_dir: str = "assets/models", quick: bool = False) -> None:
                     "machine": "not measured (--quick)"}
     else:
         # One torch thread, as the bench measures: these models' ops are too small to split, and
-        # two threads on two cores made a target step 3x slower (11.2 ms against 3.7 ms).
+        # two threads on two cores made a target step 1.5x slower (12.0 ms against 7.8 ms, minutes apart).
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
