@@ -1,6 +1,6 @@
 """Refresh the README's screenshots in assets/screenshots/ (the tests never write there).
 
-    python scripts/screenshots.py            # about 3 minutes on 2 cores; needs Debian's chromium
+    python scripts/screenshots.py            # about 2 minutes on 2 cores; needs Debian's chromium
     python scripts/screenshots.py --out DIR  # somewhere else, to look before you replace
     python scripts/screenshots.py --bench-chart runs/bench/speedup.html   # only the bench's chart
 
