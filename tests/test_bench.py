@@ -380,8 +380,11 @@ def test_quick_bench_on_the_bundled_pair(tmp_path):
     assert greedy["checked"] and greedy["agree"] and not greedy["mismatches"]
     assert greedy["compared"] == len([c for c in expected if c[1] == 0]) - 1   # all but the reference
     assert not results["warnings"]                                  # assisted drafted gamma tokens a round
-    # A smoke run: marked as one, no goals held against its numbers, no 5 MB chart.
+    # A smoke run: marked as one, no goals held against its numbers (it says so, instead of
+    # printing "NOT met" beside them), no 5 MB chart.
     assert settings["quick"] and results["summary"]["goals"] == [] and results["summary"]["smoke_run"]
+    assert r.stdout.startswith("smoke run (--quick)") and "goals: not checked: a smoke run" in r.stdout
+    assert "NOT met" not in r.stdout and "goal: " not in r.stdout
     assert not (tmp_path / "speedup.html").exists()
 
 
