@@ -28,8 +28,8 @@ import torch
 
 from . import trace as tr
 from .recording import BATCH_BYTES, Pending, record
-from .rounds import Step, rounds_for, steps_for
 from .rounds import _sync as _sync
+from .rounds import rounds_for, steps_for
 from .sampling import Rule
 from .settings import AUTOREGRESSIVE, RunSettings
 from .trace import Generation, Round
@@ -192,11 +192,6 @@ def _emit(tokens: list[int], decided: list[int], max_new_tokens: int, eos: int |
         if tok == eos:
             return emitted, "eos"
     return emitted, "max_new_tokens" if len(tokens) >= max_new_tokens else None
-
-
-def record_round(index: int, start: int, step: Step, rule: Rule, emitted: list[int]) -> Round:
-    """One verify step as a trace Round (see `recording`: a batch of one)."""
-    return record([Pending.of(index, start, step, emitted)], rule)[0]
 
 
 # ---------------------------------------------------------------- the run's record

@@ -20,7 +20,7 @@ from specdec.drafters import KVCache, NgramDrafter
 from specdec.models import ModelPair
 from specdec.outcomes import Status
 from specdec.sampling import logits_to_probs
-from tiny import tiny_model, tiny_pair
+from tiny import StopAfter, tiny_model, tiny_pair
 
 ACCEPTED, REJECTED, UNUSED = Status.ACCEPTED, Status.REJECTED, Status.UNUSED
 
@@ -363,17 +363,6 @@ def test_stored_skip_bias_equals_the_closed_form_on_full_rows():
 
 
 # ---------------------------------------------------------------- stopping and streaming
-
-class StopAfter:
-    """A stop that turns true at its (n + 1)-th check: counts how often the decoder looks."""
-
-    def __init__(self, n: int):
-        self.n, self.checks = n, 0
-
-    def is_set(self) -> bool:
-        self.checks += 1
-        return self.checks > self.n
-
 
 def test_a_stop_acts_between_forwards_inside_a_round_and_returns_the_partial_run():
     pair = tiny_pair()

@@ -21,7 +21,7 @@ from specdec import (
 from specdec.engine import _length_for, engine_for
 from specdec.models import ModelPair, pick_device, pick_engine
 from specdec.sampling import sample
-from tiny import tiny_pair
+from tiny import StopAfter, tiny_pair
 
 PROMPT = [1, 2, 3]
 
@@ -106,15 +106,6 @@ def test_a_longer_run_or_larger_gamma_grows_the_cache_and_stays_equal(bundled_pa
 def test_cache_length_is_a_power_of_two_within_the_context():
     assert _length_for(10, 256) == 256 and _length_for(300, 4096) == 512 and _length_for(3000, 2048) == 2048
     assert _length_for(700, None) == 1024
-
-
-class StopAfter:
-    def __init__(self, n: int):
-        self.n, self.checks = n, 0
-
-    def is_set(self) -> bool:
-        self.checks += 1
-        return self.checks > self.n
 
 
 def test_a_stop_acts_inside_a_round_on_the_engine_and_the_next_run_is_unharmed():

@@ -28,3 +28,14 @@ def tiny_pair(vocab: int = 8, seed: int = 0, context: int = 64, eos: int | None 
     target = tiny_model(vocab, layers=2, seed=seed, context=context, eos=eos)
     draft = target if same else tiny_model(vocab, layers=1, seed=seed + 100, context=context, eos=eos)
     return ModelPair(None, target, draft, "tiny-target", "tiny-draft")
+
+
+class StopAfter:
+    """A stop that turns true at its (n + 1)-th check: counts how often the decoder looks."""
+
+    def __init__(self, n: int):
+        self.n, self.checks = n, 0
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.checks > self.n
