@@ -8,6 +8,11 @@ Speculative sampling is exact when that emitted token follows p. The closed form
 (`sampling.emission_parts`) says it does for the exact rule and by how much the shortcuts miss;
 the Monte Carlo here checks both against each other with TV distance and a chi-square test.
 
+"Exact" is a statement about the math: the exact rule's output distribution is p in real
+arithmetic. Computed, the closed form runs in float32 (as the decoder does) and equals p to
+float32 rounding over the row's sums, a few eps * sqrt(n); the rows a trace stores come from a
+float32 softmax over the whole vocabulary, so they add up to 1 only to that rounding too.
+
 No gradio and no command line here: the app's lab tab and the CLI's `lab` command are thin
 layers over these functions, and bound the work a request may ask for where it enters.
 """
