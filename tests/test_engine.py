@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 
+import bounds
 from specdec import (
     Rule,
     RunSettings,
@@ -57,9 +58,11 @@ def test_static_engine_equals_the_eager_decoder(bundled_pairs, settings, seed):
     assert b.models["engine"] == "static cache" and a.models["engine"] == "eager"
     assert b.token_ids == a.token_ids
     assert [r.n_accepted for r in b.rounds] == [r.n_accepted for r in a.rounds]
+    # two float32 paths through the same model (eager and static-cache attention), then sums over the vocabulary
+    tol = bounds.rounding(eager.target.config.vocab_size)
     for ra, rb in zip(a.rounds, b.rounds):
         for x, y in zip(ra.positions, rb.positions):
-            assert abs(x.beta - y.beta) < 1e-5 and abs(x.p_draft - y.p_draft) < 1e-5 and x.status is y.status
+            assert abs(x.beta - y.beta) < tol and abs(x.p_draft - y.p_draft) < tol and x.status is y.status
         assert rb.end_token == ra.end_token and rb.ending is ra.ending
     assert (b.stats.accepted, b.stats.tested, b.stats.target_forwards, b.stats.draft_forwards) == \
         (a.stats.accepted, a.stats.tested, a.stats.target_forwards, a.stats.draft_forwards)

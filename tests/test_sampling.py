@@ -6,6 +6,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+import bounds
 from specdec.sampling import (
     Rule,
     SamplingConfig,
@@ -69,14 +70,15 @@ def test_closed_form_equals_p_for_1000_pairs_and_skip_is_biased_where_theory_say
     for p, q in pairs:
         out = output_distribution(p, q)
         assert not torch.isnan(out).any()
-        assert torch.allclose(out, p, atol=1e-6, rtol=0), (p, q, out)
+        tol = bounds.rounding(len(p), p.dtype)   # float32 sums over the row
+        assert torch.allclose(out, p, atol=tol, rtol=0), (p, q, out)
         skip = output_distribution(p, q, skip_adjustment=True)
         assert not torch.isnan(skip).any()
         # Theory: skip - p = (1 - beta) p - max(0, p - q). Check the size of the bias exactly,
         # and that it is really there whenever theory says it is large.
         beta = acceptance_probability(p, q)
         predicted = (1 - beta) * p - (p - q).clamp_min(0)
-        assert torch.allclose(skip - p, predicted, atol=1e-6, rtol=0)
+        assert torch.allclose(skip - p, predicted, atol=tol, rtol=0)
         if predicted.abs().max() > 1e-3:
             biased += 1
             assert (skip - p).abs().max() > 5e-4
@@ -92,13 +94,13 @@ def test_greedy_probs_are_one_hot_of_argmax():
 def test_warpers_match_transformers_meaning():
     logits = torch.tensor([3.0, 2.0, 1.0, 0.0, -1.0])
     k2 = logits_to_probs(logits, SamplingConfig(top_k=2))
-    assert (k2[2:] == 0).all() and math.isclose(float(k2.sum()), 1.0, rel_tol=1e-6)
+    assert (k2[2:] == 0).all() and math.isclose(float(k2.sum()), 1.0, abs_tol=bounds.rounding(len(logits)))
     t2 = logits_to_probs(logits, SamplingConfig(temperature=2.0))
     assert torch.allclose(t2, torch.softmax(logits / 2, -1))
     p = torch.softmax(logits, -1)            # [0.636, 0.234, 0.086, ...]
     tp = logits_to_probs(logits, SamplingConfig(top_p=0.8))
     assert (tp > 0).tolist() == [True, True, False, False, False]
-    assert math.isclose(float(tp[0]), float(p[0] / p[:2].sum()), rel_tol=1e-5)
+    assert math.isclose(float(tp[0]), float(p[0] / p[:2].sum()), abs_tol=bounds.rounding(len(logits)))
 
 
 @pytest.mark.parametrize("bad", [dict(temperature=-1), dict(temperature=float("nan")), dict(top_k=-3),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import bounds
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, manifest, speculative_generate
 from specdec.cli import main
 
@@ -128,11 +129,12 @@ def test_distillation_losses_are_zero_only_where_the_draft_matches_and_tv_is_one
     teacher = torch.log_softmax(torch.randn(2, 5, 11), -1)
     temps = torch.tensor([1.0, 0.7])
     same = divergences(teacher.clone(), teacher, temps)
-    assert same["tv"].abs().max() < 1e-6 and same["kl"].abs().max() < 1e-5
+    tol = bounds.rounding(11)   # float32 sums over the 11-token rows (log-probabilities are O(1) here)
+    assert same["tv"].abs().max() < tol and same["kl"].abs().max() < tol
     other = torch.randn(2, 5, 11)
     parts = divergences(other, teacher, temps)
     p, q = torch.softmax(teacher[0] / 1.0, -1), torch.softmax(other[0] / 1.0, -1)
-    assert torch.allclose(parts["tv"][0], 1 - torch.minimum(p, q).sum(-1), atol=1e-6)   # TV = 1 - beta
+    assert torch.allclose(parts["tv"][0], 1 - torch.minimum(p, q).sum(-1), atol=tol, rtol=0)   # TV = 1 - beta
     assert (parts["kl"] > 0).all()
     mask = position_mask(torch.tensor([3, 1]), 6)   # positions 2.. and 0.. predict sampled tokens
     assert mask.tolist() == [[False, False, True, True, True], [True] * 5]
@@ -151,4 +153,6 @@ def test_a_widened_mlp_computes_the_same_function():
     with torch.no_grad():
         before = model(ids).logits
         after = widen_mlp(model, 96)(ids).logits
-    assert model.config.intermediate_size == 96 and torch.allclose(before, after, atol=1e-6)
+    # zero-padded rows add exact zeros, but the MLP's longer sums may round in another order
+    tol = bounds.rounding(96 + model.config.hidden_size, scale=float(before.abs().max()))
+    assert model.config.intermediate_size == 96 and torch.allclose(before, after, atol=tol, rtol=0)
