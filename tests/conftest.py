@@ -54,6 +54,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SCREENSHOTS_ENV = "SPECDEC_SCREENSHOTS"
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (the README's command): one worker per core, at most 4. Each worker starts its own
+    app server and chromium when its tests need them (free ports, its own temp folders), and each
+    test file runs whole on one worker (`--dist loadfile`, pytest.ini), so a module's servers start
+    once. Beyond 4 workers the largest files set the time and memory only grows."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if {"browser", "page"} & set(item.fixturenames):
