@@ -44,6 +44,12 @@ class KVCache:
         Feeds the model only the tokens the cache lacks, after cropping the cache to the
         longest common prefix (tokens rejected in an earlier round are dropped here).
         """
+        return self.forward_features(context, extra, features=False)[0]
+
+    def forward_features(self, context: list[int], extra: list[int], features: bool = True):
+        """(logits [len(extra) + 1, V], the fed positions' features [n, d] or None, the first fed
+        position): `forward`, plus the model's post-norm last hidden state at every position it fed
+        (what the `features` drafter reads; see `specdec.features.forward_with_features`)."""
         tokens = context + extra
         keep = common_prefix(self.ids, tokens)
         keep = min(keep, len(tokens) - len(extra) - 1)   # always feed context[-1] to get its logits
@@ -52,9 +58,16 @@ class KVCache:
             self.ids = self.ids[:keep]
         feed = tokens[keep:]
         device = next(self.model.parameters()).device
-        out = self.model(torch.tensor([feed], device=device), past_key_values=self.cache, use_cache=True)
+        ids = torch.tensor([feed], device=device)
+        if features:
+            from .features import forward_with_features
+
+            logits, hidden = forward_with_features(self.model, ids, self.cache)
+            hidden = hidden[0]
+        else:
+            logits, hidden = self.model(ids, past_key_values=self.cache, use_cache=True).logits, None
         self.ids = tokens
-        return out.logits[0, -(len(extra) + 1):]
+        return logits[0, -(len(extra) + 1):], hidden, keep
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -152,4 +165,8 @@ def make_drafter(name: str, pair) -> Drafter:
         return NgramDrafter(pair.vocab_size)
     if name == "model":
         return ModelDrafter(pair.draft, pair.vocab_size)
+    if name == "features":
+        from .features import FeaturesDrafter, net_for
+
+        return FeaturesDrafter(net_for(pair), pair.target, pair.vocab_size)
     raise ValueError(f"unknown drafter {name!r}: choose one of {', '.join(map(repr, DRAFTERS))}")
