@@ -379,6 +379,14 @@ def run_card(args) -> int:
     from .training.recipe import check_out_dir
 
     check_out_dir(args.out, args.overwrite_bundled)
+    if args.features:
+        from .training.features_card import write_features_card
+
+        for r in write_features_card(args.out)["acceptance"]:
+            print(f"{r['drafter']:>8} T={r['temperature']:g} gamma {r['gamma']}: alpha {r['alpha']:.3f} "
+                  f"({r['tested']} tested), {r['tokens_per_target_forward']:.2f} tokens per target forward, "
+                  f"c {r['c']:.3f}, predicted speedup {r['predicted_speedup']:.2f}x")
+        return 0
     write_cards(args.out, quick=args.quick)
     return 0
 
@@ -389,6 +397,8 @@ def add_card_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite-bundled", action="store_true",
                    help="allow --out to be assets/models: rewrite the bundled pair's cards")
     p.add_argument("--quick", action="store_true", help="write the cards without measuring (a smoke test)")
+    p.add_argument("--features", action="store_true",
+                   help="measure the features drafter in FOLDER/specdec-features against the draft and write its card")
 
 
 def run_manifest(args) -> int:

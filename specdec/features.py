@@ -29,8 +29,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .sampling import logits_to_probs, sample
-
 FOLDER = "specdec-features"   # beside specdec-target in a pair's folder
 
 
@@ -73,11 +71,11 @@ class FeatureNet(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
-def causal_mask(n_new: int, n_cached: int) -> torch.Tensor:
+def causal_mask(n_new: int, n_cached: int, device=None) -> torch.Tensor:
     """[1, 1, n_new, n_cached + n_new]: each new element sees the cache and the new ones up to itself
     (bottom-right aligned, unlike SDPA's own is_causal)."""
-    q = torch.arange(n_new)[:, None] + n_cached
-    k = torch.arange(n_cached + n_new)[None, :]
+    q = torch.arange(n_new, device=device)[:, None] + n_cached
+    k = torch.arange(n_cached + n_new, device=device)[None, :]
     return (k <= q)[None, None]
 
 
@@ -87,79 +85,6 @@ def forward_with_features(model, ids: torch.Tensor, cache) -> tuple[torch.Tensor
     what `model(...)` computes for such models (a test checks it against `model(...).logits`)."""
     hidden = model.get_decoder()(ids, past_key_values=cache, use_cache=True).last_hidden_state
     return model.get_output_embeddings()(hidden), hidden
-
-
-class FeaturesDrafter:
-    """Drafts from the target's features: the `features` drafter (see the module docstring).
-
-    It keeps its own KV cache of "exact" elements (built from the target's features), one per
-    context position but the last: element i = (f_i, x_{i+1}). Drafted elements (built from its own
-    features) are dropped at the end of every `propose`; elements past a rejected draft are cropped
-    when the context no longer matches (like `KVCache`). The rounds hand it the target's features of
-    every kept position with `observe` after each verify.
-    """
-
-    name = "features"
-
-    def __init__(self, net: FeatureNet, target, vocab_size: int):
-        from transformers import DynamicCache
-
-        self.net, self.vocab_size = net, vocab_size
-        self.embed = target.get_input_embeddings()
-        self.norm = target.get_decoder().norm
-        self.head = target.get_output_embeddings()
-        self.feats = torch.zeros(0, net.config.hidden_size, device=self.embed.weight.device)   # at positions 0, 1, ...
-        self.cache = DynamicCache(config=net.config)
-        self.ids: list[int] = []   # x_{i+1} of each cached element
-        self.forwards = 0
-        self.last_source: dict | None = None   # where the latest drafts' q came from (the trace's sentence)
-
-    def observe(self, start: int, rows: torch.Tensor) -> None:
-        """The target's features at positions start, start + 1, ... (rows [n, d]): what a verify
-        forward computed for the positions the round kept."""
-        self.feats = torch.cat([self.feats[:start], rows.detach().to(self.feats.device, self.feats.dtype)])
-
-    def _catch_up(self, context: list[int]) -> torch.Tensor:
-        """Feed the exact elements the cache lacks; the layer output of the last one [d]."""
-        from .drafters import common_prefix
-
-        want = context[1:]
-        keep = min(common_prefix(self.ids, want), len(want) - 1)   # always feed the last element
-        crop_to(self.cache, keep)
-        device = self.feats.device
-        pos = torch.arange(keep, len(want), device=device)[None]
-        embeds = self.embed(torch.tensor([want[keep:]], device=self.embed.weight.device))
-        out = self.net(self.feats[keep:len(want)][None].to(embeds.dtype), embeds, pos,
-                       causal_mask(len(want) - keep, keep), self.cache)
-        self.ids = want
-        return out[0, -1]
-
-    @torch.inference_mode()
-    def propose(self, context, gamma, sampling, generator, stop=None):
-        n = len(context)
-        if gamma <= 0 or n < 2 or len(self.feats) < n - 1 or (stop is not None and stop.is_set()):
-            # No feature for the last kept position yet (a run's first round): draft nothing; the
-            # verify forward is then the prompt's prefill and brings the features.
-            self.last_source = None
-            return [], torch.zeros(0, self.vocab_size)
-        out = self._catch_up(context)
-        self.forwards += 1
-        drafts: list[int] = []
-        rows = []
-        for j in range(gamma):
-            feature = self.norm(out)
-            q = logits_to_probs(self.head(feature)[:self.vocab_size].float(), sampling)
-            drafts.append(int(sample(q, generator)))
-            rows.append(q)
-            if j + 1 == gamma or (stop is not None and stop.is_set()):
-                break
-            token = self.embed(torch.tensor([[drafts[-1]]], device=self.embed.weight.device))
-            pos = torch.tensor([[n - 1 + j]], device=token.device)
-            out = self.net(feature[None, None], token, pos, causal_mask(1, n - 1 + j), self.cache)[0, -1]
-            self.forwards += 1
-        crop_to(self.cache, n - 1)   # drop the drafted elements: only the target's features are kept
-        self.last_source = {"position": n - 2, "token": context[-1], "drafts": len(drafts)}
-        return drafts, torch.stack(rows)
 
 
 def crop_to(cache, length: int) -> None:
@@ -188,6 +113,12 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
     from safetensors.torch import load_file
     from transformers import LlamaConfig
 
+    from . import manifest
+
+    changed = manifest.differences(folder)
+    if changed:   # like `models.load_pair`: overwritten weights are refused, not run under the pair's name
+        raise ValueError(f"the features drafter in {Path(folder).name} is not what {manifest.NAME} records: "
+                         + "; ".join(changed))
     raw = json.loads((Path(folder) / "config.json").read_text())
     raw.pop("specdec", None)
     config = LlamaConfig(**raw)
@@ -207,13 +138,22 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
 _lock = threading.Lock()
 
 
+def weights_folder(pair) -> Path:
+    return Path(str(pair.target_name)).parent / FOLDER
+
+
+def available(pair) -> bool:
+    """Whether the pair has a features drafter (set on it, or saved beside its target)."""
+    return getattr(pair, "feature_net", None) is not None or (weights_folder(pair) / "model.safetensors").exists()
+
+
 def net_for(pair) -> FeatureNet:
     """The pair's FeatureNet: `pair.feature_net` when set, else the one saved beside the pair's target
     (loaded once per pair). ValueError when the pair has none."""
     with _lock:
         net = getattr(pair, "feature_net", None)
         if net is None:
-            folder = Path(str(pair.target_name)).parent / FOLDER
+            folder = weights_folder(pair)
             if not (folder / "model.safetensors").exists():
                 raise ValueError("the features drafter has weights only for the bundled pair (assets/models/"
                                  f"{FOLDER}); choose the 'model' or 'ngram' drafter for this pair")

@@ -6,14 +6,15 @@ q is far from p, which gives the statistical checks their power."""
 
 import pytest
 import torch
-from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value
 
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec import features as fx
+from specdec.drafters import FeaturesDrafter
 from specdec.models import ModelPair
 from specdec.rounds import EagerRounds
 from specdec.sampling import logits_to_probs
 from specdec.training.features import unroll_mask, unrolled_outputs
+from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value
 from tiny import tiny_pair
 
 EPS = torch.finfo(torch.float32).eps
@@ -65,7 +66,7 @@ def test_training_unroll_equals_drafting_step_by_step():
     with torch.no_grad():
         _, feats = fx.forward_with_features(pair.target, ids, None)
         outs = unrolled_outputs(net, pair.target, ids, feats, 3)
-        d = fx.FeaturesDrafter(net, pair.target, 16)
+        d = FeaturesDrafter(net, pair.target, 16)
         d.observe(0, feats[0, :c - 1])
         g = d.norm(d._catch_up(ids[0, :c].tolist()))
         steps = [g]
@@ -116,7 +117,7 @@ def test_after_rejections_the_cache_and_q_equal_a_fresh_drafters():
     used = rounds.drafter
     with torch.no_grad():
         _, feats = fx.forward_with_features(pair.target, torch.tensor([context]), None)
-    fresh = fx.FeaturesDrafter(pair.feature_net, pair.target, 16)
+    fresh = FeaturesDrafter(pair.feature_net, pair.target, 16)
     fresh.observe(0, feats[0, :-1])
     assert (used.feats - fresh.feats).abs().max() <= 64 * EPS * feats.abs().max()
     drafts, q = {}, {}
@@ -132,7 +133,7 @@ def test_after_rejections_the_cache_and_q_equal_a_fresh_drafters():
 def test_q_is_processed_like_p():
     pair = features_pair(tiny_pair(vocab=16, seed=1))
     sampling = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9)
-    d = fx.FeaturesDrafter(pair.feature_net, pair.target, 16)
+    d = FeaturesDrafter(pair.feature_net, pair.target, 16)
     with torch.no_grad():
         _, feats = fx.forward_with_features(pair.target, torch.tensor([PROMPT]), None)
     d.observe(0, feats[0])

@@ -156,7 +156,8 @@ def losses(net, target, batch: dict, cfg: FeaturesConfig) -> tuple[torch.Tensor,
     head = target.get_output_embeddings()
     p_logits = head(feats[:, 1:])
     total, per_step = 0.0, []
-    for g, m in zip(unrolled_outputs(net, target, ids, feats, cfg.unroll), step_masks(starts, ids.shape[1], cfg.unroll)):
+    outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+    for g, m in zip(outs, step_masks(starts, ids.shape[1], cfg.unroll)):
         parts = divergences(head(g), p_logits, temps)
         reg = F.smooth_l1_loss(g, feats[:, 1:], reduction="none").mean(-1)
         per = parts["tv"] + cfg.kl_weight * parts["kl"] + cfg.reg_weight * reg
