@@ -382,7 +382,7 @@ def run_card(args) -> int:
     if args.features:
         from .training.features_card import write_features_card
 
-        for r in write_features_card(args.out)["acceptance"]:
+        for r in write_features_card(args.out, quick=args.quick)["acceptance"]:
             print(f"{r['drafter']:>8} T={r['temperature']:g} gamma {r['gamma']}: alpha {r['alpha']:.3f} "
                   f"({r['tested']} tested), {r['tokens_per_target_forward']:.2f} tokens per target forward, "
                   f"c {r['c']:.3f}, predicted speedup {r['predicted_speedup']:.2f}x")

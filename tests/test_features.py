@@ -212,3 +212,57 @@ def test_negative_control_skip_adjustment_is_detected(joint_setup):
     skip = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features", rule=Rule.SKIP_ADJUSTMENT)
     samples = [tokens_2_3(speculative_generate(pair, PROMPT, skip.with_(seed=s))) for s in range(RUNS)]
     assert gof_p_value(samples, joint) < SIGNIFICANCE
+
+
+# ---------------------------------------------------------------- the shipped drafter and the commands
+
+def test_shipped_drafter_is_small_recorded_and_loads_offline(bundled):
+    from specdec import manifest
+    from specdec.models import ASSETS
+
+    folder = ASSETS / fx.FOLDER
+    assert (folder / "model.safetensors").stat().st_size <= 5e6 and not list(folder.glob("*.bin"))
+    assert manifest.differences(folder) == []   # covered by the pair's manifest
+    net = fx.load(folder, bundled.target)
+    assert net.fc.weight.shape == (128, 256)   # reads the bundled target's 128-wide features
+    # trained: on a greedy run of the bundled pair it is accepted far more often than chance
+    pair = ModelPair(bundled.tokenizer, bundled.target, bundled.draft, bundled.target_name, bundled.draft_name)
+    pair.feature_net = net
+    gen = speculative_generate(pair, "ROMEO.\nBut soft, what light", RunSettings(
+        gamma=4, max_new_tokens=40, drafter="features", sampling=SamplingConfig(temperature=0)))
+    assert gen.stats.accepted / gen.stats.tested > 0.5
+
+
+def run_cli(*args, timeout=600):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=Path(__file__).resolve().parent.parent,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_generate_with_the_features_drafter_from_the_command_line():
+    r = run_cli("generate", "--prompt", "ROMEO.", "--drafter", "features", "--max-new-tokens", "24", "--seed", "0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "drafter=features" in r.stdout and "acceptance rate alpha" in r.stdout
+
+
+@pytest.mark.slow
+def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(12):
+        (corpus / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
+    out = tmp_path / "out"
+    args = ("train", "--features", "--tiny", "--out", str(out), "--corpus-dir", str(corpus))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr[-2000:]
+    weights = (out / fx.FOLDER / "model.safetensors").read_bytes()
+    assert "features drafter trained" in r.stdout
+    again = run_cli(*args)   # everything is checkpointed: nothing is redone
+    assert again.returncode == 0 and "resumed at step 4" in again.stdout, again.stderr[-2000:]
+    assert (out / fx.FOLDER / "model.safetensors").read_bytes() == weights
