@@ -81,6 +81,12 @@ def _history(info: dict) -> str:
                           + f" | {h['minutes']:.1f} |\n" for h in info["history"])
 
 
+def _who(measures: dict) -> str:
+    if any(r["measured_speedup"] is None for r in measures["acceptance"]):
+        return "the features drafter alone (`--quick`: the draft model's α is on its own card)"
+    return "both drafters in the same session"
+
+
 def _x(ratio) -> str:
     return "not measured (--quick)" if ratio is None else f"{ratio:.2f}x"
 
@@ -133,8 +139,8 @@ target samples (validation-work prompts; β = Σ min(p, q), what the acceptance 
 {_history(info)}
 ## As a drafter (measured by `python -m specdec card --features`)
 
-α at γ = 4 over the cards' {len(measure.PROMPTS)} prompts x {len(measure.SEEDS)} seeds, 64 new tokens, both
-drafters in the same session. c = the run's draft time per draft / one target decode step
+α at γ = 4 over the cards' {len(measure.PROMPTS)} prompts x {len(measure.SEEDS)} seeds, 64 new tokens,
+{_who(measures)}. c = the run's draft time per draft / one target decode step
 ({c['target_step_ms']:.2f} ms); a verify over γ + 1 tokens costs {c['verify_over_step']:.2f} target steps. The
 predicted speedup is the cost model's (`specdec.speed.predicted_speedup`) from these numbers; the
 measured one is tokens per second against the target alone, mean over the 8 prompts (seed 0), each
