@@ -284,6 +284,8 @@ def run_train(args) -> int:
     check_out_dir(out, args.overwrite_bundled)   # before the corpus is fetched
     if args.draft_only:
         return run_draft_only(args, out)
+    if args.features:
+        return run_features(args, out)
     cfg = tiny_config(out, args.corpus_dir) if args.tiny else TrainConfig(out_dir=out, corpus_dir=args.corpus_dir)
     cfg.overwrite_bundled = args.overwrite_bundled
     if args.seed is not None:
@@ -321,6 +323,25 @@ def run_draft_only(args, out: str) -> int:
     return 0
 
 
+def run_features(args, out: str) -> int:
+    """`train --features`: train the features drafter on the target of --source (its own samples)."""
+    from .models import ASSETS
+    from .training.features import FeaturesConfig, train_features
+
+    cfg = FeaturesConfig(minutes=args.minutes, threads=args.threads)
+    if args.seed is not None:
+        cfg.seed = args.seed
+    if args.tiny:   # the smoke run: a few samples and steps
+        cfg = FeaturesConfig(**{**cfg.__dict__, "sequences": (4, 2), "eval_sequences": 2, "steps": 4, "eval_every": 2,
+                                "checkpoint_every": 2, "warmup": 1, "sample_batch": 4, "context": 32,
+                                "prompt_tokens": (4, 8)})
+    source = Path(args.source) if args.source else ASSETS
+    info = train_features(source, Path(out), cfg, log=lambda msg: print(msg, flush=True), corpus_dir=args.corpus_dir)
+    print(f"features drafter trained in {info['train_minutes']:.1f} min (+{info['sample_seconds'] / 60:.1f} min "
+          f"sampling); it is in {Path(out) / 'specdec-features'}")
+    return 0
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="FOLDER",
                    help="where the two model folders go (default: runs/pair-<date>-<time>, a new folder that git "
@@ -337,6 +358,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-only", action="store_true",
                    help=f"keep the target of --source and distil its draft on the target's own samples "
                         f"({DRAFT_ONLY_TIME}); resumable: run it again with the same --out")
+    p.add_argument("--features", action="store_true",
+                   help="train the features drafter (EAGLE-style: one layer on the target's own features) on the "
+                        "target of --source; resumable: run it again with the same --out")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="with --features: a time budget for the training steps (the schedule ends with it)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="with --features: torch threads (default 1: it runs beside other work)")
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,
@@ -351,6 +379,14 @@ def run_card(args) -> int:
     from .training.recipe import check_out_dir
 
     check_out_dir(args.out, args.overwrite_bundled)
+    if args.features:
+        from .training.features_card import write_features_card
+
+        for r in write_features_card(args.out, quick=args.quick)["acceptance"]:
+            print(f"{r['drafter']:>8} T={r['temperature']:g} gamma {r['gamma']}: alpha {r['alpha']:.3f} "
+                  f"({r['tested']} tested), {r['tokens_per_target_forward']:.2f} tokens per target forward, "
+                  f"c {r['c']:.3f}, predicted speedup {r['predicted_speedup']:.2f}x")
+        return 0
     write_cards(args.out, quick=args.quick)
     return 0
 
@@ -361,6 +397,8 @@ def add_card_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite-bundled", action="store_true",
                    help="allow --out to be assets/models: rewrite the bundled pair's cards")
     p.add_argument("--quick", action="store_true", help="write the cards without measuring (a smoke test)")
+    p.add_argument("--features", action="store_true",
+                   help="measure the features drafter in FOLDER/specdec-features against the draft and write its card")
 
 
 def run_manifest(args) -> int:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from . import features as fx
 from .sampling import SamplingConfig, logits_to_probs, sample
 from .settings import DRAFTERS
 
@@ -44,6 +45,12 @@ class KVCache:
         Feeds the model only the tokens the cache lacks, after cropping the cache to the
         longest common prefix (tokens rejected in an earlier round are dropped here).
         """
+        return self.forward_features(context, extra, features=False)[0]
+
+    def forward_features(self, context: list[int], extra: list[int], features: bool = True):
+        """(logits [len(extra) + 1, V], the fed positions' features [n, d] or None, the first fed
+        position): `forward`, plus the model's post-norm last hidden state at every position it fed
+        (what the `features` drafter reads; see `specdec.features.forward_with_features`)."""
         tokens = context + extra
         keep = common_prefix(self.ids, tokens)
         keep = min(keep, len(tokens) - len(extra) - 1)   # always feed context[-1] to get its logits
@@ -52,9 +59,14 @@ class KVCache:
             self.ids = self.ids[:keep]
         feed = tokens[keep:]
         device = next(self.model.parameters()).device
-        out = self.model(torch.tensor([feed], device=device), past_key_values=self.cache, use_cache=True)
+        ids = torch.tensor([feed], device=device)
+        if features:
+            logits, hidden = fx.forward_with_features(self.model, ids, self.cache)
+            hidden = hidden[0]
+        else:
+            logits, hidden = self.model(ids, past_key_values=self.cache, use_cache=True).logits, None
         self.ids = tokens
-        return out.logits[0, -(len(extra) + 1):]
+        return logits[0, -(len(extra) + 1):], hidden, keep
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -135,6 +147,78 @@ class NgramDrafter:
         return drafts, q
 
 
+class FeaturesDrafter:
+    """Drafts from the target's features: the `features` drafter (EAGLE-style, see `specdec.features`).
+
+    It keeps its own KV cache of "exact" elements (built from the target's features), one per
+    context position but the last: element i = (f_i, x_{i+1}). Drafted elements (built from its own
+    features) are dropped at the end of every `propose`; elements past a rejected draft are cropped
+    when the context no longer matches (like `KVCache`). The rounds hand it the target's features of
+    every kept position with `observe` after each verify.
+    """
+
+    name = "features"
+
+    def __init__(self, net, target, vocab_size: int):
+        from transformers import DynamicCache
+
+        self.net, self.vocab_size = net, vocab_size
+        self.embed = target.get_input_embeddings()
+        self.norm = target.get_decoder().norm
+        self.head = target.get_output_embeddings()
+        self.feats = torch.zeros(0, net.config.hidden_size, device=self.embed.weight.device)   # at positions 0, 1, ...
+        self.cache = DynamicCache(config=net.config)
+        self.ids: list[int] = []   # x_{i+1} of each cached element
+        self.forwards = 0
+        self.last_source: dict | None = None   # where the latest drafts' q came from (the trace's sentence)
+
+    def observe(self, start: int, rows: torch.Tensor) -> None:
+        """The target's features at positions start, start + 1, ... (rows [n, d]): what a verify
+        forward computed for the positions the round kept."""
+        self.feats = torch.cat([self.feats[:start], rows.detach().to(self.feats.device, self.feats.dtype)])
+
+    def _catch_up(self, context: list[int]) -> torch.Tensor:
+        """Feed the exact elements the cache lacks; the layer output of the last one [d]."""
+        want = context[1:]
+        keep = min(common_prefix(self.ids, want), len(want) - 1)   # always feed the last element
+        fx.crop_to(self.cache, keep)
+        device = self.feats.device
+        pos = torch.arange(keep, len(want), device=device)[None]
+        embeds = self.embed(torch.tensor([want[keep:]], device=self.embed.weight.device))
+        out = self.net(self.feats[keep:len(want)][None].to(embeds.dtype), embeds, pos,
+                       fx.causal_mask(len(want) - keep, keep, device), self.cache)
+        self.ids = want
+        return out[0, -1]
+
+    @torch.inference_mode()
+    def propose(self, context, gamma, sampling, generator, stop=None):
+        n = len(context)
+        if gamma <= 0 or n < 2 or len(self.feats) < n - 1 or (stop is not None and stop.is_set()):
+            # No feature for the last kept position yet (a run's first round): draft nothing; the
+            # verify forward is then the prompt's prefill and brings the features.
+            self.last_source = None
+            return [], torch.zeros(0, self.vocab_size)
+        out = self._catch_up(context)
+        self.forwards += 1
+        drafts: list[int] = []
+        rows = []
+        for j in range(gamma):
+            feature = self.norm(out)
+            q = logits_to_probs(self.head(feature)[:self.vocab_size].float(), sampling)
+            drafts.append(int(sample(q, generator)))
+            rows.append(q)
+            if j + 1 == gamma or (stop is not None and stop.is_set()):
+                break
+            token = self.embed(torch.tensor([[drafts[-1]]], device=self.embed.weight.device))
+            pos = torch.tensor([[n - 1 + j]], device=token.device)
+            mask = fx.causal_mask(1, n - 1 + j, token.device)
+            out = self.net(feature[None, None], token, pos, mask, self.cache)[0, -1]
+            self.forwards += 1
+        fx.crop_to(self.cache, n - 1)   # drop the drafted elements: only the target's features are kept
+        self.last_source = {"position": n - 2, "token": context[-1], "drafts": len(drafts)}
+        return drafts, torch.stack(rows)
+
+
 def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Align a model's logits to the pair's vocabulary: keep ids below `vocab_size`.
 
@@ -146,10 +230,17 @@ def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return logits[..., :vocab_size]
 
 
+def drafters_for(pair) -> list[str]:
+    """The drafter keys that can run on this pair (the features drafter needs weights for its target)."""
+    return [key for key in DRAFTERS if key != "features" or fx.available(pair)]
+
+
 def make_drafter(name: str, pair) -> Drafter:
     """The drafter a run names (see `settings.DRAFTERS`), over the pair's shared vocabulary."""
     if name == "ngram":
         return NgramDrafter(pair.vocab_size)
     if name == "model":
         return ModelDrafter(pair.draft, pair.vocab_size)
+    if name == "features":
+        return FeaturesDrafter(fx.net_for(pair), pair.target, pair.vocab_size)
     raise ValueError(f"unknown drafter {name!r}: choose one of {', '.join(map(repr, DRAFTERS))}")

@@ -55,13 +55,16 @@ class TargetScorer:
     """The target's forward in an eager round: the uncached context and the drafts in one pass, as
     p rows [len(drafts) + 1, V] (row i scores the token after i drafts)."""
 
-    def __init__(self, pair):
+    def __init__(self, pair, features: bool = False):
         self.cache = KVCache(pair.target)
         self.vocab_size = pair.vocab_size
         self.forwards = 0
+        self.features = features   # keep the fed positions' features (for the `features` drafter)
+        self.fed: tuple[int, torch.Tensor] | None = None   # (first fed position, features [n, d])
 
     def probs(self, context: list[int], drafts: list[int], sampling: SamplingConfig) -> torch.Tensor:
-        logits = self.cache.forward(context, drafts)
+        logits, hidden, start = self.cache.forward_features(context, drafts, self.features)
+        self.fed = (start, hidden) if self.features else None
         self.forwards += 1
         return logits_to_probs(align_logits(logits, self.vocab_size), sampling)
 
@@ -74,7 +77,7 @@ class EagerRounds:
     def __init__(self, pair, settings: RunSettings):
         self.device = pair.device
         self.drafter = make_drafter(settings.drafter, pair)
-        self.target = TargetScorer(pair)
+        self.target = TargetScorer(pair, features=hasattr(self.drafter, "observe"))
 
     @property
     def target_forwards(self) -> int:
@@ -99,6 +102,9 @@ class EagerRounds:
         verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device), u.to(p.device),
                          generator=generator, rule=settings.rule)
         n, end = int(verdict.n_accepted), int(verdict.end_token)          # int() waits for the GPU
+        if self.target.fed is not None:   # the features of the positions kept: the context and the accepted drafts
+            start, hidden = self.target.fed
+            self.drafter.observe(start, hidden[:len(context) + n - start])
         return Step(drafts, p, q, u, verdict, (t1 - t0, time.perf_counter() - t1), n, end)
 
 
@@ -188,7 +194,8 @@ class EngineSteps:
 
 def rounds_for(pair, settings: RunSettings):
     """The rounds of a speculative run: on the pair's engine when it has one and the drafter is a
-    model, else eager (the n-gram drafter has no model to put in a graph)."""
+    model, else eager (the n-gram drafter has no model to put in a graph; the features drafter's
+    rounds need the verify forward's hidden rows, which only the eager path hands over so far)."""
     engine = engine_for(pair) if settings.drafter == "model" and pair.draft is not None else None
     return EngineRounds(engine) if engine is not None else EagerRounds(pair, settings)
 

@@ -21,6 +21,7 @@ AUTOREGRESSIVE = "autoregressive"
 DRAFTERS = {
     "model": "small draft model",
     "ngram": "n-gram prompt lookup (no model)",
+    "features": "the target's own features (one layer, EAGLE-style)",
 }
 
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..decoding import StopSignal, autoregressive_generate, speculative_generate
+from ..drafters import drafters_for
 from ..measure import compare_with_target
 from ..sampling import Rule
-from ..settings import DRAFTERS, RunSettings
+from ..settings import RunSettings
 from ..trace import Generation
 from . import device_queue, limits
 from .api import DEFAULT_PROMPT
@@ -150,6 +151,6 @@ def warm_up(pair) -> None:
     """Run both decoders once on a loaded pair (a few tokens): the first request then pays no
     one-time start-up cost, so its timings, and the speedup the page shows, are fair."""
     with device_queue.turn(pair.device):
-        for drafter in DRAFTERS:
+        for drafter in drafters_for(pair):
             speculative_generate(pair, DEFAULT_PROMPT, RunSettings(gamma=4, max_new_tokens=8, drafter=drafter))
         autoregressive_generate(pair, DEFAULT_PROMPT, RunSettings(max_new_tokens=8))

@@ -88,7 +88,24 @@ def round_caption(gen: Generation, r: int) -> str:
                f"`{json.dumps(text, ensure_ascii=False)}`")
     if rnd.ending is Ending.RESIDUAL and rnd.n_accepted < len(rnd.positions):
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
+    if gen.settings.drafter == "features":
+        caption += "\n\n" + where_q_came_from(gen, rnd)
     return caption
+
+
+def where_q_came_from(gen: Generation, rnd) -> str:
+    """The features drafter's q at this round: which target feature and which token it read."""
+    context = gen.prompt_ids + gen.token_ids[:rnd.start]
+    if not rnd.positions:
+        return ("*Where q came from:* nowhere yet. The features drafter reads the target's own hidden state, "
+                "and before this round's verify forward (the prompt's prefill) the target had computed none, "
+                "so the round drafted nothing and the target drew its token alone.")
+    last = charts.md_text(token_label(gen, context[-1]))
+    before = charts.md_text(token_label(gen, context[-2]))
+    return (f"*Where q came from:* the target's own last hidden state at position {len(context) - 2} (after "
+            f"{before}, computed by the previous round's verify forward: no extra target forward), plus the "
+            f"embedding of {last}, the token just drawn, through the drafter's one layer and the target's own "
+            "output head. Drafts 2 onward read the drafter's own predicted feature instead.")
 
 
 def why_no_residual(gen: Generation, pos) -> str:

@@ -1,0 +1,162 @@
+"""A drafter that reads the target's own features (EAGLE-style, Li et al. 2024).
+
+The target's last hidden state already says most of what comes next: its output head turns it
+into p. This drafter predicts the target's *next* feature from the current one plus the
+embedding of the token just drawn, with one small decoder layer, and reads q off it through the
+target's own final norm and output head (frozen, shared, never copied):
+
+    f_t (target feature at t) ++ embed(x_{t+1})  --fc-->  one Llama decoder layer  --norm-->  f'_{t+1}
+    q(x_{t+2}) = softmax(lm_head(f'_{t+1}))
+
+A "feature" here is the vector the output head reads: the target's post-norm last hidden state
+(for the drafter, its layer output after the target's final norm). Both models give it the same
+meaning, so the drafter's own output can stand in for the target's at the next step (drafts 2..γ
+run on the drafter's own features, as EAGLE does). The pre-norm residual stream would carry a
+scale that only the target's norm weight undoes.
+
+Costs: the target's features come from the verify forward it runs anyway (`forward_with_features`),
+so drafting spends no extra target forward. The first round of a run has no features yet: it drafts
+nothing, and its verify forward is the prompt's prefill. q is a full distribution processed like p,
+so the exact rule keeps the output exactly p whatever the drafter's weights.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import torch
+from torch import nn
+
+FOLDER = "specdec-features"   # beside specdec-target in a pair's folder
+
+
+def layer_config(target_config, intermediate_size: int | None = None):
+    """The drafter layer's LlamaConfig: the target's width, heads and rotary settings, one layer."""
+    from transformers import LlamaConfig
+
+    t = target_config
+    config = LlamaConfig(hidden_size=t.hidden_size, intermediate_size=intermediate_size or t.intermediate_size,
+                         num_hidden_layers=1, num_attention_heads=t.num_attention_heads,
+                         num_key_value_heads=getattr(t, "num_key_value_heads", t.num_attention_heads),
+                         head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
+                         max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps,
+                         rope_parameters=getattr(t, "rope_parameters", None), vocab_size=t.vocab_size,
+                         attention_bias=False, mlp_bias=False)
+    config._attn_implementation = "sdpa"   # takes the boolean masks below (eager attention would add them)
+    return config
+
+
+class FeatureNet(nn.Module):
+    """The drafter's own weights: fc (2d -> d) and one Llama decoder layer (transformers' own)."""
+
+    def __init__(self, config):
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        self.fc = nn.Linear(2 * d, d, bias=False)
+        self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(config)
+
+    def forward(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                cache=None) -> torch.Tensor:
+        """Layer outputs [B, n, d] for elements (feats[i], embeds[i]) at `positions` [B, n];
+        mask [B or 1, 1, n, n_cached + n] boolean, True where a query may attend."""
+        x = self.fc(torch.cat([feats, embeds], -1))
+        out = self.layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         position_embeddings=self.rotary(x, positions), use_cache=cache is not None)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def causal_mask(n_new: int, n_cached: int, device=None) -> torch.Tensor:
+    """[1, 1, n_new, n_cached + n_new]: each new element sees the cache and the new ones up to itself
+    (bottom-right aligned, unlike SDPA's own is_causal)."""
+    q = torch.arange(n_new, device=device)[:, None] + n_cached
+    k = torch.arange(n_cached + n_new, device=device)[None, :]
+    return (k <= q)[None, None]
+
+
+def forward_with_features(model, ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, features) [B, n, V] and [B, n, d] of a Llama-like causal LM in one forward: its base
+    model's last hidden state (after the final norm) and the output head applied to it, which is
+    what `model(...)` computes for such models (a test checks it against `model(...).logits`)."""
+    hidden = model.get_decoder()(ids, past_key_values=cache, use_cache=True).last_hidden_state
+    return model.get_output_embeddings()(hidden), hidden
+
+
+def crop_to(cache, length: int) -> None:
+    """Keep the first `length` cached elements (transformers 5's `crop` takes how many to drop)."""
+    drop = cache.get_seq_length() - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
+# ---------------------------------------------------------------- weights on disk
+
+def save(net: FeatureNet, folder: Path, info: dict | None = None) -> None:
+    """The drafter's own weights (fp16 safetensors: halves the file; loading upcasts) and its config."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().half().contiguous() for k, v in net.state_dict().items() if not k.startswith("rotary.")}
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    config = net.config.to_dict()
+    config["specdec"] = {"kind": "features drafter", **(info or {})}
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+
+
+def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet:
+    """A saved FeatureNet (safetensors only, no remote code), checked against the target it reads."""
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+
+    from . import manifest
+
+    changed = manifest.differences(folder)
+    if changed:   # like `models.load_pair`: overwritten weights are refused, not run under the pair's name
+        raise ValueError(f"the features drafter in {Path(folder).name} is not what {manifest.NAME} records: "
+                         + "; ".join(changed))
+    raw = json.loads((Path(folder) / "config.json").read_text())
+    raw.pop("specdec", None)
+    config = LlamaConfig(**raw)
+    config._attn_implementation = "sdpa"
+    if config.hidden_size != target.config.hidden_size:
+        raise ValueError(f"the features drafter in {Path(folder).name} reads {config.hidden_size}-wide features, "
+                         f"but this target's are {target.config.hidden_size} wide")
+    net = FeatureNet(config)
+    state = load_file(Path(folder) / "model.safetensors")
+    net.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    missing = set(net.state_dict()) - set(state) - {k for k in net.state_dict() if k.startswith("rotary.")}
+    if missing:
+        raise ValueError(f"the features drafter in {Path(folder).name} lacks weights: {sorted(missing)}")
+    return net.to(dtype=dtype, device=next(target.parameters()).device).eval()
+
+
+_lock = threading.Lock()
+
+
+def weights_folder(pair) -> Path:
+    return Path(str(pair.target_name)).parent / FOLDER
+
+
+def available(pair) -> bool:
+    """Whether the pair has a features drafter (set on it, or saved beside its target)."""
+    return getattr(pair, "feature_net", None) is not None or (weights_folder(pair) / "model.safetensors").exists()
+
+
+def net_for(pair) -> FeatureNet:
+    """The pair's FeatureNet: `pair.feature_net` when set, else the one saved beside the pair's target
+    (loaded once per pair). ValueError when the pair has none."""
+    with _lock:
+        net = getattr(pair, "feature_net", None)
+        if net is None:
+            folder = weights_folder(pair)
+            if not (folder / "model.safetensors").exists():
+                raise ValueError("the features drafter has weights only for the bundled pair (assets/models/"
+                                 f"{FOLDER}); choose the 'model' or 'ngram' drafter for this pair")
+            net = load(folder, pair.target, pair.dtype)
+            pair.feature_net = net
+        return net

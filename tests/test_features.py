@@ -1,0 +1,268 @@
+"""The `features` drafter (EAGLE-style, specdec.features): exact whatever its weights, its cache rolls
+back like a fresh one, and training unrolls it exactly as drafting runs it.
+
+Most tests build a randomly initialised drafter in the test: exactness holds for any q, and a random
+q is far from p, which gives the statistical checks their power."""
+
+import pytest
+import torch
+
+from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec import features as fx
+from specdec.drafters import FeaturesDrafter
+from specdec.models import ModelPair
+from specdec.rounds import EagerRounds
+from specdec.sampling import logits_to_probs
+from specdec.training.features import unroll_mask, unrolled_outputs
+from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value
+from tiny import tiny_pair
+
+EPS = torch.finfo(torch.float32).eps
+
+
+def random_net(target, seed: int = 0, scale: float = 1.0) -> fx.FeatureNet:
+    torch.manual_seed(seed)
+    net = fx.FeatureNet(fx.layer_config(target.config))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(scale)
+    return net.eval()
+
+
+def features_pair(pair, seed: int = 0) -> ModelPair:
+    """A pair sharing `pair`'s models (never modifying a shared fixture) with a random drafter."""
+    new = ModelPair(pair.tokenizer, pair.target, pair.draft, pair.target_name, pair.draft_name)
+    new.feature_net = random_net(pair.target, seed)
+    return new
+
+
+def test_forward_with_features_gives_the_models_own_logits():
+    pair = tiny_pair(vocab=16, seed=3)
+    ids = torch.tensor([[1, 5, 2, 9, 4]])
+    with torch.no_grad():
+        logits, hidden = fx.forward_with_features(pair.target, ids, None)
+        ref = pair.target(ids).logits
+    assert hidden.shape == (1, 5, pair.target.config.hidden_size)
+    # the same operations in the same order: equal to float32 rounding of the largest logit
+    assert (logits - ref).abs().max() <= 8 * EPS * ref.abs().max()
+
+
+def test_the_unroll_mask_is_what_drafting_step_j_sees():
+    m = unroll_mask(4, 3)[0, 0]
+    # copy 3 at element 3: the exact elements 0..1, copy 2 at element 2, itself
+    row = m[2 * 4 + 3].view(3, 4)
+    assert row.tolist() == [[True, True, False, False], [False, False, True, False], [False, False, False, True]]
+    assert m[:4, :4].equal(torch.tril(torch.ones(4, 4, dtype=torch.bool)))   # copy 1: plain causal
+    assert not m[:4, 4:].any()
+
+
+def test_training_unroll_equals_drafting_step_by_step():
+    """The features of steps 1..3 in training's unrolled pass equal the drafter's at test time,
+    fed the same tokens (so what training optimises is what drafting runs)."""
+    pair = tiny_pair(vocab=16, seed=1)
+    net = random_net(pair.target, seed=4)
+    ids = torch.randint(0, 16, (1, 14), generator=torch.Generator().manual_seed(0))
+    c = 8   # the drafter's context: ids[:c]; drafts ids[c], ids[c + 1] are fed back as at test time
+    with torch.no_grad():
+        _, feats = fx.forward_with_features(pair.target, ids, None)
+        outs = unrolled_outputs(net, pair.target, ids, feats, 3)
+        d = FeaturesDrafter(net, pair.target, 16)
+        d.observe(0, feats[0, :c - 1])
+        g = d.norm(d._catch_up(ids[0, :c].tolist()))
+        steps = [g]
+        for j in range(2):
+            tok = d.embed(ids[:, c + j:c + j + 1])
+            out = d.net(g[None, None], tok, torch.tensor([[c - 1 + j]]), fx.causal_mask(1, c - 1 + j), d.cache)
+            g = d.norm(out[0, -1])
+            steps.append(g)
+    scale = max(s.abs().max() for s in steps)
+    for j, s in enumerate(steps):
+        assert (s - outs[j][0, c - 2 + j]).abs().max() <= 64 * EPS * scale, f"step {j + 1}"
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+def test_greedy_equals_target_generate_tiny(gamma):
+    pair = features_pair(tiny_pair(vocab=16, seed=1))
+    ref = pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=30, min_new_tokens=30)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=gamma, max_new_tokens=30, drafter="features",
+                                                         sampling=SamplingConfig(temperature=0)))
+    assert gen.token_ids == ref[0, len(PROMPT):].tolist()
+    assert gen.stats.tested > 0
+    assert gen.rounds[0].positions == []   # the first round has no features yet: it is the prefill
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_equals_target_generate_bundled(bundled, gamma):
+    pair = features_pair(bundled)
+    prompt = "KING HENRY.\nNow, lords, the day is ours; the French are fled,"
+    ids = bundled.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    ref = bundled.target.generate(ids, do_sample=False, max_new_tokens=40)
+    gen = speculative_generate(pair, prompt, RunSettings(gamma=gamma, max_new_tokens=40, drafter="features",
+                                                         sampling=SamplingConfig(temperature=0)))
+    assert gen.token_ids == ref[0, ids.shape[1]:].tolist()
+
+
+def test_after_rejections_the_cache_and_q_equal_a_fresh_drafters():
+    """Run rounds with rejections (a random drafter at T = 1), then compare the drafter with a fresh
+    one that saw only the final context and the target's uncached features: same cache, same q."""
+    pair = features_pair(tiny_pair(vocab=16, seed=2), seed=5)
+    settings = RunSettings(gamma=4, max_new_tokens=40, drafter="features", sampling=SamplingConfig(temperature=1.0))
+    rounds = EagerRounds(pair, settings)
+    context, generator, rejected = list(PROMPT), torch.Generator().manual_seed(0), 0
+    for _ in range(8):
+        step = rounds.run(context, 4, settings, generator, None)
+        rejected += step.n_accepted < len(step.drafts)
+        context += step.kept()
+    assert rejected >= 2
+    used = rounds.drafter
+    with torch.no_grad():
+        _, feats = fx.forward_with_features(pair.target, torch.tensor([context]), None)
+    fresh = FeaturesDrafter(pair.feature_net, pair.target, 16)
+    fresh.observe(0, feats[0, :-1])
+    assert (used.feats - fresh.feats).abs().max() <= 64 * EPS * feats.abs().max()
+    drafts, q = {}, {}
+    for name, d in (("used", used), ("fresh", fresh)):
+        drafts[name], q[name] = d.propose(context, 3, settings.sampling, torch.Generator().manual_seed(9))
+        assert d.cache.get_seq_length() == len(context) - 1 == len(d.ids)   # the drafted elements are gone
+    k_used, k_fresh = used.cache.layers[0].keys, fresh.cache.layers[0].keys
+    assert (k_used - k_fresh).abs().max() <= 256 * EPS * k_fresh.abs().max()
+    assert drafts["used"] == drafts["fresh"]
+    assert (q["used"] - q["fresh"]).abs().max() <= 256 * EPS
+
+
+def test_q_is_processed_like_p():
+    pair = features_pair(tiny_pair(vocab=16, seed=1))
+    sampling = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9)
+    d = FeaturesDrafter(pair.feature_net, pair.target, 16)
+    with torch.no_grad():
+        _, feats = fx.forward_with_features(pair.target, torch.tensor([PROMPT]), None)
+    d.observe(0, feats[0])
+    drafts, q = d.propose(PROMPT, 1, sampling, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        g = d.norm(d._catch_up(PROMPT))
+        ref = logits_to_probs(d.head(g), sampling)
+    # the second pass re-feeds the last element against the cache: equal to float32 rounding
+    assert (q[0] - ref).abs().max() <= 64 * EPS
+    assert ((q[0] > 0) == (ref > 0)).all() and (q[0] > 0).sum() <= 5
+
+
+def test_a_pair_without_weights_gets_a_clear_message():
+    pair = tiny_pair(vocab=16)
+    with pytest.raises(ValueError, match="only for the bundled pair"):
+        speculative_generate(pair, PROMPT, RunSettings(drafter="features", max_new_tokens=4))
+
+
+def test_saved_weights_load_back_in_half_precision(tmp_path):
+    pair = tiny_pair(vocab=16, seed=1)
+    net = random_net(pair.target, seed=2)
+    fx.save(net, tmp_path / fx.FOLDER)
+    back = fx.load(tmp_path / fx.FOLDER, pair.target)
+    for (k, a), (_, b) in zip(net.state_dict().items(), back.state_dict().items()):
+        assert b.equal(a.half().float()), k
+
+
+# ---------------------------------------------------------------- the law of the output
+
+RUNS = 2000
+
+
+def exact_joint_2_3(pair, prompt, sampling) -> torch.Tensor:
+    """P(t2, t3) from the target alone, uncached: tokens 2 and 3 are the ones the features drafter's
+    first drafting round decides (round one drafts nothing: it is the prompt's prefill)."""
+    v = pair.vocab_size
+
+    def probs(ids):
+        return logits_to_probs(pair.target(torch.tensor([ids])).logits[0, -1], sampling)
+
+    joint = torch.zeros(v, v)
+    with torch.no_grad():
+        p1 = probs(prompt)
+        for a in range(v):
+            p2 = probs(prompt + [a])
+            rows = torch.stack([probs(prompt + [a, b]) for b in range(v)])
+            joint += p1[a] * p2[:, None] * rows
+    return joint
+
+
+def tokens_2_3(gen) -> int:
+    return gen.token_ids[1] * 8 + gen.token_ids[2]
+
+
+@pytest.fixture(scope="module")
+def joint_setup():
+    pair = features_pair(tiny_pair(vocab=8, seed=0), seed=1)
+    sampling = SamplingConfig(temperature=1.0)
+    return pair, sampling, exact_joint_2_3(pair, PROMPT, sampling)
+
+
+@pytest.mark.slow
+def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup):
+    pair, sampling, joint = joint_setup
+    settings = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features")
+    spec = [speculative_generate(pair, PROMPT, settings.with_(seed=s)) for s in range(RUNS)]
+    assert all(len(g.rounds[1].positions) == 2 for g in spec)   # tokens 2 and 3 came out of a drafting round
+    assert gof_p_value([tokens_2_3(g) for g in spec], joint) > SIGNIFICANCE
+    ar = [tokens_2_3(autoregressive_generate(pair, PROMPT, settings.with_(seed=10**6 + s))) for s in range(RUNS)]
+    assert gof_p_value(ar, joint) > SIGNIFICANCE
+
+
+@pytest.mark.slow
+def test_negative_control_skip_adjustment_is_detected(joint_setup):
+    pair, sampling, joint = joint_setup
+    skip = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features", rule=Rule.SKIP_ADJUSTMENT)
+    samples = [tokens_2_3(speculative_generate(pair, PROMPT, skip.with_(seed=s))) for s in range(RUNS)]
+    assert gof_p_value(samples, joint) < SIGNIFICANCE
+
+
+# ---------------------------------------------------------------- the shipped drafter and the commands
+
+def test_shipped_drafter_is_small_recorded_and_loads_offline(bundled):
+    from specdec import manifest
+    from specdec.models import ASSETS
+
+    folder = ASSETS / fx.FOLDER
+    assert (folder / "model.safetensors").stat().st_size <= 5e6 and not list(folder.glob("*.bin"))
+    assert manifest.differences(folder) == []   # covered by the pair's manifest
+    net = fx.load(folder, bundled.target)
+    assert net.fc.weight.shape == (128, 256)   # reads the bundled target's 128-wide features
+    # trained: on a greedy run of the bundled pair it is accepted far more often than chance
+    pair = ModelPair(bundled.tokenizer, bundled.target, bundled.draft, bundled.target_name, bundled.draft_name)
+    pair.feature_net = net
+    gen = speculative_generate(pair, "ROMEO.\nBut soft, what light", RunSettings(
+        gamma=4, max_new_tokens=40, drafter="features", sampling=SamplingConfig(temperature=0)))
+    assert gen.stats.accepted / gen.stats.tested > 0.5
+
+
+def run_cli(*args, timeout=600):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=Path(__file__).resolve().parent.parent,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_generate_with_the_features_drafter_from_the_command_line():
+    r = run_cli("generate", "--prompt", "ROMEO.", "--drafter", "features", "--max-new-tokens", "24", "--seed", "0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "drafter=features" in r.stdout and "acceptance rate alpha" in r.stdout
+
+
+@pytest.mark.slow
+def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(12):
+        (corpus / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
+    out = tmp_path / "out"
+    args = ("train", "--features", "--tiny", "--out", str(out), "--corpus-dir", str(corpus))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr[-2000:]
+    weights = (out / fx.FOLDER / "model.safetensors").read_bytes()
+    assert "features drafter trained" in r.stdout
+    again = run_cli(*args)   # everything is checkpointed: nothing is redone
+    assert again.returncode == 0 and "resumed at step 4" in again.stdout, again.stderr[-2000:]
+    assert (out / fx.FOLDER / "model.safetensors").read_bytes() == weights
