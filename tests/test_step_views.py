@@ -211,5 +211,5 @@ def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
     assert "before any u is drawn" in text
     ar = autoregressive_generate(bundled, PROMPT, run.settings)
     text = charts.metrics_markdown(run, ar, timed=run)
-    assert f"from mean β: {predicted_at(s, ar.stats, s.expected_acceptance):.2f}×" in text
+    assert f"from mean β: {predicted_at(s, ar.stats, s.expected_acceptance, gamma):.2f}×" in text
     assert f"α = {s.acceptance_rate:.3f}" in text   # the sentence under the table rounds α as the table does

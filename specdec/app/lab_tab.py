@@ -118,9 +118,30 @@ def take_from_run(gen, selection) -> dict:
     pos = gen.rounds[r].positions[i]
     msg = (f"Taken from the last run: round {r + 1}, drafted position {i + 1} "
            f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
-           f"{len(tokens)} rows: its top tokens, and the rest of the vocabulary in two rows, where p ≥ q and "
-           "where p < q, so β and every rule's closed form here equal the model's. Press **Run the lab**.")
+           f"{position_rows_note(pos, tokens, p, q)} Press **Run the lab**.")
     return dict(table=_frame(tokens, p, q), status=msg, preset=FROM_RUN)   # says where the table came from
+
+
+def position_rows_note(pos, tokens: list[str], p, q) -> str:
+    """What the lab's rows keep of a run's position, and which of its numbers equal the Decode tab's.
+
+    β, the residual and the exact rule add up within each "rest" row (min(p, q) and max(0, p − q)
+    are additive there); the skip rule's TV, Σ |min(p, q) − β p| / 2, changes sign inside a row,
+    so on these rows it can differ from the trace's full-row figure: both are given, named."""
+    named = sum(1 for t in tokens if t not in lab.TAIL_NAMES and t != lab.OTHER)
+    folded = len(pos.p.ids) - named
+    rows = (f"{len(tokens)} rows: its top {named} tokens, and the rest of the vocabulary in rows where p ≥ q and "
+            "where p < q")
+    if folded > 0:
+        rows += (f" ({folded} more of the step viewer's tokens joined those rows to fit {lab.MAX_TOKENS}, so they "
+                 "hold more than the step viewer's rest rows)")
+    text = rows + ". Within each row min(p, q) and max(0, p − q) add up, so β, the residual and the exact rule's " \
+                  "closed form here equal the model's full rows."
+    if pos.skip_tv is not None:
+        here = lab.bias(p, q, lab.Rule.SKIP_ADJUSTMENT)
+        text += (f" The skip rule's TV does not add up within a row (|min(p, q) − β p| changes sign inside it): on "
+                 f"these rows it is {here:.4f}, on the model's full rows {pos.skip_tv:.4f} (the Decode tab's figure).")
+    return text
 
 
 def run_lab(df, samples, seed) -> dict:

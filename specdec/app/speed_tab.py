@@ -114,14 +114,23 @@ def run_lines(point: RunPoint | None) -> list[str]:
     inside = "within" if low - 1e-9 <= point.measured <= high + 1e-9 else "outside"
     return [head,
             f"Measured speedup **{point.measured:.2f}×** (as in the run's metrics). Its whole-loop costs: a target "
-            f"step {prof.target_step_ms:.2f} ms (all the target-alone run spent per token), a draft step "
-            f"{prof.draft_step_ms:.2f} ms (c = {prof.c:.3f}), and all else a round spent {v * prof.target_step_ms:.2f} "
-            f"ms (v = {v:.2f}), so γ c + v is the run's time per round over the target alone's time per token and "
-            "the point can differ from its curve only by the tokens its rounds gave against what α predicts.",
-            f"Its curve gives **{at:.2f}×** at α and {low:.2f}×–{high:.2f}× over α ± 2σ: the measured point is "
-            f"**{inside} its noise**. (The metrics' “predicted from this run's costs” counts the forwards only, "
-            "without sampling and bookkeeping, over the drafts the rounds made: the curve *this run (forwards "
-            "only)*.)"]
+            f"step {prof.target_step_ms:.2f} ms (all the target-alone run spent per token{_forward_words(point)}), "
+            f"a draft step {prof.draft_step_ms:.2f} ms (c = {prof.c:.3f}), and all else a round spent "
+            f"{v * prof.target_step_ms:.2f} ms (v = {v:.2f}), so γ c + v is the run's time per round over the target "
+            "alone's time per token and the point can differ from its curve only by the tokens its rounds gave "
+            "against what α predicts.",
+            f"Its curve gives **{at:.2f}×** at α (the metrics' “predicted from this run's costs”) and "
+            f"{low:.2f}×–{high:.2f}× over α ± 2σ: the measured point is **{inside} its noise**. The curve *this run "
+            "(forwards only)* leaves out the work around the forwards (sampling, bookkeeping), so it lies above the "
+            "point: it is the speedup this machine would give if that work cost nothing."]
+
+
+def _forward_words(point: RunPoint) -> str:
+    """The forwards-only target step and c, worded as the Decode tab's metrics word them."""
+    fw = point.forwards_only
+    if fw is None:
+        return ""
+    return f"; of it, one target forward {fw.target_step_ms:.2f} ms, against which c = {fw.c:.2f}"
 
 
 def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -> str:
@@ -129,7 +138,7 @@ def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -
     if chosen is not None:
         lines.append(f"**{md_text(chosen.name)}**: measured {md_text(chosen.when)} on {md_text(chosen.where)} "
                      f"({md_text(chosen.engine)}{', ' + md_text(chosen.dtype) if chosen.dtype else ''}); "
-                     f"source: {md_text(chosen.source)}.")
+                     f"source: {md_text(chosen.source.rstrip('.'))}.")
     if what_if is not None:
         lines.append(f"**What if** c = {what_if[1]:.3f} instead of the measured {chosen.c:.3f}: the other costs "
                      "stay this profile's.")

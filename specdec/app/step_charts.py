@@ -405,7 +405,7 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
     return rows
 
 
-END_HEADERS = ["token", "id", "p", "q", "p − q", "sampled from", "note"]
+END_HEADERS = ["token", "id", "p", "q", "p − q", "chance of being drawn", "note"]
 
 
 def _r(x):
