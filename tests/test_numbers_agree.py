@@ -124,3 +124,53 @@ def test_the_lab_names_its_skip_tv_and_the_decode_tabs_apart(sampled):
         folded = len(pos.p.ids) - sum(1 for t in tokens if t not in lab.TAIL_NAMES)
         assert (f"{folded} more of the step viewer's tokens joined those rows" in out["status"]) == (folded > 0)
     assert differ, "no position where the two figures differ: the test shows nothing"
+
+
+def test_the_speed_explorer_speaks_in_tokens_per_second_with_the_runs_own_rates(greedy):
+    gen, timed, ar = greedy
+    point = run_point(timed.stats, gen.settings.gamma, ar.stats)
+    out = speed_tab.for_run(point)
+    rates = out["rates"]
+    by_role = {}
+    for t in rates.data:
+        by_role.setdefault(t.meta["role"], []).append(t)
+    # The run's two measured points are its own token rates, the ones the headline divides.
+    alone = by_role["measured alone"][0].y[0]
+    spec = by_role["measured"][0].y[0]
+    assert alone == pytest.approx(ar.stats.new_tokens / ar.stats.wall_seconds, rel=1e-9)
+    assert spec == pytest.approx(timed.stats.new_tokens / timed.stats.wall_seconds, rel=1e-9)
+    profiles, _ = speed_tab.all_profiles(point)
+    for prof in profiles:   # each profile: a flat line at 1000 / its step, and the speedup curve times it
+        flat = next(t for t in by_role["alone"] if t.meta["profile"] == prof.name)
+        curve = next(t for t in by_role["speculative"] if t.meta["profile"] == prof.name)
+        assert list(flat.y) == [pytest.approx(1000 / prof.target_step_ms)] * 2
+        v, _ = prof.verify_nearest(4)
+        for a, y in zip(curve.x, curve.y):
+            tokens = 5.0 if a == 1 else (1 - a ** 5) / (1 - a)
+            assert y == pytest.approx(1000 / prof.target_step_ms * tokens / (4 * prof.c + v), rel=1e-12)
+
+
+def test_a_profile_keeps_its_colour_whether_or_not_the_run_is_drawn(greedy):
+    gen, timed, ar = greedy
+    point = run_point(timed.stats, gen.settings.gamma, ar.stats)
+
+    def colours(p):
+        fig = speed_tab.for_run(p)["compare"]
+        return {t.meta["profile"]: t.line.color for t in fig.data if (t.meta or {}).get("profile")}
+
+    with_run, without = colours(point), colours(None)
+    assert without and all(with_run[name] == colour for name, colour in without.items())
+    assert len(set(with_run.values())) == len(with_run)   # and no two profiles share one
+
+
+def test_the_intro_names_the_c_its_profile_has():
+    import re
+    from specdec.app.speed_charts import curve
+
+    profiles, _ = speed_tab.load_profiles()
+    graphed = next(p for p in profiles if p.name == "H100, CUDA graphs, fp32")
+    said = float(re.search(r"CUDA graphs\* profile has c ≈ ([0-9.]+)", speed_tab.INTRO).group(1))
+    assert said == pytest.approx(graphed.c, abs=0.005)
+    # "set c to 0.89: drafting pays only if nearly every draft is accepted"
+    v = graphed.verify(4)
+    assert curve(0.95, 4, 0.89, v) < 1 < curve(1.0, 4, 0.89, v)

@@ -22,7 +22,7 @@ from . import speed_charts
 from .charts import md_text
 
 PROFILES_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
-OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "table", "note"]
+OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "note"]
 DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
 
 INTRO = """
@@ -35,9 +35,12 @@ average, so with **c** = a draft step ÷ a target step and **v(γ)** = a verify 
 
 The curves use costs measured on real devices: this run's (tick *compare with autoregressive* on the Decode
 tab), and the profiles the project measured and committed, each with where and when. Move **α**, **c** and
-**γ** to ask "what if". Try the *H100, CUDA graphs* profile with c ≈ 0.89: a 30-layer draft (135M-shaped)
-costs about as much on that GPU as a 24-layer target (1.7B-shaped), 3.3 vs 3.7 ms a step graphed, and then
-drafting pays only if nearly every draft is accepted (at γ = 4, α above 0.99).
+**γ** to ask "what if". A ratio hides the device: *H100, eager* draws a high speedup curve because its
+baseline is slow (15.6 ms a step); the **tokens per second** chart below shows that CUDA graphs make both
+sides faster and the ratio smaller. The *H100, CUDA graphs* profile has c ≈ 0.08 for the bundled pair (a
+1-layer draft). A deep draft is another story: a 30-layer 135M-shaped draft costs about as much on that GPU as a
+24-layer 1.7B-shaped target, 3.3 vs 3.7 ms a step graphed, so c ≈ 0.89: set **c** to 0.89 on that profile and
+drafting pays only if nearly every draft is accepted.
 """
 
 
@@ -75,6 +78,7 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 gamma=gamma, alpha=round(alpha, 3), c=round(c, 3),
                 curves=speed_charts.curves_figure(chosen, gamma, alpha, None if what_if is None else c, point),
                 compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point),
+                rates=speed_charts.rates_figure(profiles, gamma, alpha, point),
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
                 note=note_markdown(point, chosen, what_if) + (f"\n\n⚠ {problem}" if problem else ""))
@@ -158,6 +162,7 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     v.note = gr.Markdown("", elem_id="speed-note", latex_delimiters=[])
     v.curves = gr.Plot(label="speedup against α, γ 1–8", elem_id="speed-curves")
     v.compare = gr.Plot(label="every measured profile at one γ", elem_id="speed-compare")
+    v.rates = gr.Plot(label="tokens per second: target alone and speculative", elem_id="speed-rates")
     with gr.Accordion("The profiles as a table", open=False):
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
                                elem_id="speed-table")
