@@ -377,3 +377,15 @@ def test_take_from_run_is_exact_on_real_runs(bundled):
             assert np.abs(lab.closed_form(p, q, Rule.EXACT) - p).max() < 1e-6
             checked += 1
     assert checked > 20
+
+
+def test_new_p_and_q_clear_the_last_lab_runs_results():
+    """A preset or a position from the run replaces the table: the charts and tables of the last
+    lab run described other p and q, so both empty them (issue 27)."""
+    pytest.importorskip("gradio")
+    from specdec.app import lab_tab
+
+    for out in (lab_tab.load_preset("disjoint"), lab_tab.take_from_run(_generation(), (0, 0))):
+        assert set(lab_tab.RESULT_OUTPUTS) <= set(out)
+        assert all(out[name] is None for name in lab_tab.VIEWS)
+        assert len(out["summary"]) == 0

@@ -165,6 +165,7 @@ def test_a_profile_keeps_its_colour_whether_or_not_the_run_is_drawn(greedy):
 
 def test_the_intro_names_the_c_its_profile_has():
     import re
+
     from specdec.app.speed_charts import curve
 
     profiles, _ = speed_tab.load_profiles()

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 from specdec import lab
 from specdec.app import charts, speed_tab, step_charts, views
 from specdec.outcomes import Status
-from specdec.trace import Dist, Generation, Position, Stats
 from specdec.settings import RunSettings
+from specdec.trace import Dist, Generation, Position, Stats
 
 
 def _gen() -> Generation:

@@ -35,9 +35,11 @@ VIEWS = {
     "acceptance": ("Acceptance rate: observed against β", lab_charts.acceptance_figure, lab.acceptance_table),
 }
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
-PRESET_OUTPUTS = ["table", "status"]
-FROM_RUN_OUTPUTS = ["table", "status", "preset"]
-RUN_OUTPUTS = ["status", "table", "summary"] + [n for name in VIEWS for n in (name, f"{name}_table")]
+RESULT_OUTPUTS = ["summary"] + [n for name in VIEWS for n in (name, f"{name}_table")]
+# New p and q clear the last lab run's results: they belong to the old table.
+PRESET_OUTPUTS = ["table", "status"] + RESULT_OUTPUTS
+FROM_RUN_OUTPUTS = ["table", "status", "preset"] + RESULT_OUTPUTS
+RUN_OUTPUTS = ["status", "table"] + RESULT_OUTPUTS
 
 INTRO = f"""
 ### Is the verify step exact? Test one drafted position many times
@@ -98,12 +100,20 @@ def parse_frame(df) -> tuple[list[str], list[float], list[float]]:
 FROM_RUN = "(a position of the last run)"
 
 
+def cleared() -> dict:
+    """The results' outputs emptied: shown beside a new table, the old ones would describe other p and q."""
+    out = dict(summary=pd.DataFrame(columns=lab.SUMMARY_HEADERS))
+    for name in VIEWS:
+        out[name], out[f"{name}_table"] = None, pd.DataFrame(columns=["(press Run the lab)"])
+    return out
+
+
 def load_preset(name) -> dict:
     if not name or name == FROM_RUN:
         return {}
     tokens, p, q = lab.preset(name)
     return dict(table=_frame(tokens, p, q),
-                status=f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**.")
+                status=f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**.") | cleared()
 
 
 def take_from_run(gen, selection) -> dict:
@@ -119,7 +129,7 @@ def take_from_run(gen, selection) -> dict:
     msg = (f"Taken from the last run: round {r + 1}, drafted position {i + 1} "
            f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
            f"{position_rows_note(pos, tokens, p, q)} Press **Run the lab**.")
-    return dict(table=_frame(tokens, p, q), status=msg, preset=FROM_RUN)   # says where the table came from
+    return dict(table=_frame(tokens, p, q), status=msg, preset=FROM_RUN) | cleared()   # preset: where it came from
 
 
 def position_rows_note(pos, tokens: list[str], p, q) -> str:
