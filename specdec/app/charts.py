@@ -107,7 +107,8 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
             span = _span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round)
             chunks.setdefault(ev.round, []).append(span)
     for r, chunk in chunks.items():
-        outline = "outline:2px solid #000;outline-offset:1px;" if r == selected_round else ""
+        # a box-shadow (not an outline) so that a round broken over lines gets a plain box on each line
+        outline = "box-shadow:0 0 0 2px #000;border-radius:2px;" if r == selected_round else ""
         parts.append(f'<span class="round" data-round="{r}" style="{outline}">{"".join(chunk)}</span>')
     body = "".join(parts)
     return (legend_html() + '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'

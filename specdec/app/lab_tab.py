@@ -116,6 +116,11 @@ def load_preset(name) -> dict:
                 status=f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**.") | cleared()
 
 
+# Clicks the page's "Exactness lab" tab (the tabs are Gradio's buttons with role="tab").
+OPEN_LAB_JS = """() => { const tab = [...document.querySelectorAll('button[role="tab"]')]
+    .find(b => b.innerText.trim() === 'Exactness lab'); if (tab) tab.click(); }"""
+
+
 def take_from_run(gen, selection) -> dict:
     """Fill p and q from the drafted position shown in the Decode tab's step viewer (or the first one)."""
     places = lab.drafted_positions(gen)
@@ -183,8 +188,10 @@ def run_lab(df, samples, seed) -> dict:
     return out
 
 
-def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
-    """Lay out the lab inside the caller's current container (the app's "Exactness lab" tab)."""
+def build_lab_tab(run_state: gr.State, selection: gr.State, also_from: list | None = None) -> None:
+    """Lay out the lab inside the caller's current container (the app's "Exactness lab" tab).
+    `also_from`: buttons elsewhere (the step viewer's) that take the shown position, as
+    "Take from the last run" does, and then open this tab."""
     tokens, p, q = lab.preset(DEFAULT_PRESET)
     v = SimpleNamespace()   # every component an output name refers to
     gr.Markdown(INTRO, elem_id="lab-intro")
@@ -230,3 +237,6 @@ def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
     from_run.click(on_from_run, [run_state, selection], outputs(FROM_RUN_OUTPUTS), api_name="lab_from_run")
     run_btn.click(on_run, [v.table, samples, seed], outputs(RUN_OUTPUTS), api_name="lab_run",
                   show_progress_on=[v.status])
+    for button in also_from or []:
+        button.click(on_from_run, [run_state, selection], outputs(FROM_RUN_OUTPUTS), api_name=False).then(
+            None, js=OPEN_LAB_JS)

@@ -186,8 +186,10 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     return fig
 
 
-PROFILE_HEADERS = ["profile", "where", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
-                   "speedup at α", "best γ at α", "source"]
+# Where and how each was measured is in the chosen profile's note and the curves' legend: two long
+# text columns here pushed c, v and the speedup off the right edge.
+PROFILE_HEADERS = ["profile", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
+                   "speedup at α", "best γ at α"]
 
 
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
@@ -197,7 +199,7 @@ def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[
         v, measured = prof.verify_nearest(gamma)
         best = max(((prof.speedup(alpha, g), g) for g in GAMMAS if prof.verify(g) is not None), default=None)
         best_text = "—" if best is None else f"γ = {best[1]}: {best[0]:.2f}×"
-        rows.append([prof.name, prof.where, prof.when, prof.engine, round(prof.target_step_ms, 3),
+        rows.append([prof.name, prof.when, prof.engine, round(prof.target_step_ms, 3),
                      round(prof.draft_step_ms, 3), round(prof.c, 3), f"{v:.2f}" + ("" if measured else " (nearest)"),
-                     f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text, prof.source])
+                     f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text])
     return rows
