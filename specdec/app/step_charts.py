@@ -51,8 +51,8 @@ def wrap(text: str, width: int) -> str:
 
 
 def _tick(label: str, upright: bool) -> str:
-    if label in TAIL_LABELS and upright:   # "rest where p ≥ q" on two lines, read bottom to top
-        return label.replace(" p ", "<br>p ")
+    # "rest where p ≥ q" stays on one line read bottom to top: on two lines the pair of them is too
+    # wide for the narrow rest-of-vocabulary panel of a half-width chart (800 px window).
     return label if len(label) <= TICK_CHARS or label in TAIL_LABELS else label[:TICK_CHARS - 1] + "…"
 
 
@@ -131,8 +131,7 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
     labels = unique_labels(gen, pos.p.ids)
     drafted = pos.p.ids.index(pos.draft_token)
     tails = list(tail_labels(pos.p))
-    # The rest-of-vocabulary panel keeps room for its two upright two-line labels in a narrow chart.
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], horizontal_spacing=0.03, shared_yaxes=True)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.84, 0.16], horizontal_spacing=0.03, shared_yaxes=True)
     widths = [3 if k == drafted else 0 for k in range(len(labels))]
     for name, d, colour, shape in (("p (target)", pos.p, P_COLOUR, ""), ("q (draft)", pos.q, Q_COLOUR, "/")):
         fig.add_trace(go.Bar(
