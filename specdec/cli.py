@@ -13,26 +13,41 @@ enough to live here. One exit-code policy for every command:
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import __version__
+from .checks import whole_number
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from . import lab, montecarlo  # noqa: E402  (after the environment: transformers reads it on import)
-from .app import limits  # noqa: E402
-from .bench import app_timing, gpu_check  # noqa: E402
-from .bench import run as bench
-from .checks import whole_number  # noqa: E402
-from .looks import LOOKS, visible_token  # noqa: E402
-from .models import ModelLoadError  # noqa: E402
-from .outcomes import Status, events  # noqa: E402
-from .sampling import Rule, SamplingConfig  # noqa: E402
-from .settings import DRAFTERS, RunSettings  # noqa: E402
-from .speed import expected_tokens_per_round, speedup  # noqa: E402
-from .trace import Generation  # noqa: E402
+if TYPE_CHECKING:
+    from .trace import Generation
+
+
+class Later:
+    """A command's module, imported when one of its functions is first called: `--help` and
+    `--version` then load no torch (under 0.5 s), and a command loads only what it needs."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def call(*args, **kwargs):
+            return getattr(importlib.import_module(self._name), attr)(*args, **kwargs)
+        return call
+
+
+bench, app_timing, gpu_check = Later("specdec.bench.run"), Later("specdec.bench.app_timing"), \
+    Later("specdec.bench.gpu_check")
 
 RESET = "\033[0m"
 STRIKE = "\u0336"   # a combining long stroke: struck-through text that needs no colour
@@ -48,7 +63,22 @@ class UsageError(Exception):
     """A bad command line: argparse's message, reported by `main` as one line."""
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` shows every option's default, except where there is none to show (None, a flag
+    that is off) or the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS \
+                or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, formatter_class=DefaultsFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
     def error(self, message):   # argparse would print the whole usage and exit by itself
         raise UsageError(f"{message} (see {self.prog} --help)")
 
@@ -86,28 +116,40 @@ def mark(outcome, text: str, colour: bool) -> str:
     """One piece of text followed by its outcome's symbol (the app's symbols), in its colour if asked.
     A rejected draft is not part of the text: in colour the terminal strikes it through (its ANSI
     code), without colour every character carries a combining stroke, whitespace made visible."""
+    from .looks import LOOKS, visible_token
+    from .outcomes import Status
+
     look = LOOKS[outcome]
+    body = text.rstrip("\n")
+    breaks = text[len(body):]   # a newline token's mark ends its own line, not the next one's start
     if colour:
-        return f"\033[{look.ansi}m{text}{look.symbol}{RESET}"
+        return f"\033[{look.ansi}m{body}{look.symbol}{RESET}{breaks}"
     if outcome == Status.REJECTED and text:   # (the legend marks no text)
-        text = "".join(ch + STRIKE for ch in visible_token(text))
-    return f"{text}{look.symbol}"
+        return "".join(ch + STRIKE for ch in visible_token(text)) + look.symbol
+    return f"{body}{look.symbol}{breaks}"
 
 
 def render_tokens(gen: Generation, colour: bool) -> str:
     """The generated text with every token marked: accepted drafts, rejected drafts (where they
     were proposed), and how each round's last token was produced."""
+    from .outcomes import events
+
     return "".join(mark(ev.outcome, gen.token(ev.token), colour) for ev in events(gen) if ev.in_text)
 
 
 def legend(gen: Generation, colour: bool) -> str:
     """What the marks in this run's text mean, in the order of LOOKS."""
+    from .looks import LOOKS
+    from .outcomes import events
+
     shown = {ev.outcome for ev in events(gen) if ev.in_text}
     items = [f"{mark(outcome, '', colour)} {look.label}" for outcome, look in LOOKS.items() if outcome in shown]
     return "legend: " + " | ".join(items)
 
 
 def stats_lines(gen: Generation) -> list[str]:
+    from .speed import expected_tokens_per_round
+
     s = gen.stats
     gamma = gen.settings.gamma
     return [
@@ -122,9 +164,13 @@ def stats_lines(gen: Generation) -> list[str]:
     ]
 
 
-def settings_of(args) -> RunSettings:
-    """The run the command line asks for, checked (ValueError) before any model loads: valid, and
-    within the limits (`limits.check_run`) that the app keeps too."""
+def settings_of(args):
+    """The run the command line asks for (a `RunSettings`), checked (ValueError) before any model
+    loads: valid, and within the limits (`limits.check_run`) that the app keeps too."""
+    from .app import limits
+    from .sampling import Rule, SamplingConfig
+    from .settings import RunSettings
+
     settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
                            rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
@@ -144,9 +190,11 @@ def describe_device(pair) -> str:
 
 
 def run_generate(args) -> int:
+    from .app import limits
     from .decoding import speculative_generate
     from .measure import compare_with_target
     from .models import load_pair
+    from .speed import speedup
 
     settings = settings_of(args)
     if args.threads is not None:
@@ -184,13 +232,16 @@ def run_generate(args) -> int:
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt", required=True, type=prompt_text)
+    from .app import limits
+    from .settings import DRAFTERS
+
+    p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue")
     p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")
     p.add_argument("--drafter", choices=list(DRAFTERS), default="model",
@@ -228,21 +279,27 @@ def _numbers(text: str) -> list[float]:
 
 def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
     """The `lab` subcommand's options."""
+    from . import lab
+    from .app import limits
+
     parser.add_argument("--preset", default="over-confident", choices=list(lab.PRESETS), metavar="NAME",
                         help=f"one of: {', '.join(map(repr, lab.PRESETS))}")
     parser.add_argument("--p", type=_numbers, help="target distribution, comma-separated (overrides the preset)")
     parser.add_argument("--q", type=_numbers, help="draft distribution, comma-separated (with --p)")
     parser.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
     parser.add_argument("--samples", type=int, default=100_000, help=f"1 to {limits.MAX_LAB_SAMPLES:,}")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the Monte Carlo")
     parser.add_argument("--bench", action="store_true", help=f"print samples/second for {LAB_BENCH_SAMPLES:,} samples")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads for the Monte Carlo (default 1: fastest for these small ops)")
+                        help="torch CPU threads for the Monte Carlo (1, the default, is fastest for these small ops)")
 
 
 def run_lab(args: argparse.Namespace) -> int:
     """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
     chi-square, p-value, acceptance). Bad values raise ValueError (one line, exit 2)."""
+    from . import lab, montecarlo
+    from .app import limits
+
     whole_number(args.threads, "--threads", 1)
     if args.bench:
         for v in (8, 20):
@@ -433,32 +490,47 @@ COMMANDS = {
 }
 
 
-def build_parser() -> Parser:
+def build_parser(argv: list[str] | None = None) -> Parser:
+    """The whole command line; given `argv`, only the command it names gets its options (each
+    command's options import its modules: `--help` alone needs none of them)."""
     parser = Parser(prog=program_name(), description="Exact, traced speculative decoding.",
                     epilog="Exit status: 0 success, 1 a failed check, 2 bad arguments (one line on stderr).")
+    parser.add_argument("--version", action="version", version=f"specdec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    chosen = None if argv is None else next((a for a in argv if a in COMMANDS), "")
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
-        add_arguments(p)
+        if chosen is None or name == chosen:
+            add_arguments(p)
         p.set_defaults(run=run)
     return parser
+
+
+def user_error(err: Exception) -> bool:
+    """An error the user can act on: one line, exit 2. A model-loading error can only have been
+    raised once `specdec.models` was imported, so it is looked up only then."""
+    models = sys.modules.get("specdec.models")
+    return isinstance(err, (ValueError, OSError)) or (models is not None and isinstance(err, models.ModelLoadError))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and turn every error a user can act on into one line and exit status 2."""
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(argv).parse_args(argv)
         return args.run(args)
     except UsageError as err:
         return fail(str(err))
     except BrokenPipeError:   # the reader went away (`| head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 1
-    except (ValueError, ModelLoadError, OSError) as err:
-        return fail(str(err))
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        if not user_error(err):
+            raise
+        return fail(str(err))
 
 
 if __name__ == "__main__":

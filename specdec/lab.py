@@ -132,7 +132,9 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = 1e-6
         if abs(total - 1) > tol:
             if not normalise:
                 raise ValueError(f"{name} sums to {total:.6g}, not 1")
-            notes.append(f"{name} summed to {total:.6g}; normalised to 1")
+            # enough digits to show how far from 1 ("summed to 1" beside "normalised to 1" says nothing)
+            digits = max(6, 2 - math.floor(math.log10(abs(total - 1)))) if math.isfinite(total) else 6
+            notes.append(f"{name} summed to {total:.{digits}g}, not 1; normalised to 1")
         rows[name] = scaled / scaled.sum()
     return tokens, rows["p"], rows["q"], notes
 
@@ -148,8 +150,10 @@ def from_position(gen, round_index: int, position_index: int, max_tokens: int = 
     The position's kept ids become named tokens, and the rest of the vocabulary two more: the
     tokens where p >= q and those where p < q (the trace stores the tail split that way). When
     more ids are kept than fit, the ones with least max(p, q) join the part of their own sign.
-    Within a part min(p, q) and max(0, p - q) add up, so beta, the residual and every rule's
-    closed form on these tokens equal those on the model's full rows. A schema-1 trace stored
+    Within a part min(p, q) and max(0, p - q) add up, so beta, the residual and the exact rule's
+    closed form on these tokens equal those on the model's full rows; the skip rule's TV,
+    sum |min(p, q) - beta p| / 2, does not add up (the sign changes within a part), so it can
+    differ from the trace's full-row `skip_tv` (the app names both). A schema-1 trace stored
     one lumped tail: it becomes "(everything else)", and beta is then only approximate.
     """
     try:

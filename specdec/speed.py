@@ -82,60 +82,70 @@ def time_split(stats: Stats) -> TimeSplit:
 
 @dataclass(frozen=True)
 class SpeedStory:
-    """A speculative run measured against the target alone: the numbers and one sentence."""
+    """A speculative run measured against the target alone: the numbers and one sentence.
 
-    measured: float          # ratio of token rates (`speedup`)
-    predicted: float         # from this run's own costs and alpha
-    tokens_per_round: float  # expected from alpha
-    gamma: float             # drafts per round, on average
-    draft_steps: float       # one round's drafting, in target steps
-    verify_steps: float      # one round's verify, in target steps
-    other_share: float       # share of the speculative run's time outside the forwards
+    Both predictions come from the run's own `run_point` costs, the ones the speed explorer draws:
+    `predicted` from its whole loop (the forwards and all the work around them), the one the page
+    calls "predicted"; `predicted_forwards` from the forwards alone (no sampling, no bookkeeping)."""
+
+    measured: float            # ratio of token rates (`speedup`)
+    predicted: float           # the whole-loop curve at alpha (the speed explorer's "this run (whole loop)")
+    predicted_forwards: float  # the forwards-only curve at alpha ("this run (forwards only)")
+    tokens_per_round: float    # expected from alpha
+    gamma: float               # drafts per round
+    draft_steps: float         # one round's drafting, in target steps (forwards only)
+    verify_steps: float        # one round's verify, in target steps (forwards only)
+    other_share: float         # share of the speculative run's time outside the forwards
     sentence: str
 
 
-def _forward_costs(spec: Stats, ar: Stats) -> tuple[float, float, float, float]:
-    """(drafts per round on average, one draft step, one verify, one target step), in seconds,
-    from the runs' own forward timings."""
-    rounds = max(spec.rounds, 1)
-    gamma = spec.drafted / rounds
-    step = ar.verify_seconds / ar.new_tokens if ar.new_tokens else 0.0   # one target step
-    draft_step = spec.draft_seconds / spec.drafted if spec.drafted else 0.0
-    return gamma, draft_step, spec.verify_seconds / rounds, step
+def _gamma_of(spec: Stats, gamma: int | None) -> int:
+    return gamma if gamma else max(1, round(spec.drafted / max(spec.rounds, 1)))
 
 
-def predicted_at(spec: Stats, ar: Stats, rate: float) -> float:
-    """The speedup this run's forward costs allow if every tested draft passed with `rate`: its
-    alpha (what the draws gave), or its mean beta (what p and q promise before any u is drawn)."""
-    gamma, draft_step, verify, step = _forward_costs(spec, ar)
-    tokens = expected_tokens_per_round(rate, round(gamma)) if spec.drafted else 1.0
-    return predicted_speedup(tokens, gamma, draft_step, verify, step)
+def predicted_at(spec: Stats, ar: Stats, rate: float, gamma: int | None = None, whole: bool = True) -> float:
+    """The speedup this run's costs allow if every tested draft passed with `rate`: its alpha (what
+    the draws gave), or its mean beta (what p and q promise before any u is drawn). The costs are
+    `run_point`'s, the speed explorer's: the whole loop, or the forwards alone. 0 without costs."""
+    g = _gamma_of(spec, gamma)
+    point = run_point(spec, g, ar)
+    prof = point.whole_loop if whole else point.forwards_only
+    if prof is None:
+        return 0.0
+    return leviathan_speedup(min(max(rate, 0.0), 1.0), g, prof.c, prof.verify(g))
 
 
-def explain(spec: Stats, ar: Stats) -> SpeedStory:
+def explain(spec: Stats, ar: Stats, gamma: int | None = None) -> SpeedStory:
     """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow."""
+    g = _gamma_of(spec, gamma)
+    point = run_point(spec, g, ar)
     measured = speedup(spec, ar)
-    gamma, draft_step, verify, step = _forward_costs(spec, ar)
-    tokens = expected_tokens_per_round(spec.acceptance_rate, round(gamma)) if spec.drafted else 1.0
-    predicted = predicted_at(spec, ar, spec.acceptance_rate)
-    draft_steps = gamma * draft_step / step if step else 0.0
-    verify_steps = verify / step if step else 0.0
+    tokens = expected_tokens_per_round(spec.acceptance_rate, g) if spec.drafted else 1.0
+    predicted = predicted_at(spec, ar, spec.acceptance_rate, g)
+    forwards = predicted_at(spec, ar, spec.acceptance_rate, g, whole=False)
+    fw = point.forwards_only
+    draft_steps = g * fw.c if fw else 0.0
+    verify_steps = fw.verify(g) if fw else 0.0
     other_share = time_split(spec).other / spec.wall_seconds if spec.wall_seconds else 0.0
+    ar_other = time_split(ar).other / ar.wall_seconds if ar.wall_seconds else 0.0
     cost = draft_steps + verify_steps
-    head = (f"Each round cost {cost:.2f} target steps (drafting {draft_steps:.2f}, verifying {verify_steps:.2f}) "
-            f"and, at α = {spec.acceptance_rate:.3f}, should yield {tokens:.2f} tokens: {predicted:.2f}× predicted.")
+    gave = spec.new_tokens / spec.rounds if spec.rounds else 0.0
+    head = (f"Each round cost {cost:.2f} target forwards (drafting {draft_steps:.2f}, verifying {verify_steps:.2f}) "
+            f"and, at α = {spec.acceptance_rate:.3f}, should yield {tokens:.2f} tokens: {forwards:.2f}× from the "
+            f"forwards alone. Work outside the forwards (sampling, bookkeeping, the trace) took {other_share:.0%} of "
+            f"the speculative run and {ar_other:.0%} of the target alone's; counting it, this run's costs predict "
+            f"**{predicted:.2f}×**, and the rounds gave {gave:.2f} tokens each where α predicts {tokens:.2f}.")
     if measured >= 1 and measured >= 0.9 * predicted:
         tail = " It won because the rounds yield more tokens than they cost."
-    elif measured < 0.9 * predicted and other_share > 0.1:
-        tail = (f" Work outside the forwards took {other_share:.0%} of the speculative run, so it reached "
-                f"{measured:.2f}× rather than {predicted:.2f}×.")
     elif tokens <= cost:
         worst = "drafting" if draft_steps > verify_steps - 1 else "verifying"
         tail = (f" It lost because {worst} costs too much for the tokens a round yields: a cheaper draft "
                 "(smaller c) or a higher α would help.")
+    elif forwards > 1 > predicted:
+        tail = " The forwards alone would win; the work around them is what loses."
     else:
         tail = " Run-to-run timing noise explains the rest (one run each)."
-    return SpeedStory(measured, predicted, tokens, gamma, draft_steps, verify_steps, other_share, head + tail)
+    return SpeedStory(measured, predicted, forwards, tokens, g, draft_steps, verify_steps, other_share, head + tail)
 
 
 # ---------------------------------------------------------------- cost profiles
@@ -250,7 +260,7 @@ def run_point(spec: Stats, gamma: int, ar: Stats | None = None) -> RunPoint:
     whole = CostProfile(name="this run (whole loop)", engine="whole loop, timed", **base,
                         target_step_ms=1000 * ar.wall_seconds / ar.new_tokens,
                         verify_ms_by_width={gamma + 1: max(per_round - gamma * draft, 1e-9)})
-    step = 1000 * ar.verify_seconds / ar.new_tokens
+    step = 1000 * ar.verify_seconds / (ar.target_forwards or ar.new_tokens)   # one target forward (`depth_story`'s)
     forwards = CostProfile(name="this run (forwards only)", engine="forwards only, timed", **base,
                            target_step_ms=step or whole.target_step_ms,
                            verify_ms_by_width={gamma + 1: 1000 * spec.verify_seconds / spec.rounds})
@@ -273,7 +283,7 @@ def depth_story(spec: Stats, ar: Stats, models: dict) -> str:
     step = 1000 * ar.verify_seconds / ar.target_forwards          # ms per target step (the target alone)
     draft = 1000 * spec.draft_seconds / spec.drafted              # ms per draft step (sampling included)
     device, engine = models.get("device", "cpu"), models.get("engine", "eager")
-    text = (f"A target step took {step:.2f} ms here ({layers_t} layers, {params_t / 1e6:.2f} M parameters) and a "
+    text = (f"One target forward took {step:.2f} ms here ({layers_t} layers, {params_t / 1e6:.2f} M parameters) and a "
             f"draft step {draft:.2f} ms ({layers_d} layer{'s' if layers_d > 1 else ''}, {params_d / 1e6:.2f} M): "
             f"c = {draft / step:.2f}, against a parameter ratio of {params_d / params_t:.2f}.")
     if layers_t != layers_d:

@@ -230,3 +230,46 @@ def test_the_lab_fits_an_80_column_terminal(argv, capsys):
     assert max(len(line) for line in out.splitlines()) <= 80, out
     for words in ("exact", "skip adjustment", "accept all", "greedy match", "not rejected", "after", "observed"):
         assert words in out, words
+
+
+# ---------------------------------------------------------------- help, version, marks (issue 27)
+
+def test_help_shows_every_default_and_version_answers():
+    r = run("generate", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())   # argparse wraps lines
+    for option, default in (("--gamma", 4), ("--max-new-tokens", 64), ("--temperature", 1.0), ("--seed", 0),
+                            ("--top-k", 0), ("--top-p", 1.0), ("--drafter", "model")):
+        assert re.search(rf"{option} \S+ .*?\(default: {re.escape(str(default))}\)", text), option
+    r = run("--version")
+    assert r.returncode == 0 and re.fullmatch(r"specdec \d+\.\d+\.\d+\n", r.stdout), r.stdout
+
+
+def test_help_loads_no_torch():
+    """`--help` answers from the table of commands: it imports none of their modules (so it takes
+    about as long as Python's start, not torch's import)."""
+    code = ("import sys\nfrom specdec.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in r.stdout, r.stdout[-300:] + r.stderr
+
+
+def test_a_newline_tokens_mark_ends_its_own_line():
+    from specdec.cli import mark
+
+    for colour in (False, True):
+        shown = mark(Status.ACCEPTED, "\n", colour)
+        assert shown.endswith("\n") and LOOKS[Status.ACCEPTED].symbol in shown.split("\n")[0]
+        assert mark(Status.ACCEPTED, "a\n\n", colour).endswith("\n\n")
+
+
+def test_the_bench_table_keeps_its_columns_with_a_long_contender_name():
+    from specdec.bench.report import COLUMNS, format_table
+
+    row = {"label": "specdec + draft model, no trace", "temperature": 0.0, "gamma": 3, "tok_s": 80.0,
+           "tok_s_q1": 70.0, "tok_s_q3": 90.0, "target_forwards_per_token": 0.5, "alpha": 0.9, "c": 0.1,
+           "verify_steps": 1.2, "speedup": 1.5, "leviathan": 2.0, "predicted": 1.8, "over_transformers": 1.1,
+           "kind": "x"}
+    lines = format_table([row, {**row, "label": "short"}]).splitlines()
+    assert len({len(line) for line in lines if line and not line.startswith("-")}) == 1, lines
+    assert len(COLUMNS) == len(lines[0].split())

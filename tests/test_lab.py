@@ -390,3 +390,36 @@ def test_take_from_run_is_exact_on_real_runs(bundled):
             checked += 1
     assert checked > 20
     assert skip_miss > 100 * bounds.rounding(vocab + lab.MAX_TOKENS), skip_miss   # the bound can fail
+
+
+def test_new_p_and_q_clear_the_last_lab_runs_results():
+    """A preset or a position from the run replaces the table: the charts and tables of the last
+    lab run described other p and q, so both empty them (issue 27)."""
+    pytest.importorskip("gradio")
+    from specdec.app import lab_tab
+
+    for out in (lab_tab.load_preset("disjoint"), lab_tab.take_from_run(_generation(), (0, 0))):
+        assert set(lab_tab.RESULT_OUTPUTS) <= set(out)
+        assert all(out[name] is None for name in lab_tab.VIEWS)
+        assert len(out["summary"]) == 0
+
+
+def test_the_step_viewer_sends_its_position_to_the_lab_and_the_glossary_is_above_the_tabs():
+    """The step viewer's button runs the lab's "take from the last run" on the shown position (the
+    same outputs), then opens the lab's tab; the glossary sits above the tabs, so every tab reaches it."""
+    gr = pytest.importorskip("gradio")
+    from specdec.app import lab_tab, layout
+    from specdec.app.glossary import GLOSSARY
+
+    demo = layout.build_app()
+    blocks = demo.blocks.values()
+    button = next(b for b in blocks if getattr(b, "elem_id", None) == "send-to-lab")
+    sent = [f for f in demo.fns.values() if (button._id, "click") in [tuple(t) for t in f.targets]]
+    assert len(sent) == 1
+    ids = [getattr(o, "elem_id", None) for o in sent[0].outputs]
+    assert ids[:3] == ["lab-dist", "lab-status", "lab-preset"] and len(ids) == len(lab_tab.FROM_RUN_OUTPUTS)
+    glossary = next(b for b in blocks if getattr(b, "elem_id", None) == "glossary")
+    tabs = [b for b in blocks if isinstance(b, gr.Tab)]
+    assert all(glossary.parent is tab.parent.parent or glossary.parent is tab.parent for tab in tabs)
+    for symbol in ("**γ**", "**α**", "**β**", "**TV**", "**c**", "**v(γ)**"):
+        assert symbol in GLOSSARY

@@ -114,7 +114,7 @@ def test_lab_api_by_name(app_url):
     client = gradio_client.Client(app_url, verbose=False)
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/lab_run", "/lab_preset", "/lab_from_run"} <= names
-    table, status = client.predict("disjoint", api_name="/lab_preset")
+    table, status, *_ = client.predict("disjoint", api_name="/lab_preset")   # then the cleared results
     assert "Preset **disjoint**" in status and table["headers"] == ["token", "p", "q"]
     out = client.predict(table, 5000, 0, api_name="/lab_run")
     assert "5,000 trials per rule" in out[0]

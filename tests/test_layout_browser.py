@@ -8,6 +8,8 @@ labels, annotations, button labels, as the boxes they cover on screen.
 
 from __future__ import annotations
 
+import pytest
+
 import layout_check
 
 RUN_TIMEOUT = 180_000   # ms: the CPU is shared
@@ -62,7 +64,12 @@ def default_run_with_comparison(page) -> None:
     page.wait_for_timeout(1500)   # Plotly lays out legends and annotations after the data
 
 
-def test_decode_tab_figures_have_no_overlapping_clipped_or_dropped_text(page):
+WIDTHS = [1400, 800]   # a desktop window, and a narrow one: half-width charts are then about 370 px wide
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_decode_tab_figures_have_no_overlapping_clipped_or_dropped_text(page, width):
+    page.set_viewport_size({"width": width, "height": 1000})
     default_run_with_comparison(page)
     for name in ("p and q as a table", "end of round as a table"):
         page.get_by_text(name).click()
@@ -82,7 +89,9 @@ def test_decode_tab_figures_have_no_overlapping_clipped_or_dropped_text(page):
     assert page.console_errors == []
 
 
-def test_lab_figures_have_no_overlapping_clipped_or_dropped_text(page):
+@pytest.mark.parametrize("width", WIDTHS)
+def test_lab_figures_have_no_overlapping_clipped_or_dropped_text(page, width):
+    page.set_viewport_size({"width": width, "height": 1000})
     default_run_with_comparison(page)
     page.get_by_role("tab", name="Exactness lab").click()
     page.wait_for_selector("#lab-run", state="visible")

@@ -137,7 +137,10 @@ def test_an_untested_position_claims_no_output_and_its_title_is_whole(run):
     assert "TV = 0" not in note and "skipped: TV" not in note
     assert "emitted nothing" in note
     lines = re.sub("<(?!br>)[^>]+>", "", fig.layout.title.text).split("<br>")
-    assert len(lines) == 2 and all(len(line) <= 100 for line in lines)   # two lines that fit the figure
+    # the verdict, then its detail wrapped to fit a half-width chart in an 800 px window (issue 27)
+    assert len(lines) >= 2 and len(lines[0]) <= 100
+    assert all(len(line) <= step_charts.DETAIL_CHARS for line in lines[1:])
+    assert fig.layout.margin.t >= step_charts.LABEL_PX + 18 * len(lines)   # room for every line
     assert f"u = {r.positions[k].u:.3f}" in [a.text for a in fig.layout.annotations]   # u on its own label
     rows = dict((q, v) for q, v in step_charts.acceptance_rows(run, r.index, k))
     assert rows["TV(output here, p) under this run's rule"].startswith("—")
@@ -217,5 +220,5 @@ def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
     assert "before any u is drawn" in text
     ar = autoregressive_generate(bundled, PROMPT, run.settings)
     text = charts.metrics_markdown(run, ar, timed=run)
-    assert f"from mean β: {predicted_at(s, ar.stats, s.expected_acceptance):.2f}×" in text
+    assert f"from mean β: {predicted_at(s, ar.stats, s.expected_acceptance, gamma):.2f}×" in text
     assert f"α = {s.acceptance_rate:.3f}" in text   # the sentence under the table rounds α as the table does

@@ -107,7 +107,8 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
             span = _span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round)
             chunks.setdefault(ev.round, []).append(span)
     for r, chunk in chunks.items():
-        outline = "outline:2px solid #000;outline-offset:1px;" if r == selected_round else ""
+        # a box-shadow (not an outline) so that a round broken over lines gets a plain box on each line
+        outline = "box-shadow:0 0 0 2px #000;border-radius:2px;" if r == selected_round else ""
         parts.append(f'<span class="round" data-round="{r}" style="{outline}">{"".join(chunk)}</span>')
     body = "".join(parts)
     return (legend_html() + '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'
@@ -215,7 +216,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
 
 
 TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
-                    "emitted text", "draft s", "verify s"]
+                    "emitted text", "drafting (s)", "verifying (s)"]
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
@@ -263,6 +264,9 @@ def noise_verdict(gap: float, sigma: float, tested: int) -> str:
     """α − mean β against its noise, worded to match what a band can claim: about 1 run in 20
     lands outside ±2σ by chance (so one such run is no finding), 1 in 370 outside ±3σ."""
     band = f"σ = {sigma:.3f} from {tested} tests"
+    if sigma < 1e-9 and abs(gap) < 1e-9:
+        return ("no noise to weigh it against: every tested position had β = 0 or 1 (at T = 0, p and q are one-hot), "
+                "so each draft's fate was certain and α equals mean β exactly.")
     if abs(gap) <= 2 * sigma:
         return f"within ±2σ = {2 * sigma:.3f} ({band}): the draws' noise."
     if abs(gap) <= 3 * sigma:
@@ -283,13 +287,21 @@ def _bias_cell(gen: Generation) -> str:
             "mean differs)")
 
 
+def wall_parts(stats) -> str:
+    """The wall time's three parts in words: they add up to it (`speed.time_split`)."""
+    split = time_split(stats)
+    return (f"drafting {split.drafting:.2f} s + target and verify {split.target:.2f} s + everything else "
+            f"(sampling the output, bookkeeping, the trace) {split.other:.2f} s")
+
+
 def _wall_cell(gen: Generation, timed: Generation | None) -> str:
     s = gen.stats
-    parts = f"drafting {s.draft_seconds:.2f} s, target and verify {s.verify_seconds:.2f} s"
+    parts = wall_parts(s)
     if timed is None:
         return f"{s.wall_seconds:.2f} s ({parts})"
-    return (f"{s.wall_seconds:.2f} s while streaming to this page ({parts}); **{timed.stats.wall_seconds:.2f} s** "
-            "timed again unstreamed, which the speedup uses")
+    return (f"{s.wall_seconds:.2f} s while streaming to this page ({parts}, drawing the page included); "
+            f"**{timed.stats.wall_seconds:.2f} s** timed again unstreamed ({wall_parts(timed.stats)}), which the "
+            "speedup and the chart below use")
 
 
 def _where(models: dict) -> str:
@@ -307,9 +319,9 @@ def _where_note(models: dict) -> str:
 
 
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) -> list[str]:
-    t = (timed or gen).stats
-    story = explain(t, ar.stats)
-    from_beta = predicted_at(t, ar.stats, t.expected_acceptance)
+    t, gamma = (timed or gen).stats, gen.settings.gamma
+    story = explain(t, ar.stats, gamma)
+    from_beta = predicted_at(t, ar.stats, t.expected_acceptance, gamma)
     return [
         f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
@@ -317,9 +329,21 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) 
         f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
         f"{ar.stats.target_forwards} target forwards | |",
         f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
-        f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×**; "
-        f"from mean β: {from_beta:.2f}× (known before any u is drawn) |",
+        f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×** (its whole "
+        f"loop, the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
+        f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
+        "any u is drawn) |",
         "", story.sentence, "", depth_story(t, ar.stats, gen.models)]
+
+
+def _why_tokens_differ(gen: Generation) -> str:
+    """Why the measured tokens per forward need not equal the formula's, in this run's numbers."""
+    gamma = gen.settings.gamma
+    short = sum(1 for r in gen.rounds if r.gamma < gamma)
+    cut = (f"{short} of its {len(gen.rounds)} rounds drafted fewer than γ (the end of the run), and "
+           if short else "")
+    return (f"Measured and predicted differ because {cut}the formula gives every position one rate r, while "
+            "each of this run's positions has its own β (certain and doubtful positions do not average to one r).")
 
 
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,
@@ -344,7 +368,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "
         f"give? If every position had one rate (γ = {gamma}), (1 − r^(γ+1)) / (1 − r) predicts {from_alpha:.2f} "
         f"from r = α (what this run's draws gave) and {from_beta:.2f} from r = mean β (what p and q promise, "
-        "before any u is drawn). |",
+        f"before any u is drawn). {_why_tokens_differ(gen)} |",
         f"| forward passes | target **{s.target_forwards}**, draft **{s.draft_forwards}** | Autoregressive decoding "
         f"would need {s.new_tokens} target forwards. |",
         f"| bias (mean TV to p per tested position) | {_bias_cell(gen)} | Does the output follow p? |",
@@ -378,10 +402,10 @@ def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
     for key, label, colour, shape in TIME_PARTS:
         values = [1000 * getattr(split, key) / n for _, split, n in splits]
         fig.add_trace(go.Bar(y=[name for name, _, _ in splits], x=values, name=label, orientation="h",
-                             marker=dict(color=colour, pattern=dict(shape=shape)), meta=key,
+                             marker=dict(color=colour, pattern=dict(shape=shape, fgopacity=0.25)), meta=key,
                              text=[f"{v:.2f}" for v in values], textposition="inside",
                              hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
-    story = explain(gen.stats, ar.stats)
+    story = explain(gen.stats, ar.stats, gen.settings.gamma)
     fig.update_layout(
         barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100),
         title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "

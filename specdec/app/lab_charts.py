@@ -43,7 +43,8 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
     height = rows * panel + (rows - 1) * gap + top + bottom
     fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, vertical_spacing=gap / (height - top - bottom),
                         horizontal_spacing=0.06,
-                        subplot_titles=[f"{RULE_NAMES[r].long}: TV to p = {closed_form_text(lab.results[r].bias)}"
+                        # the short names: a long one ran out of a half-width panel at 800 px
+                        subplot_titles=[f"{RULE_NAMES[r].short}: TV to p = {closed_form_text(lab.results[r].bias)}"
                                         for r in rules])
     for k, rule in enumerate(rules):
         r, st = lab.results[rule], STYLE[rule]

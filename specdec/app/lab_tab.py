@@ -35,9 +35,11 @@ VIEWS = {
     "acceptance": ("Acceptance rate: observed against β", lab_charts.acceptance_figure, lab.acceptance_table),
 }
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
-PRESET_OUTPUTS = ["table", "status"]
-FROM_RUN_OUTPUTS = ["table", "status", "preset"]
-RUN_OUTPUTS = ["status", "table", "summary"] + [n for name in VIEWS for n in (name, f"{name}_table")]
+RESULT_OUTPUTS = ["summary"] + [n for name in VIEWS for n in (name, f"{name}_table")]
+# New p and q clear the last lab run's results: they belong to the old table.
+PRESET_OUTPUTS = ["table", "status"] + RESULT_OUTPUTS
+FROM_RUN_OUTPUTS = ["table", "status", "preset"] + RESULT_OUTPUTS
+RUN_OUTPUTS = ["status", "table"] + RESULT_OUTPUTS
 
 INTRO = f"""
 ### Is the verify step exact? Test one drafted position many times
@@ -98,12 +100,25 @@ def parse_frame(df) -> tuple[list[str], list[float], list[float]]:
 FROM_RUN = "(a position of the last run)"
 
 
+def cleared() -> dict:
+    """The results' outputs emptied: shown beside a new table, the old ones would describe other p and q."""
+    out = dict(summary=pd.DataFrame(columns=lab.SUMMARY_HEADERS))
+    for name in VIEWS:
+        out[name], out[f"{name}_table"] = None, pd.DataFrame(columns=["(press Run the lab)"])
+    return out
+
+
 def load_preset(name) -> dict:
     if not name or name == FROM_RUN:
         return {}
     tokens, p, q = lab.preset(name)
     return dict(table=_frame(tokens, p, q),
-                status=f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**.")
+                status=f"Preset **{name}**: {lab.PRESETS[name].description} Press **Run the lab**.") | cleared()
+
+
+# Clicks the page's "Exactness lab" tab (the tabs are Gradio's buttons with role="tab").
+OPEN_LAB_JS = """() => { const tab = [...document.querySelectorAll('button[role="tab"]')]
+    .find(b => b.innerText.trim() === 'Exactness lab'); if (tab) tab.click(); }"""
 
 
 def take_from_run(gen, selection) -> dict:
@@ -118,9 +133,30 @@ def take_from_run(gen, selection) -> dict:
     pos = gen.rounds[r].positions[i]
     msg = (f"Taken from the last run: round {r + 1}, drafted position {i + 1} "
            f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
-           f"{len(tokens)} rows: its top tokens, and the rest of the vocabulary in two rows, where p ≥ q and "
-           "where p < q, so β and every rule's closed form here equal the model's. Press **Run the lab**.")
-    return dict(table=_frame(tokens, p, q), status=msg, preset=FROM_RUN)   # says where the table came from
+           f"{position_rows_note(pos, tokens, p, q)} Press **Run the lab**.")
+    return dict(table=_frame(tokens, p, q), status=msg, preset=FROM_RUN) | cleared()   # preset: where it came from
+
+
+def position_rows_note(pos, tokens: list[str], p, q) -> str:
+    """What the lab's rows keep of a run's position, and which of its numbers equal the Decode tab's.
+
+    β, the residual and the exact rule add up within each "rest" row (min(p, q) and max(0, p − q)
+    are additive there); the skip rule's TV, Σ |min(p, q) − β p| / 2, changes sign inside a row,
+    so on these rows it can differ from the trace's full-row figure: both are given, named."""
+    named = sum(1 for t in tokens if t not in lab.TAIL_NAMES and t != lab.OTHER)
+    folded = len(pos.p.ids) - named
+    rows = (f"{len(tokens)} rows: its top {named} tokens, and the rest of the vocabulary in rows where p ≥ q and "
+            "where p < q")
+    if folded > 0:
+        rows += (f" ({folded} more of the step viewer's tokens joined those rows to fit {lab.MAX_TOKENS}, so they "
+                 "hold more than the step viewer's rest rows)")
+    text = rows + ". Within each row min(p, q) and max(0, p − q) add up, so β, the residual and the exact rule's " \
+                  "closed form here equal the model's full rows."
+    if pos.skip_tv is not None:
+        here = lab.bias(p, q, lab.Rule.SKIP_ADJUSTMENT)
+        text += (f" The skip rule's TV does not add up within a row (|min(p, q) − β p| changes sign inside it): on "
+                 f"these rows it is {here:.4f}, on the model's full rows {pos.skip_tv:.4f} (the Decode tab's figure).")
+    return text
 
 
 def run_lab(df, samples, seed) -> dict:
@@ -152,8 +188,10 @@ def run_lab(df, samples, seed) -> dict:
     return out
 
 
-def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
-    """Lay out the lab inside the caller's current container (the app's "Exactness lab" tab)."""
+def build_lab_tab(run_state: gr.State, selection: gr.State, also_from: list | None = None) -> None:
+    """Lay out the lab inside the caller's current container (the app's "Exactness lab" tab).
+    `also_from`: buttons elsewhere (the step viewer's) that take the shown position, as
+    "Take from the last run" does, and then open this tab."""
     tokens, p, q = lab.preset(DEFAULT_PRESET)
     v = SimpleNamespace()   # every component an output name refers to
     gr.Markdown(INTRO, elem_id="lab-intro")
@@ -199,3 +237,6 @@ def build_lab_tab(run_state: gr.State, selection: gr.State) -> None:
     from_run.click(on_from_run, [run_state, selection], outputs(FROM_RUN_OUTPUTS), api_name="lab_from_run")
     run_btn.click(on_run, [v.table, samples, seed], outputs(RUN_OUTPUTS), api_name="lab_run",
                   show_progress_on=[v.status])
+    for button in also_from or []:
+        button.click(on_from_run, [run_state, selection], outputs(FROM_RUN_OUTPUTS), api_name=False).then(
+            None, js=OPEN_LAB_JS)

@@ -20,6 +20,7 @@ from ..settings import DRAFTERS
 from ..trace import MAX_NOTE
 from . import charts, handlers, limits, restore, step_charts
 from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
+from .glossary import GLOSSARY
 from .lab_tab import build_lab_tab
 from .serving import DECODE
 from .speed_tab import build_speed_tab
@@ -42,13 +43,15 @@ def build_app() -> gr.Blocks:
         v.stops = gr.State([])                # the visitor's running requests' stops (for the Stop button)
         v.speed_run = gr.State(None)          # the current run as a point for the speed explorer (speed.RunPoint)
         gr.Markdown(INTRO)
+        with gr.Accordion("Glossary: γ, α, β, TV, c, v", open=False, elem_id="glossary"):   # from every tab
+            gr.Markdown(GLOSSARY, latex_delimiters=[])
         with gr.Tab("Decode"):
             _controls(v)
             _run_view(v)
             _step_viewer(v)
             _traces(v)
         with gr.Tab("Exactness lab"):
-            build_lab_tab(v.run_state, v.selection)
+            build_lab_tab(v.run_state, v.selection, also_from=[v.send_to_lab])
         with gr.Tab("Speed explorer") as speed_tab:
             build_speed_tab(v.speed_run, speed_tab)
         with gr.Tab("How it works"):
@@ -136,6 +139,7 @@ def _step_viewer(v) -> None:
         v.next_btn = gr.Button("next round ▶", elem_id="next-round", size="sm")
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
+    v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
     v.caption = gr.Markdown("", elem_id="round-caption")
     v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")

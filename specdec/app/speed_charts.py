@@ -21,7 +21,17 @@ ALPHAS = [k / 100 for k in range(101)]
 GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69F00", "#0072B2", "#D55E00",
                                                       "#CC79A7", "#999999", "#000000"),
                                             ("solid", "dot", "dash", "solid", "longdash", "dashdot", "dot", "dash"))}
-PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "vermillion", "green", "purple", "orange", "sky", "black", "grey")]
+# The committed profiles take these in file order; a run's own two profiles take RUN_COLOURS, so a
+# profile keeps its colour whether or not "this run" is drawn beside it.
+PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")]
+RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
+
+
+def profile_colours(profiles: list[CostProfile]) -> dict[str, str]:
+    """A colour for each profile's name, the same whichever other profiles are drawn."""
+    committed = [p.name for p in profiles if p.name not in RUN_COLOURS]
+    return {name: RUN_COLOURS.get(name) or PROFILE_COLOURS[committed.index(name) % len(PROFILE_COLOURS)]
+            for name in (p.name for p in profiles)}
 
 
 def curve(alpha: float, gamma: int, c: float, v: float) -> float:
@@ -117,9 +127,10 @@ def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_i
     """One γ, every profile: where and when each was measured in its legend entry; the what-if
     curve (a profile with another c) dashed."""
     fig = go.Figure()
-    for k, prof in enumerate(profiles):
+    colours = profile_colours(profiles)
+    for prof in profiles:
         name = f"{prof.name} ({prof.when}): c = {prof.c:.3f}, v = {prof.verify_nearest(gamma)[0]:.2f}"
-        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, PROFILE_COLOURS[k % len(PROFILE_COLOURS)], "solid", 2))
+        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, colours[prof.name], "solid", 2))
     entries = len(profiles)
     if what_if is not None:
         prof, c = what_if
@@ -137,8 +148,48 @@ def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_i
     return fig
 
 
-PROFILE_HEADERS = ["profile", "where", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
-                   "speedup at α", "best γ at α", "source"]
+def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: RunPoint | None = None) -> go.Figure:
+    """Tokens per second against α at one γ: for each profile the target alone (dashed, flat: one
+    token a step) and speculative decoding (solid: the speedup times that rate), in the profile's
+    colour; this run's two measured rates at its α. A ratio hides the device: a slow baseline
+    draws a high speedup curve; here a faster device sits higher on both lines."""
+    fig = go.Figure()
+    colours = profile_colours(profiles)
+    for prof in profiles:
+        alone, label = 1000 / prof.target_step_ms, plotly_text(prof.name)
+        v, measured = prof.verify_nearest(gamma)
+        fig.add_trace(go.Scatter(x=[ALPHAS[0], ALPHAS[-1]], y=[alone, alone], mode="lines",
+                                 name=f"{prof.name}: target alone", line=dict(color=colours[prof.name], dash="dash"),
+                                 meta={"profile": prof.name, "role": "alone", "tokens_per_second": alone},
+                                 hovertemplate=f"{label}: target alone %{{y:.0f}} tokens/s<extra></extra>"))
+        fig.add_trace(go.Scatter(x=ALPHAS, y=[alone * curve(a, gamma, prof.c, v) for a in ALPHAS], mode="lines",
+                                 name=f"{prof.name}: speculative" + ("" if measured else " *"),
+                                 line=dict(color=colours[prof.name], width=2.5), opacity=1.0 if measured else 0.5,
+                                 meta={"profile": prof.name, "role": "speculative", "gamma": gamma, "c": prof.c,
+                                       "v": v},
+                                 hovertemplate=f"{label}: α = %{{x:.2f}}, %{{y:.0f}} tokens/s"
+                                               "<extra>speculative</extra>"))
+    entries = 2 * len(profiles)
+    if point is not None and point.measured is not None and point.whole_loop is not None:
+        alone = 1000 / point.whole_loop.target_step_ms
+        for role, y, symbol in (("measured alone", alone, "square"), ("measured", alone * point.measured, "x")):
+            fig.add_trace(go.Scatter(x=[point.alpha], y=[y], mode="markers", meta={"role": role},
+                                     name=f"this run, {'target alone' if role == 'measured alone' else 'speculative'}"
+                                          ", measured",
+                                     marker=dict(symbol=symbol, size=12, color=RUN_COLOURS["this run (whole loop)"])))
+        entries += 2
+    fig.add_vline(x=alpha, line=dict(color=PALETTE["black"], width=1, dash="dot"))
+    _layout(fig, f"γ = {gamma}: tokens per second, target alone (dashed) and speculative (solid)<br>"
+                 "<span style='font-size:11px'>a faster device sits higher on both lines; its speedup is the gap "
+                 "between them</span>", 2, entries, columns=2)
+    fig.update_layout(yaxis=dict(title="tokens per second", type="log"))
+    return fig
+
+
+# Where and how each was measured is in the chosen profile's note and the curves' legend: two long
+# text columns here pushed c, v and the speedup off the right edge.
+PROFILE_HEADERS = ["profile", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
+                   "speedup at α", "best γ at α"]
 
 
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
@@ -148,7 +199,7 @@ def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[
         v, measured = prof.verify_nearest(gamma)
         best = max(((prof.speedup(alpha, g), g) for g in GAMMAS if prof.verify(g) is not None), default=None)
         best_text = "—" if best is None else f"γ = {best[1]}: {best[0]:.2f}×"
-        rows.append([prof.name, prof.where, prof.when, prof.engine, round(prof.target_step_ms, 3),
+        rows.append([prof.name, prof.when, prof.engine, round(prof.target_step_ms, 3),
                      round(prof.draft_step_ms, 3), round(prof.c, 3), f"{v:.2f}" + ("" if measured else " (nearest)"),
-                     f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text, prof.source])
+                     f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text])
     return rows

@@ -22,7 +22,7 @@ from . import speed_charts
 from .charts import md_text
 
 PROFILES_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
-OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "table", "note"]
+OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "note"]
 DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
 
 INTRO = """
@@ -35,9 +35,12 @@ average, so with **c** = a draft step ÷ a target step and **v(γ)** = a verify 
 
 The curves use costs measured on real devices: this run's (tick *compare with autoregressive* on the Decode
 tab), and the profiles the project measured and committed, each with where and when. Move **α**, **c** and
-**γ** to ask "what if". Try the *H100, CUDA graphs* profile with c ≈ 0.89: a 30-layer draft (135M-shaped)
-costs about as much on that GPU as a 24-layer target (1.7B-shaped), 3.3 vs 3.7 ms a step graphed, and then
-drafting pays only if nearly every draft is accepted (at γ = 4, α above 0.99).
+**γ** to ask "what if". A ratio hides the device: *H100, eager* draws a high speedup curve because its
+baseline is slow (15.6 ms a step); the **tokens per second** chart below shows that CUDA graphs make both
+sides faster and the ratio smaller. The *H100, CUDA graphs* profile has c ≈ 0.08 for the bundled pair (a
+1-layer draft). A deep draft is another story: a 30-layer 135M-shaped draft costs about as much on that GPU as a
+24-layer 1.7B-shaped target, 3.3 vs 3.7 ms a step graphed, so c ≈ 0.89: set **c** to 0.89 on that profile and
+drafting pays only if nearly every draft is accepted.
 """
 
 
@@ -75,6 +78,7 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 gamma=gamma, alpha=round(alpha, 3), c=round(c, 3),
                 curves=speed_charts.curves_figure(chosen, gamma, alpha, None if what_if is None else c, point),
                 compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point),
+                rates=speed_charts.rates_figure(profiles, gamma, alpha, point),
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
                 note=note_markdown(point, chosen, what_if) + (f"\n\n⚠ {problem}" if problem else ""))
@@ -114,14 +118,23 @@ def run_lines(point: RunPoint | None) -> list[str]:
     inside = "within" if low - 1e-9 <= point.measured <= high + 1e-9 else "outside"
     return [head,
             f"Measured speedup **{point.measured:.2f}×** (as in the run's metrics). Its whole-loop costs: a target "
-            f"step {prof.target_step_ms:.2f} ms (all the target-alone run spent per token), a draft step "
-            f"{prof.draft_step_ms:.2f} ms (c = {prof.c:.3f}), and all else a round spent {v * prof.target_step_ms:.2f} "
-            f"ms (v = {v:.2f}), so γ c + v is the run's time per round over the target alone's time per token and "
-            "the point can differ from its curve only by the tokens its rounds gave against what α predicts.",
-            f"Its curve gives **{at:.2f}×** at α and {low:.2f}×–{high:.2f}× over α ± 2σ: the measured point is "
-            f"**{inside} its noise**. (The metrics' “predicted from this run's costs” counts the forwards only, "
-            "without sampling and bookkeeping, over the drafts the rounds made: the curve *this run (forwards "
-            "only)*.)"]
+            f"step {prof.target_step_ms:.2f} ms (all the target-alone run spent per token{_forward_words(point)}), "
+            f"a draft step {prof.draft_step_ms:.2f} ms (c = {prof.c:.3f}), and all else a round spent "
+            f"{v * prof.target_step_ms:.2f} ms (v = {v:.2f}), so γ c + v is the run's time per round over the target "
+            "alone's time per token and the point can differ from its curve only by the tokens its rounds gave "
+            "against what α predicts.",
+            f"Its curve gives **{at:.2f}×** at α (the metrics' “predicted from this run's costs”) and "
+            f"{low:.2f}×–{high:.2f}× over α ± 2σ: the measured point is **{inside} its noise**. The curve *this run "
+            "(forwards only)* leaves out the work around the forwards (sampling, bookkeeping), so it lies above the "
+            "point: it is the speedup this machine would give if that work cost nothing."]
+
+
+def _forward_words(point: RunPoint) -> str:
+    """The forwards-only target step and c, worded as the Decode tab's metrics word them."""
+    fw = point.forwards_only
+    if fw is None:
+        return ""
+    return f"; of it, one target forward {fw.target_step_ms:.2f} ms, against which c = {fw.c:.2f}"
 
 
 def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -> str:
@@ -129,7 +142,7 @@ def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -
     if chosen is not None:
         lines.append(f"**{md_text(chosen.name)}**: measured {md_text(chosen.when)} on {md_text(chosen.where)} "
                      f"({md_text(chosen.engine)}{', ' + md_text(chosen.dtype) if chosen.dtype else ''}); "
-                     f"source: {md_text(chosen.source)}.")
+                     f"source: {md_text(chosen.source.rstrip('.'))}.")
     if what_if is not None:
         lines.append(f"**What if** c = {what_if[1]:.3f} instead of the measured {chosen.c:.3f}: the other costs "
                      "stay this profile's.")
@@ -149,6 +162,7 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     v.note = gr.Markdown("", elem_id="speed-note", latex_delimiters=[])
     v.curves = gr.Plot(label="speedup against α, γ 1–8", elem_id="speed-curves")
     v.compare = gr.Plot(label="every measured profile at one γ", elem_id="speed-compare")
+    v.rates = gr.Plot(label="tokens per second: target alone and speculative", elem_id="speed-rates")
     with gr.Accordion("The profiles as a table", open=False):
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
                                elem_id="speed-table")

@@ -51,8 +51,8 @@ def wrap(text: str, width: int) -> str:
 
 
 def _tick(label: str, upright: bool) -> str:
-    if label in TAIL_LABELS and upright:   # "rest where p ≥ q" on two lines, read bottom to top
-        return label.replace(" p ", "<br>p ")
+    # "rest where p ≥ q" stays on one line read bottom to top: on two lines the pair of them is too
+    # wide for the narrow rest-of-vocabulary panel of a half-width chart (800 px window).
     return label if len(label) <= TICK_CHARS or label in TAIL_LABELS else label[:TICK_CHARS - 1] + "…"
 
 
@@ -149,7 +149,7 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
     fig.update_yaxes(type="log" if log else "linear", range=rng, tickformat="~g", dtick=1 if log else None)
     fig.update_yaxes(title_text="probability", row=1, col=1)
     fig.update_xaxes(**_category_axis(labels), title=dict(text="top tokens", font=dict(size=11)), row=1, col=1)
-    fig.update_xaxes(**_category_axis(tails), title=dict(text="rest of the vocabulary", font=dict(size=11)),
+    fig.update_xaxes(**_category_axis(tails), title=dict(text="rest of the<br>vocabulary", font=dict(size=11)),
                      row=1, col=2)
     fig.add_annotation(**_pointer(labels, drafted, f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}"))
     title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b><br>"
@@ -175,7 +175,10 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
 
 PQ_HEADERS = ["token", "id", "p (target)", "q (draft)", "min(p, q)", "note"]
 
-NOTE_CHARS = 88   # characters per line of the notes under the acceptance test (about 540 px at 11 px)
+NOTE_CHARS = 56   # characters per line of the notes under the acceptance test (about 340 px at 11 px: a
+                  # half-width chart in an 800 px window)
+DETAIL_CHARS = 52   # characters per line of the test's verdict under its title (12 px)
+LEGEND_ROWS_PX = 2 * 20   # the legend under the bar may wrap to two rows in a narrow chart
 
 
 def _verdict(pos) -> tuple[str, str]:
@@ -218,13 +221,16 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
                      "cannot change the outcome.")
     note = "<br>".join(wrap(n, NOTE_CHARS) for n in notes)
     lines = note.count("<br>") + 1
-    plot, top, bottom = 110, LABEL_PX + 8 + 18 * 2 + 8, 58 + 15 * lines
-    height = plot + top + bottom
     verdict, detail = _verdict(pos)
+    detail = wrap(detail, DETAIL_CHARS)
+    title_lines = 2 + detail.count("<br>")
+    note_at = 24 + LEGEND_ROWS_PX + 8   # px under the bar: the legend's rows first
+    plot, top, bottom = 110, LABEL_PX + 8 + 18 * title_lines + 8, note_at + 2 + 15 * lines
+    height = plot + top + bottom
     title = (f"Test: p(x)/q(x) = {sig3(pos.p_draft)}/{sig3(pos.q_draft)} = {sig3(pos.ratio)} → <b>{verdict}</b><br>"
-             f"<span style='font-size:12px'>{plotly_text(detail)}</span>")
-    _frame(fig, title, 2, height, legend=False)
-    fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-56 / plot, xanchor="left", yanchor="top",
+             f"<span style='font-size:12px'>{detail}</span>")
+    _frame(fig, title, title_lines, height, legend=False)
+    fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-note_at / plot, xanchor="left", yanchor="top",
                        align="left", showarrow=False, font=dict(size=11))
     fig.update_layout(barmode="overlay", margin=dict(l=12, r=12, t=top, b=bottom),
                       legend=dict(orientation="h", x=0, y=-24 / plot, yanchor="top", xanchor="left"),
@@ -405,7 +411,7 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
     return rows
 
 
-END_HEADERS = ["token", "id", "p", "q", "p − q", "sampled from", "note"]
+END_HEADERS = ["token", "id", "p", "q", "p − q", "chance of being drawn", "note"]
 
 
 def _r(x):

@@ -111,7 +111,8 @@ def where_q_came_from(gen: Generation, rnd) -> str:
 def why_no_residual(gen: Generation, pos) -> str:
     """Why the rejected draft (and every token with q ≥ p) gets no residual mass."""
     x = charts.md_text(token_label(gen, pos.draft_token))
-    return (f"*Why does the rejected draft {x} get no residual, though p({x}) = {sig3(pos.p_draft)}?* Its "
+    though = f", though p({x}) = {sig3(pos.p_draft)}" if pos.p_draft > 0 else ""   # p = 0: no "though"
+    return (f"*Why does the rejected draft {x} get no residual{though}?* Its "
             f"q = {sig3(pos.q_draft)} ≥ p. A draft is kept with chance min(1, p/q), so a token with q ≥ p is "
             "emitted as an accepted draft with probability q · p/q = p: **its full p was already given at the "
             "acceptance step**. The residual max(0, p − q) tops up only what acceptance could not give, the "

@@ -241,17 +241,21 @@ def _f(x, digits: int, suffix: str = "") -> str:
 def format_table(rows: list[dict]) -> str:
     """Fixed-width table, one row per contender x T x gamma; a blank line before each block
     (the two target-alone loops, then each speculative contender over gamma)."""
-    def line(cells):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, (_, w, _)) in enumerate(zip(cells, COLUMNS)))
+    cells = [[fmt(r) for _, _, fmt in COLUMNS] for r in rows]
+    # each column as wide as its widest cell (a long contender name must not push the others right)
+    widths = [max([w] + [len(c[i]) for c in cells]) for i, (_, w, _) in enumerate(COLUMNS)]
+
+    def line(texts):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(texts, widths)))
 
     header = line([h for h, _, _ in COLUMNS])
     out = [header, "-" * len(header)]
     previous = None
-    for r in rows:
+    for r, texts in zip(rows, cells):
         block = (r["temperature"], r["kind"] if r["gamma"] else "target alone")
         if previous is not None and block != previous:
             out.append("")
-        out.append(line([fmt(r) for _, _, fmt in COLUMNS]))
+        out.append(line(texts))
         previous = block
     return "\n".join(out)
 

@@ -289,8 +289,9 @@ def run(args) -> int:
     print(f"pair: {pair.label}  [{where['device']}, {where['dtype']}, {where['engine']} engine]  "
           f"torch threads: {torch.get_num_threads()}")
     print(f"{lineup} contenders (T = {', '.join(f'{t:g}' for t in cfg.temperatures)}; γ = "
-          f"{', '.join(map(str, cfg.gammas))}) x {passes} passes ({len(cfg.prompts)} prompts x {len(cfg.seeds)} "
-          f"seeds x {cfg.repeats}), {cfg.max_new_tokens} new tokens each, interleaved", flush=True)
+          f"{', '.join(map(str, cfg.gammas))}) x {passes} pass{'es' * (passes != 1)} ({len(cfg.prompts)} "
+          f"prompt{'s' * (len(cfg.prompts) != 1)} x {len(cfg.seeds)} seed{'s' * (len(cfg.seeds) != 1)} x "
+          f"{cfg.repeats}), {cfg.max_new_tokens} new tokens each, interleaved", flush=True)
 
     from tqdm.auto import tqdm
 

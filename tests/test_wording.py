@@ -1,0 +1,42 @@
+"""Sentences a careful reader flagged as odd (issue 27, item 5), each checked where it is built."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from specdec import lab
+from specdec.app import charts, speed_tab, step_charts, views
+from specdec.outcomes import Status
+from specdec.settings import RunSettings
+from specdec.trace import Dist, Generation, Position, Stats
+
+
+def _gen() -> Generation:
+    return Generation(prompt="x", prompt_ids=[0], token_ids=[], text="", rounds=[], stats=Stats(),
+                      settings=RunSettings(), models={}, token_text={0: "a", 1: "\n"})
+
+
+def _position(p_draft: float, q_draft: float) -> Position:
+    d = Dist([1], [p_draft], 1 - p_draft)
+    return Position(draft_token=1, p_draft=p_draft, q_draft=q_draft, ratio=p_draft / q_draft, u=0.5,
+                    status=Status.REJECTED, beta=0.5, p=d, q=Dist([1], [q_draft], 1 - q_draft))
+
+
+def test_a_rejected_draft_with_p_zero_is_not_asked_about_with_though():
+    assert "though" not in views.why_no_residual(_gen(), _position(0.0, 0.4))
+    assert "though p(↵) = 0.1" in views.why_no_residual(_gen(), _position(0.1, 0.4))
+
+
+def test_a_sum_near_one_is_printed_with_the_digits_that_tell_it_from_one():
+    notes = lab.validate(["a", "b"], [0.5, 0.5000021], [1, 0])[3]
+    assert notes == ["p summed to 1.0000021, not 1; normalised to 1"]
+
+
+def test_column_names_say_what_the_columns_hold():
+    assert "draft s" not in charts.TIMELINE_HEADERS and "drafts" in charts.TIMELINE_HEADERS
+    assert "sampled from" not in step_charts.END_HEADERS   # the column holds probabilities
+
+
+def test_a_source_ending_in_a_full_stop_gets_no_second_one():
+    chosen = SimpleNamespace(name="x", when="today", where="here", engine="eager", dtype="", source="notes.")
+    assert not speed_tab.note_markdown(None, chosen, None).endswith("..")
