@@ -72,8 +72,9 @@ def stop_runs(stops: list | None) -> None:
 
 def _stream(prompt, preset, settings, stop):
     """Show the run as it comes, a few times a second (`flights.EVERY`): the status, the text and
-    the numbers; the timeline at most once a second (a figure costs the page a redraw). The step
-    viewer opens once, with the finished run. Returns (the run, whether it came from the cache)."""
+    the numbers; the timeline with the first round, then at most once a second (a figure costs the
+    page a redraw). The step viewer opens once, with the finished run. Returns (the run, whether it
+    came from the cache)."""
     drawn = None   # when the timeline was last sent
     for message in runs.decode_stream(prompt, preset, settings, stop):
         if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
@@ -86,8 +87,8 @@ def _stream(prompt, preset, settings, stop):
             _refuse_if_timed_out(gen)
             return gen, message.cached
         now = time.monotonic()
-        with_timeline = drawn is not None and now - drawn >= TIMELINE_EVERY
-        drawn = now if with_timeline or drawn is None else drawn
+        with_timeline = drawn is None or now - drawn >= TIMELINE_EVERY   # the first round's at once
+        drawn = now if with_timeline else drawn
         yield views.streamed(f"Round {len(gen.rounds)} · {gen.stats.new_tokens}/{settings.max_new_tokens} "
                              "tokens…", gen, timeline=with_timeline)
     raise AssertionError("the decoding stream ended without a result")   # pragma: no cover
