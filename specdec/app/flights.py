@@ -36,8 +36,10 @@ from ..models import PRESETS
 from ..settings import RunSettings
 from ..trace import Generation
 from . import budget, limits
+from .device_queue import LeftTheLine
 
-__all__ = ["Flight", "Line", "LINE", "RunCache", "CACHE", "EVERY", "key_of", "flight_for", "land", "riding", "stats"]
+__all__ = ["Flight", "Line", "LINE", "RunCache", "CACHE", "EVERY", "key_of", "flight_for", "land", "riding", "stats",
+           "stopped", "left_the_line"]
 
 EVERY = 0.3   # seconds between two streamed updates of a rider (the first round and the end go at once)
 
@@ -139,7 +141,7 @@ class Line:
                         self._running += 1
                         break
                     if stop is not None and stop.is_set():
-                        raise _left_the_line()
+                        raise left_the_line()
                     ahead = self._running + index
                     if ahead == last or on_wait is None:
                         self._cond.wait(poll)
@@ -178,9 +180,7 @@ def _resume(stop, left: float | None) -> None:
         stop.deadline = time.monotonic() + left
 
 
-def _left_the_line():
-    from .device_queue import LeftTheLine
-
+def left_the_line() -> LeftTheLine:
     return LeftTheLine("Stopped while waiting for a decoder: nothing was decoded")
 
 
@@ -233,10 +233,11 @@ class Flight:
                 self._cond.wait(0.1 if self._version == seen else min(0.1, due_in))
             return self.end, self._progress, self._version
 
-    def follow(self, stop, every: float = EVERY):
+    def follow(self, stop, leave_with, every: float = EVERY):
         """The messages for one rider: progress at most every `every` seconds (the first at once),
         then the end. When the rider's `stop` is set: the flight's end if it was the last rider,
-        else what was decoded so far, as a stopped run. A rider gone (its generator closed) leaves."""
+        else `leave_with(latest progress, stop)` (the run so far, stopped; or a message when
+        nothing was decoded yet). A rider gone (its generator closed) leaves."""
         seen, shown_at, riding = 0, None, True
         try:
             while True:
@@ -248,7 +249,7 @@ class Flight:
                 if riding and stop.is_set():
                     riding = False
                     if not self.leave():   # the others ride on: this rider ends with what there is
-                        yield _stopped_here(progress, stop)
+                        yield leave_with(progress, stop)
                         return
                     continue
                 fresh = version != seen
@@ -261,21 +262,11 @@ class Flight:
 
 
 def _is_round(message) -> bool:
-    from .runs import RoundDone
-
-    return isinstance(message, RoundDone)
-
-
-def _stopped_here(progress, stop):
-    """A rider's end when it stops and others ride on: the run so far, marked stopped; or nothing yet."""
-    from .runs import RunDone, RunFailed
-
-    if _is_round(progress):
-        return RunDone(_stopped(progress.generation, stop))
-    return RunFailed(_left_the_line())
+    """A round's progress (it carries the run so far), not a place in the line."""
+    return getattr(message, "generation", None) is not None
 
 
-def _stopped(gen: Generation, stop) -> Generation:
+def stopped(gen: Generation, stop) -> Generation:
     """A rider's copy of the run so far, marked as stopped (the flight goes on for the others)."""
     snap = dataclasses.replace(gen)
     snap.stats = dataclasses.replace(gen.stats, stopped=getattr(stop, "reason", None) or STOPPED)
@@ -287,17 +278,16 @@ _FLIGHTS_LOCK = threading.Lock()
 stats = {"decodes": 0, "joined": 0, "cached": 0}   # since the process started (tests, the load script)
 
 
-def flight_for(key: tuple, start) -> tuple[Flight, bool]:
-    """The flight decoding `key` (joined), or a new one that `start(flight)` sets going; (flight, joined)."""
+def flight_for(key: tuple, start, make_stop) -> tuple[Flight, bool]:
+    """The flight decoding `key` (joined), or a new one, with the stop `make_stop()` (the run's time
+    limit), that `start(flight)` sets going; (flight, joined)."""
     with _FLIGHTS_LOCK:
         flight = _FLIGHTS.get(key)
         if flight is not None and not flight.ended and not flight.stop.is_set():
             flight.board()
             stats["joined"] += 1
             return flight, True
-        from .runs import request_stop
-
-        flight = Flight(key, request_stop())
+        flight = Flight(key, make_stop())
         flight.board()
         _FLIGHTS[key] = flight
         stats["decodes"] += 1

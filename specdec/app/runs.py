@@ -100,9 +100,16 @@ def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSig
         flights.stats["cached"] += 1
         yield RunDone(cached, cached=True)
         return
-    flight, _joined = flights.flight_for(key, lambda f: _take_off(f, prompt, preset, settings))
+    flight, _joined = flights.flight_for(key, lambda f: _take_off(f, prompt, preset, settings), request_stop)
     with flights.riding(stop):
-        yield from flight.follow(stop)
+        yield from flight.follow(stop, _leave_with)
+
+
+def _leave_with(progress, stop) -> Message:
+    """A rider's end when it stops and others ride on: the run so far, stopped; or nothing yet."""
+    if isinstance(progress, RoundDone):
+        return RunDone(flights.stopped(progress.generation, stop))
+    return RunFailed(flights.left_the_line())
 
 
 def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
