@@ -8,7 +8,9 @@ decoding in `runs`.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 
 import gradio as gr
@@ -44,7 +46,34 @@ def run_generation(*values, stops: list | None = None):
             _refuse_if_timed_out(ar)
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
-    yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed)
+    if ar is None:   # the same finished run for a class: its view is built once (`_shared_view`)
+        yield _shared_view(gen, cached)
+    else:
+        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed)
+
+
+_VIEWS: OrderedDict = OrderedDict()   # (id(run), from the cache) -> (run, its final view); the run kept alive
+
+
+def _shared_view(gen: Generation, cached: bool) -> dict:
+    """The finished run's view, built once for every request that got the same run (riders of one
+    flight, cache hits): thirty students on one link cost one view, not thirty. Views are pure
+    values that Gradio only reads; the last few are kept."""
+    key = (id(gen), cached)
+    with _VIEWS_LOCK:
+        hit = _VIEWS.get(key)
+        if hit is not None and hit[0] is gen:
+            _VIEWS.move_to_end(key)
+            return dict(hit[1])
+    view = views.final_view(gen, None, status=views.done_status(gen, None, cached=cached))
+    with _VIEWS_LOCK:
+        _VIEWS[key] = (gen, view)
+        while len(_VIEWS) > 8:
+            _VIEWS.popitem(last=False)
+    return dict(view)
+
+
+_VIEWS_LOCK = threading.Lock()
 
 
 @contextmanager
