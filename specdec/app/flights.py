@@ -239,6 +239,9 @@ class Flight:
         else `leave_with(latest progress, stop)` (the run so far, stopped; or a message when
         nothing was decoded yet). A rider gone (its generator closed) leaves."""
         seen, shown_at, riding = 0, None, True
+        listeners = getattr(stop, "listeners", None)   # a request's stop (`runs.RequestStop`) wakes us when set
+        if listeners is not None:
+            listeners.append(self._wake)
         try:
             while True:
                 due_in = 0.0 if shown_at is None else shown_at + every - time.monotonic()
@@ -257,8 +260,14 @@ class Flight:
                     seen, shown_at = version, time.monotonic()
                     yield progress
         finally:
+            if listeners is not None and self._wake in listeners:
+                listeners.remove(self._wake)
             if riding:
                 self.leave()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
 
 def _is_round(message) -> bool:

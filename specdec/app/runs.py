@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..decoding import StopSignal, autoregressive_generate, speculative_generate
+from ..decoding import STOPPED, StopSignal, autoregressive_generate, speculative_generate
 from ..measure import compare_with_target
 from ..sampling import Rule
 from ..settings import DRAFTERS, RunSettings
@@ -38,9 +38,23 @@ except Exception:   # not on a Space (or no `spaces` package): a no-op decorator
         return fn if fn is not None else (lambda f: f)
 
 
-def request_stop() -> StopSignal:
+class RequestStop(StopSignal):
+    """A request's stop that wakes whoever listens when it is set (a rider of a flight waiting for
+    its next message leaves at once, and the decode stops at its next forward, not a poll later)."""
+
+    def __init__(self, seconds: float | None = None):
+        super().__init__(seconds)
+        self.listeners: list = []
+
+    def set(self, reason: str = STOPPED) -> None:
+        super().set(reason)
+        for wake in list(self.listeners):
+            wake()
+
+
+def request_stop() -> RequestStop:
     """A new request's stop: set by a visitor's Stop, and by itself at the time limit."""
-    return StopSignal(seconds=limits.REQUEST_SECONDS)
+    return RequestStop(seconds=limits.REQUEST_SECONDS)
 
 
 # ---------------------------------------------------------------- messages from the decoding thread
