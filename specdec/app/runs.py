@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..decoding import STOPPED, StopSignal, autoregressive_generate, speculative_generate
+from ..decoding import STOPPED, TIME_LIMIT, StopSignal, autoregressive_generate, speculative_generate
 from ..measure import compare_with_target
 from ..sampling import Rule
 from ..settings import DRAFTERS, RunSettings
@@ -116,7 +116,10 @@ def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSig
         return
     flight, _joined = flights.flight_for(key, lambda f: _take_off(f, prompt, preset, settings), request_stop)
     with flights.riding(stop):
-        yield from flight.follow(stop, _leave_with)
+        for message in flight.follow(stop, _leave_with):
+            if isinstance(message, RunDone) and message.generation.stats.stopped == TIME_LIMIT:
+                stop.set(TIME_LIMIT)   # the flight's time limit stopped it: the request says so too
+            yield message
 
 
 def _leave_with(progress, stop) -> Message:
