@@ -4,6 +4,9 @@ No browser, no HTTP. The run goes through the library the way the app's Run hand
 (`speculative_generate` with a per-round callback): the time until the first round is decoded
 and the time for the whole run. The step viewer's switch to another round goes through the
 app's own handler, with its figures and tables serialised as Gradio would send them.
+
+`--browser` measures the page itself instead (`app_browser`: a real server, chromium, a class of
+visitors), against the decoder it shows.
 """
 
 from __future__ import annotations
