@@ -11,7 +11,7 @@ import time
 import pytest
 
 from specdec import RunSettings, StopSignal
-from specdec.app import device_queue, limits, runs
+from specdec.app import device_queue, flights, limits, runs
 from specdec.app.device_queue import DeviceQueue, LeftTheLine
 from specdec.models import BUNDLED
 
@@ -130,6 +130,7 @@ def test_a_streamed_run_that_waits_is_told_its_place_and_decodes_what_it_would_a
     prompt, settings = "To be, or not to be", RunSettings(gamma=4, max_new_tokens=24, seed=5)
     alone = list(runs.decode_stream(prompt, BUNDLED, settings, StopSignal()))
     assert not any(isinstance(m, runs.Waiting) for m in alone)
+    flights.CACHE.clear()   # else the same run comes from the cache, without waiting
     with device_queue.QUEUE.turn("cpu"):   # another run holds the CPU
         stream = runs.decode_stream(prompt, BUNDLED, settings, StopSignal())
         first = next(stream)
@@ -140,6 +141,7 @@ def test_a_streamed_run_that_waits_is_told_its_place_and_decodes_what_it_would_a
     assert rest[-1].generation.token_ids == alone[-1].generation.token_ids
     # a visitor who stops while waiting gets a message, and no run
     stop = StopSignal()
+    flights.CACHE.clear()
     with device_queue.QUEUE.turn("cpu"):
         stream = runs.decode_stream(prompt, BUNDLED, settings, stop)
         assert isinstance(next(stream), runs.Waiting)

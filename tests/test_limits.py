@@ -268,9 +268,10 @@ def test_configure_sets_the_queue_the_decode_group_and_the_file_sweep(monkeypatc
         gr.Button("b").click(lambda x: x, box, box)
     serving.configure(demo, housekeeping_thread=False)
     decode = [f for f in demo.fns.values() if f.concurrency_id == "decode"]
-    assert [f.concurrency_limit for f in decode] == [3]
+    assert [f.concurrency_limit for f in decode] == [limits.QUEUE_SIZE]   # they wait in flights.LINE instead
     assert demo._queue.max_size == limits.QUEUE_SIZE
     assert demo.delete_cache == (int(limits.CLEAN_EVERY_SECONDS), int(limits.FILE_MAX_AGE_SECONDS))
     assert any(t[1] == "unload" for f in demo.fns.values() for t in f.targets)   # pages closing release state
     assert serving.launch_options() == dict(max_file_size=limits.MAX_UPLOAD_BYTES,
-                                            state_session_capacity=limits.MAX_SESSIONS)
+                                            state_session_capacity=limits.MAX_SESSIONS,
+                                            max_threads=40 + limits.QUEUE_SIZE)

@@ -8,6 +8,9 @@ decoding in `runs`.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
+from collections import OrderedDict
 from contextlib import contextmanager
 
 import gradio as gr
@@ -34,7 +37,7 @@ def run_generation(*values, stops: list | None = None):
         raise error(str(err)) from None
     with _request_stop(stops) as stop:
         yield dict(status="Decoding…" if is_loaded(preset) else f"Loading {PRESETS[preset].label}…", export_file=None)
-        gen = yield from _stream(prompt, preset, settings, stop)
+        gen, cached = yield from _stream(prompt, preset, settings, stop)
         timed = ar = None
         if request.compare_ar and not stop.is_set():
             yield dict(status="Timing the run again, unstreamed, and the target alone…",
@@ -43,7 +46,34 @@ def run_generation(*values, stops: list | None = None):
             _refuse_if_timed_out(ar)
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
-    yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed), timed=timed)
+    if ar is None:   # the same finished run for a class: its view is built once (`_shared_view`)
+        yield _shared_view(gen, cached)
+    else:
+        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed)
+
+
+_VIEWS: OrderedDict = OrderedDict()   # (id(run), from the cache) -> (run, its final view); the run kept alive
+
+
+def _shared_view(gen: Generation, cached: bool) -> dict:
+    """The finished run's view, built once for every request that got the same run (riders of one
+    flight, cache hits): thirty students on one link cost one view, not thirty. Views are pure
+    values that Gradio only reads; the last few are kept."""
+    key = (id(gen), cached)
+    with _VIEWS_LOCK:
+        hit = _VIEWS.get(key)
+        if hit is not None and hit[0] is gen:
+            _VIEWS.move_to_end(key)
+            return dict(hit[1])
+    view = views.final_view(gen, None, status=views.done_status(gen, None, cached=cached))
+    with _VIEWS_LOCK:
+        _VIEWS[key] = (gen, view)
+        while len(_VIEWS) > 8:
+            _VIEWS.popitem(last=False)
+    return dict(view)
+
+
+_VIEWS_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -70,25 +100,30 @@ def stop_runs(stops: list | None) -> None:
 
 
 def _stream(prompt, preset, settings, stop):
-    """Show each round as it comes (the first one opens in the step viewer); return the run."""
-    first = True
+    """Show the run as it comes, a few times a second (`flights.EVERY`): the status, the text and
+    the numbers; the timeline with the first round, then at most once a second (a figure costs the
+    page a redraw). The step viewer opens once, with the finished run. Returns (the run, whether it
+    came from the cache)."""
+    drawn = None   # when the timeline was last sent
     for message in runs.decode_stream(prompt, preset, settings, stop):
         if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
             raise error(user_message(message.error))
-        if isinstance(message, runs.Waiting):   # its place in the device's line
+        if isinstance(message, runs.Waiting):   # its place in the line, and about how long
             yield dict(status=message.words)
             continue
         gen = message.generation
         if isinstance(message, runs.RunDone):
             _refuse_if_timed_out(gen)
-            return gen
-        update = views.streamed(f"Round {len(gen.rounds)} · {gen.stats.new_tokens}/{settings.max_new_tokens} "
-                                "tokens…", gen)
-        if first:
-            first = False
-            update.update(views.step_view(gen, 0, None))
-        yield update
+            return gen, message.cached
+        now = time.monotonic()
+        with_timeline = drawn is None or now - drawn >= TIMELINE_EVERY   # the first round's at once
+        drawn = now if with_timeline else drawn
+        yield views.streamed(f"Round {len(gen.rounds)} · {gen.stats.new_tokens}/{settings.max_new_tokens} "
+                             "tokens…", gen, timeline=with_timeline)
     raise AssertionError("the decoding stream ended without a result")   # pragma: no cover
+
+
+TIMELINE_EVERY = 1.0   # seconds between two timelines sent while a run streams
 
 
 def _refuse_if_timed_out(gen: Generation) -> None:

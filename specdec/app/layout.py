@@ -8,6 +8,7 @@ into Gradio's {component: value}. State is explicit: `run_state` holds the curre
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -196,6 +197,11 @@ def _wire_run(demo: gr.Blocks, v) -> None:
     def run(*values):   # the RunRequest's values, then the visitor's stops (a state: not in the API)
         for update in handlers.run_generation(*values[:-1], stops=values[-1]):
             yield _named(v, update)
+
+    # The API names /generate's parameters after the function's: the controls' names, not param_0..
+    # (`client.predict(prompt=..., seed=..., api_name="/generate")`).
+    run.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                           for name in [*RunRequest.names(), "stops"]])
 
     def follow_link(stops, request: gr.Request):
         for update in handlers.open_link(request, stops):

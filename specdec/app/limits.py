@@ -24,7 +24,8 @@ and check a request with `check_run`, `check_prompt_tokens`, and an import with 
 | SPECDEC_QUEUE_SIZE           | 32        | requests waiting in Gradio's queue; beyond it a visitor is told to   |
 |                              |           | try again later                                                      |
 | SPECDEC_CONCURRENCY          | 4         | requests of one kind served at once (Gradio's default concurrency)   |
-| SPECDEC_DECODE_CONCURRENCY   | 2         | decoding runs served at once                                         |
+| SPECDEC_DECODE_CONCURRENCY   | 2         | decodes at once (`flights.LINE`; the requests wait there, told their |
+|                              |           | place, and share a decode when they ask for the same run)            |
 | SPECDEC_REQUEST_SECONDS      | 120       | seconds one decoding run may take before it is stopped               |
 | SPECDEC_MAX_PAIRS            | 2         | model pairs held in memory (least recently used evicted first; the   |
 |                              |           | bundled pair is pinned and counts as one)                            |
@@ -33,6 +34,8 @@ and check a request with `check_run`, `check_prompt_tokens`, and an import with 
 | SPECDEC_SESSION_BYTES        | 1e9       | bytes all visitors' state may hold together (runs, imported traces,  |
 |                              |           | measured by `budget`); past it the least recently used visitor's is  |
 |                              |           | released, and they are told so at their next action                  |
+| SPECDEC_RUN_CACHE_BYTES      | 2e8       | bytes of finished runs kept (`flights`): a request for a run kept    |
+|                              |           | there is answered at once, and says so                               |
 | SPECDEC_SERIALISE_DEVICE     | 0         | 0: runs on one CUDA device take turns (graph capture and replay      |
 |                              |           | never overlap), CPU runs do not; 1: runs take turns on every device, |
 |                              |           | the CPU too (the same path, tested without a GPU). A waiting visitor |
@@ -43,8 +46,9 @@ and check a request with `check_run`, `check_prompt_tokens`, and an import with 
 | SPECDEC_CLEAN_EVERY_SECONDS  | 300       | how often old files and idle visitors are swept                      |
 
 Memory is then bounded by SESSION_BYTES (what visitors' state holds, whatever the number of
-visitors) + MAX_PAIRS x (one pair's weights), and disk by the files written within
-FILE_MAX_AGE_SECONDS. A visitor's state is their last run or imported trace: a parsed trace takes
+visitors) + RUN_CACHE_BYTES (finished runs kept) + MAX_PAIRS x (one pair's weights), and disk by
+the files written within FILE_MAX_AGE_SECONDS. A visitor's state is their last run or imported
+trace: a parsed trace takes
 about 2.5 times its JSON size (measured: 2.8 MB of JSON, the largest bundled-pair run there is,
 240 tokens at gamma 16, became 6.9 MB); `budget.size_of` measures each one. The 1 GB default
 suits a 16 GB Space: two hub pairs of up to ~3 GB of weights each, the process itself, and room
@@ -98,6 +102,7 @@ SESSION_IDLE_SECONDS: float = _read("SPECDEC_SESSION_IDLE_SECONDS", 1800, 1, 30 
 FILE_MAX_AGE_SECONDS: float = _read("SPECDEC_FILE_MAX_AGE_SECONDS", 3600, 1, 30 * 86_400, whole=False)
 CLEAN_EVERY_SECONDS: float = _read("SPECDEC_CLEAN_EVERY_SECONDS", 300, 1, 86_400, whole=False)
 SESSION_BYTES: int = _read("SPECDEC_SESSION_BYTES", 1_000_000_000, 1_000_000, 1 << 40)
+RUN_CACHE_BYTES: int = _read("SPECDEC_RUN_CACHE_BYTES", 200_000_000, 0, 1 << 40)   # finished runs kept (`flights`)
 SERIALISE_DEVICE: int = _read("SPECDEC_SERIALISE_DEVICE", 0, 0, 1)
 
 

@@ -1,9 +1,10 @@
 """Every decoding the app does, each borrowing a GPU on a Hugging Face ZeroGPU Space (`gpu`), and
 each taking its turn on its pair's device (`device_queue`: on a GPU, runs never overlap).
 
-The streamed run decodes in a worker thread and hands its progress to the page's generator as
-named messages (`Waiting` for its turn, `RoundDone`, `RunDone`, `RunFailed`) through a queue; the
-page shows only the latest round when rounds come faster than it redraws. The unstreamed runs
+The streamed run decodes in a worker thread of its `flights.Flight` (shared by every request for
+the same run; a finished run comes from the cache) and hands its progress to the page's generator
+as named messages (`Waiting` for its turn, `RoundDone`, `RunDone`, `RunFailed`); the page gets the
+latest round a few times a second. Every decode waits in one line (`flights.LINE`). The unstreamed runs
 (the timed comparison, the side-by-side re-runs) tell a waiting visitor their place in a notice.
 Every run takes a `StopSignal`: the request's time limit (SPECDEC_REQUEST_SECONDS, paused while
 the run waits for its turn) and a visitor's Stop (a closed page, a cancelled request) act between
@@ -13,19 +14,19 @@ forwards, and the target-alone baseline stops the same way.
 from __future__ import annotations
 
 import copy
-import queue
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import gradio as gr
 
-from ..decoding import StopSignal, autoregressive_generate, speculative_generate
+from ..decoding import STOPPED, TIME_LIMIT, StopSignal, autoregressive_generate, speculative_generate
 from ..drafters import drafters_for
 from ..measure import compare_with_target
 from ..sampling import Rule
 from ..settings import RunSettings
 from ..trace import Generation
-from . import device_queue, limits
+from . import device_queue, flights, limits
 from .api import DEFAULT_PROMPT
 from .pairs import get_pair
 
@@ -38,21 +39,39 @@ except Exception:   # not on a Space (or no `spaces` package): a no-op decorator
         return fn if fn is not None else (lambda f: f)
 
 
-def request_stop() -> StopSignal:
+class RequestStop(StopSignal):
+    """A request's stop that wakes whoever listens when it is set (a rider of a flight waiting for
+    its next message leaves at once, and the decode stops at its next forward, not a poll later)."""
+
+    def __init__(self, seconds: float | None = None):
+        super().__init__(seconds)
+        self.listeners: list = []
+
+    def set(self, reason: str = STOPPED) -> None:
+        super().set(reason)
+        for wake in list(self.listeners):
+            wake()
+
+
+def request_stop() -> RequestStop:
     """A new request's stop: set by a visitor's Stop, and by itself at the time limit."""
-    return StopSignal(seconds=limits.REQUEST_SECONDS)
+    return RequestStop(seconds=limits.REQUEST_SECONDS)
 
 
 # ---------------------------------------------------------------- messages from the decoding thread
 
 @dataclass(frozen=True)
 class Waiting:
-    ahead: int                # runs holding or waiting for the device before this one
+    ahead: int                # runs decoding or waiting before this one
     device: str
+    seconds: float | None = None   # about how long until its turn (recent decodes), if known
 
     @property
     def words(self) -> str:
-        return device_queue.waiting_words(self.device, self.ahead)
+        words = device_queue.waiting_words(self.device, self.ahead)
+        if self.seconds is None:
+            return words
+        return f"{words.rstrip('…')} (about {max(1, round(self.seconds))} s)…"
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,7 @@ class RoundDone:
 @dataclass(frozen=True)
 class RunDone:
     generation: Generation    # the whole run (or what a stop left of it: see stats.stopped)
+    cached: bool = False      # found in the cache of finished runs (`flights`): decoded earlier
 
 
 @dataclass(frozen=True)
@@ -85,35 +105,48 @@ def _snapshot(gen: Generation) -> Generation:
 
 @gpu
 def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSignal):
-    """Run the decoder in a thread; yield Waiting while it waits for its turn on the device, a
-    RoundDone after rounds (the latest one when several wait: no backlog on a fast device; the
-    last round is always shown), then RunDone, or RunFailed with the error."""
-    out: queue.Queue[Message] = queue.Queue()
+    """The run's messages: the finished run at once from the cache; else those of the flight that
+    decodes it (`flights`: joined when one is decoding it already, else started): Waiting while it
+    waits for its turn, RoundDone a few times a second (the latest round), then RunDone, or
+    RunFailed with the error."""
+    key = flights.key_of(prompt, preset, settings)
+    cached = flights.CACHE.get(key)
+    if cached is not None:
+        flights.stats["cached"] += 1
+        yield RunDone(cached, cached=True)
+        return
+    flight, _joined = flights.flight_for(key, lambda f: _take_off(f, prompt, preset, settings), request_stop)
+    with flights.riding(stop):
+        for message in flight.follow(stop, _leave_with):
+            if isinstance(message, RunDone) and message.generation.stats.stopped == TIME_LIMIT:
+                stop.set(TIME_LIMIT)   # the flight's time limit stopped it: the request says so too
+            yield message
+
+
+def _leave_with(progress, stop) -> Message:
+    """A rider's end when it stops and others ride on: the run so far, stopped; or nothing yet."""
+    if isinstance(progress, RoundDone):
+        return RunDone(flights.stopped(progress.generation, stop))
+    return RunFailed(flights.left_the_line())
+
+
+def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
+    """Decode a flight's run in a thread of its own, writing its messages into the flight."""
+    stop = flight.stop
 
     def work():
         try:
             pair = get_pair(preset)
             limits.check_prompt_tokens(len(pair.encode(prompt)[1]))
-            with device_queue.turn(pair.device, stop, on_wait=lambda ahead: out.put(Waiting(ahead, pair.device))):
+            with flights.LINE.slot(stop, lambda ahead, s: flight.put(Waiting(ahead, pair.device, s))), \
+                    device_queue.turn(pair.device, stop, on_wait=lambda ahead: flight.put(Waiting(ahead, pair.device))):
                 gen = speculative_generate(pair, prompt, settings, stop=stop,
-                                           on_round=lambda _round, so_far: out.put(RoundDone(_snapshot(so_far))))
-            out.put(RunDone(gen))
-        except Exception as err:   # reported to the visitor by the page's generator
-            out.put(RunFailed(err))
+                                           on_round=lambda _round, so_far: flight.put(RoundDone(_snapshot(so_far))))
+            flights.land(flight, RunDone(gen), gen)
+        except Exception as err:   # reported to the riders by the page's generator
+            flights.land(flight, RunFailed(err))
 
     threading.Thread(target=work, daemon=True, name="specdec-decode").start()
-    waiting: Message | None = None   # the end, held back until the last round has been shown
-    while True:
-        message, waiting = waiting or out.get(), None
-        while isinstance(message, PROGRESS) and not out.empty():
-            later = out.get()
-            if not isinstance(later, PROGRESS):
-                waiting = later
-                break
-            message = later
-        yield message
-        if not isinstance(message, PROGRESS):
-            return
 
 
 @gpu
@@ -124,7 +157,7 @@ def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: Stop
     same engine, each timing waiting for the device), with no page being redrawn meanwhile. The
     streamed run is not timed fairly: the page's figures are built while it decodes."""
     pair = get_pair(preset)
-    with device_queue.turn(pair.device, stop, on_wait=_notice(pair.device)):
+    with _unstreamed_turn(pair, stop):
         return compare_with_target(pair, prompt, settings, stop=stop)
 
 
@@ -132,18 +165,26 @@ def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: Stop
 def rerun(gen: Generation, preset: str, target_alone: bool, stop: StopSignal) -> Generation:
     """A run's prompt, seed and settings again: with the other rule (exact <-> skip), or the target alone."""
     pair = get_pair(preset)
-    with device_queue.turn(pair.device, stop, on_wait=_notice(pair.device)):
+    with _unstreamed_turn(pair, stop):
         if target_alone:
             return autoregressive_generate(pair, gen.prompt, gen.settings, stop=stop)
         other = Rule.EXACT if gen.settings.skip_adjustment else Rule.SKIP_ADJUSTMENT
         return speculative_generate(pair, gen.prompt, gen.settings.with_(rule=other), stop=stop)
 
 
+@contextmanager
+def _unstreamed_turn(pair, stop):
+    """A place in the line of decodes, then the device's turn; a waiting visitor gets a notice."""
+    with flights.LINE.slot(stop, _notice(pair.device)), \
+            device_queue.turn(pair.device, stop, on_wait=_notice(pair.device)):
+        yield
+
+
 def _notice(device):
-    """For an unstreamed run: a waiting visitor's place in a notice on their page."""
-    def on_wait(ahead: int) -> None:
+    """For an unstreamed run: a waiting visitor's place (and an estimate, when known) in a notice on their page."""
+    def on_wait(ahead: int, seconds: float | None = None) -> None:
         if ahead:
-            gr.Info(device_queue.waiting_words(device, ahead), duration=5)
+            gr.Info(Waiting(ahead, device, seconds).words, duration=5)
     return on_wait
 
 

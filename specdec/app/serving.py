@@ -5,7 +5,8 @@ What `configure` sets, each from `limits` (one environment variable each):
 
 - the queue: SPECDEC_QUEUE_SIZE waiting requests, beyond which a visitor is told the server is
   busy and to try again (Gradio's own words only said "Queue is full"); SPECDEC_CONCURRENCY
-  requests of a kind at once, SPECDEC_DECODE_CONCURRENCY decoding runs at once;
+  requests of a kind at once; every queued decoding request at once, each waiting in the app's
+  line of SPECDEC_DECODE_CONCURRENCY decodes (`flights`);
 - the decoding events' concurrency group (`DECODE`);
 - number inputs that refuse what Gradio passes on or turns into a generic "Error": text, a missing
   value, NaN, infinity, and a fraction where a whole number is expected (Gradio rounds 2.5 to 2
@@ -128,10 +129,14 @@ DECODE = "decode"   # the concurrency group of the app's decoding events (see `l
 
 
 def _limit_decoding(demo: gr.Blocks) -> None:
-    """Decoding runs at once: SPECDEC_DECODE_CONCURRENCY, for every event of the decode group."""
+    """Every queued request of the decode group is served at once: it waits in the app's own line of
+    decodes (`flights.LINE`, SPECDEC_DECODE_CONCURRENCY decodes at once), where a request for a run
+    already decoding joins it, one already decoded comes from the cache, and a waiting visitor is
+    told their place and an estimate. In Gradio's queue they would wait behind each other even for
+    a run the cache holds."""
     for block_fn in demo.fns.values():
         if block_fn.concurrency_id == DECODE:
-            block_fn.concurrency_limit = limits.DECODE_CONCURRENCY
+            block_fn.concurrency_limit = limits.QUEUE_SIZE
 
 
 DROPPED = ("Your page lost its connection to the server, which let go of your run. Reload the page: "
@@ -191,4 +196,6 @@ def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
 
 def launch_options() -> dict:
     """Keyword arguments for `demo.launch()` that the limits set."""
-    return dict(max_file_size=limits.MAX_UPLOAD_BYTES, state_session_capacity=limits.MAX_SESSIONS)
+    # Gradio's 40 worker threads, plus one for each request that may wait in the line of decodes.
+    return dict(max_file_size=limits.MAX_UPLOAD_BYTES, state_session_capacity=limits.MAX_SESSIONS,
+                max_threads=40 + limits.QUEUE_SIZE)

@@ -126,11 +126,14 @@ def slider(gen: Generation | None, value: int | None = None):
     return gr.update(maximum=max(2, n), value=value + 1, interactive=n > 1)
 
 
-def streamed(status: str, gen: Generation) -> dict:
-    """What changes while a run streams: the text, the timeline, the metrics (not the step viewer)."""
-    return dict(status=status, text=charts.text_html(gen), timeline=charts.timeline_figure(gen),
-                metrics=charts.metrics_markdown(gen, running=True), run_state=gen, round_slider=slider(gen),
-                timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS))
+def streamed(status: str, gen: Generation, timeline: bool = True) -> dict:
+    """What changes while a run streams: the text, the numbers, and (when asked) the timeline; not
+    the step viewer, nor the tables, which the finished run fills once."""
+    update = dict(status=status, text=charts.text_html(gen), metrics=charts.metrics_markdown(gen, running=True),
+                  run_state=gen)
+    if timeline:
+        update.update(timeline=charts.timeline_figure(gen), round_slider=slider(gen))
+    return update
 
 
 def first_interesting_round(gen: Generation) -> int:
@@ -154,15 +157,21 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                 **step_view(gen, round_index, None))
 
 
-def done_status(gen: Generation, ar: Generation | None, timed: Generation | None = None) -> str:
+CACHED = (" From the cache: this run (the same prompt, pair, settings and seed) was decoded earlier, in the "
+          "time shown; a comparison with autoregressive is always timed afresh.")
+
+
+def done_status(gen: Generation, ar: Generation | None, timed: Generation | None = None, cached: bool = False) -> str:
     """The status line: the run's tokens and time; with a comparison, the time the speedup uses
-    (the run timed again, unstreamed) first, and the streamed time beside it, each named."""
+    (the run timed again, unstreamed) first, and the streamed time beside it, each named. A run
+    from the cache says so (its time is the time it took when it was decoded)."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
     why = s.stopped.replace("_", " ")
+    told = CACHED if cached else ""
     if ar is None:
-        return f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
+        return f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why}).{told}"
     t = (timed or gen).stats
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
             f"unstreamed ({s.wall_seconds:.2f} s while streaming to the page). Autoregressive: "
-            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.")
+            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.{told}")

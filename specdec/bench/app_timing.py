@@ -4,6 +4,9 @@ No browser, no HTTP. The run goes through the library the way the app's Run hand
 (`speculative_generate` with a per-round callback): the time until the first round is decoded
 and the time for the whole run. The step viewer's switch to another round goes through the
 app's own handler, with its figures and tables serialised as Gradio would send them.
+
+`--browser` measures the page itself instead (`app_browser`: a real server, chromium, a class of
+visitors), against the decoder it shows.
 """
 
 from __future__ import annotations
@@ -78,10 +81,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="run k uses seed + k")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1, the app's default; SPECDEC_THREADS sets the app's)")
+    parser.add_argument("--browser", action="store_true",
+                        help="time the page in chromium against the decoder, and a class of visitors (app_browser)")
+    parser.add_argument("--app-root", default=None,
+                        help="with --browser: the checkout whose app.py to serve (default: this one)")
+    parser.add_argument("--class-size", type=int, default=30,
+                        help="with --browser: visitors sending requests at once (0: skip the class)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the three numbers; bad values raise ValueError before any model loads."""
+    """Print the three numbers (with --browser, the page's figures: `app_browser`); bad values
+    raise ValueError before any model loads."""
+    if args.browser:
+        from . import app_browser
+
+        return app_browser.run(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import torch

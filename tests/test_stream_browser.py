@@ -1,0 +1,97 @@
+"""A streamed run ends on the same page as the run itself (specdec/app/handlers.py streams a few
+updates a second, the step viewer only once): in chromium against `python app.py`, the page after
+a streamed run is compared with the same run imported from its trace (shown in one piece, no
+stream) and with the library's own run of the same settings and seed."""
+
+from __future__ import annotations
+
+import json
+
+from specdec import RunSettings, speculative_generate
+from test_app_browser import RUN_TIMEOUT, plot_data, plot_title, set_number, wait_done, wait_plot
+
+PROMPT = "KING HENRY:\nOnce more unto the breach, dear friends"
+SEED = 7731   # a seed no other browser test uses: this run is decoded, not found in the server's cache
+
+# The status lines the page showed, in order (a run streams "Round k · n/N tokens…" lines).
+WATCH_STATUS = """() => { window.__statuses = [];
+  const box = document.querySelector('#run-status');
+  new MutationObserver(() => { const t = (box.querySelector('[data-testid="markdown"], .prose') || box).innerText;
+      if (window.__statuses[window.__statuses.length - 1] !== t) window.__statuses.push(t); })
+    .observe(box, {childList: true, subtree: true, characterData: true}); }"""
+
+CHARTS = ("timeline", "pq-chart", "accept-chart", "end-chart")
+
+
+def page_state(page) -> dict:
+    """What the page shows of a run: text, timeline, metrics, step viewer."""
+    return dict(text=page.locator("#token-text").inner_text(),
+                kinds=page.eval_on_selector_all("#token-text .tok[data-round]",
+                                                "els => els.map(e => [e.dataset.kind, e.dataset.round])"),
+                metrics=page.locator("#metrics").inner_text(),
+                caption=page.locator("#round-caption").inner_text(),
+                round=page.locator("#round input[type=number]").first.input_value(),
+                charts={i: json.dumps(plot_data(page, i)) for i in CHARTS},
+                titles={i: plot_title(page, i) for i in CHARTS})
+
+
+def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, browser, app_url, bundled, tmp_path):
+    page.wait_for_selector("#run")
+    page.locator("#prompt textarea").fill(PROMPT)
+    set_number(page, "max-new", 120)
+    set_number(page, "seed", SEED)
+    page.evaluate(WATCH_STATUS)
+    page.locator("#run").click()
+    wait_done(page)
+    wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
+    streamed = page_state(page)
+    statuses = page.evaluate("() => window.__statuses")
+    assert any(s.startswith("Round ") for s in statuses), statuses       # it streamed
+    assert statuses[-1].startswith("Done: 120 tokens"), statuses         # and the last word is the end's
+
+    # The library's own run of the same settings and seed: every token of it is on the page.
+    gen = speculative_generate(bundled, PROMPT, RunSettings(gamma=4, max_new_tokens=120, seed=SEED))
+    emitted = [k for k, _ in streamed["kinds"] if k != "rejected"]   # a rejected draft is shown, not emitted
+    assert len(emitted) == gen.stats.new_tokens == 120
+    assert f"Done: 120 tokens in {len(gen.rounds)} rounds" in statuses[-1]
+    ends = [t for t in json.loads(streamed["charts"]["timeline"]) if t["meta"] in
+            ("residual", "biased_p", "bonus", "greedy", "plain")]
+    assert sum(len(t["x"]) for t in ends) == len(gen.rounds)             # one end token per round, none lost
+
+    # The same run shown in one piece (its trace imported on a fresh page): the same page.
+    page.locator("#export-run").click()
+    page.wait_for_selector("#export a", timeout=30_000)
+    href = page.locator("#export a").first.get_attribute("href")
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body())
+    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    try:
+        fresh.goto(app_url, wait_until="load")
+        fresh.wait_for_selector("#import input[type=file]", state="attached")
+        fresh.set_input_files("#import input[type=file]", str(trace))
+        wait_done(fresh)
+        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+        whole = page_state(fresh)
+    finally:
+        fresh.context.close()
+    for part in ("text", "kinds", "metrics", "caption", "round", "titles"):
+        assert streamed[part] == whole[part], part
+    for elem_id in CHARTS:
+        assert streamed["charts"][elem_id] == whole["charts"][elem_id], elem_id
+    assert page.console_errors == []
+
+
+def test_the_same_run_again_comes_from_the_cache_and_says_so(page):
+    page.wait_for_selector("#run")
+    page.locator("#prompt textarea").fill(PROMPT)
+    set_number(page, "max-new", 16)
+    set_number(page, "seed", SEED + 1)
+    page.locator("#run").click()
+    wait_done(page)
+    first = page.locator("#run-status").inner_text()
+    assert "From the cache" not in first
+    page.locator("#run").click()
+    page.wait_for_function("() => /From the cache/.test(document.querySelector('#run-status').innerText)",
+                           timeout=RUN_TIMEOUT)
+    again = page.locator("#run-status").inner_text()
+    assert again.split(" From the cache")[0] == first.strip()   # the same run, its time when it was decoded
