@@ -18,16 +18,13 @@ import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import __version__
 from .checks import whole_number
+from .terminal import legend, render_tokens, stats_lines
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-if TYPE_CHECKING:
-    from .trace import Generation
 
 
 class Later:
@@ -48,10 +45,6 @@ class Later:
 
 bench, app_timing, gpu_check = Later("specdec.bench.run"), Later("specdec.bench.app_timing"), \
     Later("specdec.bench.gpu_check")
-
-RESET = "\033[0m"
-STRIKE = "\u0336"   # a combining long stroke: struck-through text that needs no colour
-
 
 def program_name() -> str:
     """How the user ran us, for the usage line: `specdec` (the installed script) or `python -m specdec`."""
@@ -110,58 +103,6 @@ def use_colour(mode: str) -> bool:
     if mode == "never" or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
-
-
-def mark(outcome, text: str, colour: bool) -> str:
-    """One piece of text followed by its outcome's symbol (the app's symbols), in its colour if asked.
-    A rejected draft is not part of the text: in colour the terminal strikes it through (its ANSI
-    code), without colour every character carries a combining stroke, whitespace made visible."""
-    from .looks import LOOKS, visible_token
-    from .outcomes import Status
-
-    look = LOOKS[outcome]
-    body = text.rstrip("\n")
-    breaks = text[len(body):]   # a newline token's mark ends its own line, not the next one's start
-    if colour:
-        return f"\033[{look.ansi}m{body}{look.symbol}{RESET}{breaks}"
-    if outcome == Status.REJECTED and text:   # (the legend marks no text)
-        return "".join(ch + STRIKE for ch in visible_token(text)) + look.symbol
-    return f"{body}{look.symbol}{breaks}"
-
-
-def render_tokens(gen: Generation, colour: bool) -> str:
-    """The generated text with every token marked: accepted drafts, rejected drafts (where they
-    were proposed), and how each round's last token was produced."""
-    from .outcomes import events
-
-    return "".join(mark(ev.outcome, gen.token(ev.token), colour) for ev in events(gen) if ev.in_text)
-
-
-def legend(gen: Generation, colour: bool) -> str:
-    """What the marks in this run's text mean, in the order of LOOKS."""
-    from .looks import LOOKS
-    from .outcomes import events
-
-    shown = {ev.outcome for ev in events(gen) if ev.in_text}
-    items = [f"{mark(outcome, '', colour)} {look.label}" for outcome, look in LOOKS.items() if outcome in shown]
-    return "legend: " + " | ".join(items)
-
-
-def stats_lines(gen: Generation) -> list[str]:
-    from .speed import expected_tokens_per_round
-
-    s = gen.stats
-    gamma = gen.settings.gamma
-    return [
-        f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {s.stopped}",
-        f"acceptance rate alpha = accepted/tested = {s.accepted}/{s.tested} = {s.acceptance_rate:.3f}"
-        f"   (accepted/drafted = {s.accepted}/{s.drafted} = {s.accepted_per_drafted:.3f};"
-        f" expected, mean beta = {s.expected_acceptance:.3f})",
-        f"tokens per target forward = {s.tokens_per_target_forward:.2f}"
-        f"   ((1 - alpha^(gamma+1)) / (1 - alpha) = {expected_tokens_per_round(s.acceptance_rate, gamma):.2f})",
-        f"forward passes: target {s.target_forwards}, draft {s.draft_forwards}",
-        f"time {s.wall_seconds:.3f} s (drafting {s.draft_seconds:.3f} s, verifying {s.verify_seconds:.3f} s)",
-    ]
 
 
 def settings_of(args):

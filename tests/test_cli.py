@@ -203,8 +203,8 @@ def test_without_colour_rejected_drafts_are_struck_through_and_the_rest_is_the_t
     `be the✗,⚠` no longer reads as text), and what is left without struck characters and symbols is
     exactly the generated text. The legend's "(struck through)" is then true without colour too."""
     from specdec import RunSettings, speculative_generate
-    from specdec.cli import STRIKE, legend, render_tokens
     from specdec.outcomes import events
+    from specdec.terminal import STRIKE, legend, render_tokens
 
     gen = speculative_generate(bundled, "ROMEO.\n", RunSettings(gamma=4, max_new_tokens=48, seed=1))
     rejected = [ev for ev in events(gen) if ev.outcome is Status.REJECTED and ev.in_text]
@@ -255,7 +255,7 @@ def test_help_loads_no_torch():
 
 
 def test_a_newline_tokens_mark_ends_its_own_line():
-    from specdec.cli import mark
+    from specdec.terminal import mark
 
     for colour in (False, True):
         shown = mark(Status.ACCEPTED, "\n", colour)
