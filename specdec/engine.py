@@ -78,12 +78,16 @@ class _Slots:
 
 
 class Engine:
-    """A pair's static-cache engine (CUDA graphs when `graphs`)."""
+    """A pair's static-cache engine (CUDA graphs when `graphs`).
 
-    def __init__(self, pair, graphs: bool):
+    `capture` makes a step's graph from its function (default `Graphed`, CUDA only); a test gives
+    an emulated capture to run the graph path on a CPU (tests/graph_emulation.py)."""
+
+    def __init__(self, pair, graphs: bool, capture=None):
         self.pair = pair
         self.device = torch.device(pair.device)
-        self.graphs = bool(graphs) and self.device.type == "cuda"
+        self.capture = capture or Graphed
+        self.graphs = bool(graphs) and (self.device.type == "cuda" or capture is not None)
         self.failure: str | None = None     # why graphs were given up, if they were
         self.lock = threading.Lock()
         self._slots: _Slots | None = None
@@ -91,7 +95,7 @@ class Engine:
 
     @property
     def name(self) -> str:
-        return "cuda graphs" if self.graphs else "static cache"
+        return getattr(self.capture, "label", "cuda graphs") if self.graphs else "static cache"
 
     # -------------------------------------------------------------- a run
     def start(self, needed: int, gamma: int) -> None:
@@ -249,7 +253,7 @@ class Engine:
             if len(s.graphs) >= MAX_GRAPHS:
                 s.graphs.pop(next(iter(s.graphs)))
             try:
-                graph = s.graphs[key] = Graphed(make(key))
+                graph = s.graphs[key] = self.capture(make(key))
             except Exception as err:   # capture is not possible here (an op that syncs, ZeroGPU...)
                 self.graphs, self.failure = False, f"{type(err).__name__}: {err}"[:300]
                 s.graphs.clear()
