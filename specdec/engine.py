@@ -11,8 +11,11 @@ cache keeps.
 The same code runs without graphs (each step called eagerly on the static cache): that is how it
 is tested on a CPU, where it must equal the dynamic-cache decoder, and what runs on CUDA when a
 graph cannot be captured (`Engine.failure` says why). Randomness is drawn from the run's CPU
-generator in exactly the order the eager decoder draws it, so one seed gives the same tokens on
-every path of one device.
+generator in exactly the order the eager decoder draws it, so one seed gives the same draws on
+every path. The same tokens follow where the paths compute the same probabilities: on the CPU the
+static and the dynamic cache agree (tests/test_engine.py), and a graph replays its step's own
+kernels; but on CUDA static and dynamic attention round differently, so there a seed's tokens
+can differ between the eager decoder and this engine.
 
 One run at a time per pair (`Engine.lock`): the caches and graphs are the pair's, not the run's.
 """
@@ -88,7 +91,9 @@ class Engine:
         self.device = torch.device(pair.device)
         self.capture = capture or Graphed
         self.graphs = bool(graphs) and (self.device.type == "cuda" or capture is not None)
-        self.failure: str | None = None     # why graphs were given up, if they were
+        self.failure: str | None = None     # why the latest failed capture failed
+        self.failures: dict[tuple, str] = {}  # the steps that run without a graph, and why
+        self.eager_steps = 0                # steps run without their graph because capture failed
         self.lock = threading.Lock()
         self._slots: _Slots | None = None
         self.t_valid = self.d_valid = 0     # cache positions that hold the current run's context
@@ -96,6 +101,10 @@ class Engine:
     @property
     def name(self) -> str:
         return getattr(self.capture, "label", "cuda graphs") if self.graphs else "static cache"
+
+    def name_since(self, eager_steps: int) -> str:
+        """What ran since `eager_steps` was read: the graphs, unless a step ran without its graph."""
+        return self.name if self.eager_steps == eager_steps else "static cache (a graph capture failed)"
 
     # -------------------------------------------------------------- a run
     def start(self, needed: int, gamma: int) -> None:
@@ -244,20 +253,26 @@ class Engine:
 
     # -------------------------------------------------------------- plumbing
     def _run(self, key: tuple, make):
-        """The step `key` (captured as a graph on first use when graphs are on), run once."""
+        """The step `key` (captured as a graph on first use when graphs are on), run once. The
+        cache keeps the MAX_GRAPHS most recently used; a step whose capture failed runs eagerly
+        from then on (`failures`), and every other step keeps its graph."""
         s = self._slots
         if not self.graphs:
             return make(key)()
-        graph = s.graphs.get(key)
-        if graph is None:
+        graph = s.graphs.pop(key, None)
+        if graph is None and key not in self.failures:
             if len(s.graphs) >= MAX_GRAPHS:
-                s.graphs.pop(next(iter(s.graphs)))
+                s.graphs.pop(next(iter(s.graphs)))          # the least recently used
             try:
-                graph = s.graphs[key] = self.capture(make(key))
+                graph = self.capture(make(key))
             except Exception as err:   # capture is not possible here (an op that syncs, ZeroGPU...)
-                self.graphs, self.failure = False, f"{type(err).__name__}: {err}"[:300]
-                s.graphs.clear()
-                return make(key)()
+                self.failure = self.failures[key] = f"{type(err).__name__}: {err}"[:300]
+                while len(self.failures) > MAX_GRAPHS:
+                    self.failures.pop(next(iter(self.failures)))
+        if graph is None:
+            self.eager_steps += 1
+            return make(key)()
+        s.graphs[key] = graph                               # now the most recently used
         return graph()
 
     def _upload(self, uniforms: torch.Tensor) -> None:

@@ -114,8 +114,9 @@ class EngineRounds:
     def held(self, needed: int, gamma: int):
         with self.engine.lock:   # the caches and graphs are the pair's: one run at a time
             self.engine.start(needed, gamma)
+            mark = self.engine.eager_steps
             yield
-            self.name = self.engine.name   # graphs given up mid-run (capture failed): say what ran
+            self.name = self.engine.name_since(mark)   # a capture failed mid-run: say what ran
 
     def run(self, context, g, settings: RunSettings, generator, stop, trace: bool = True) -> Step | None:
         draws = torch.rand(g, generator=generator, dtype=torch.float64)   # the draft's draws, as `sample` takes them
@@ -177,8 +178,9 @@ class EngineSteps:
     def held(self, needed: int):
         with self.engine.lock:
             self.engine.start(needed, 1)
+            mark = self.engine.eager_steps
             yield
-            self.name = self.engine.name
+            self.name = self.engine.name_since(mark)
 
     def run(self, context, k, sampling, generator) -> list[int]:
         self.forwards += k

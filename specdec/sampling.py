@@ -17,7 +17,7 @@ from enum import Enum
 
 import torch
 
-from .checks import whole_number
+from .checks import is_whole, whole_number
 
 # ---------------------------------------------------------------- logits -> probabilities
 
@@ -30,6 +30,14 @@ class SamplingConfig:
     top_k: int = 0        # 0 = off
     top_p: float = 1.0    # 1.0 = off
 
+    def __post_init__(self):
+        # A whole-number temperature or top-p (2, as JSON or Python gives it) is that number:
+        # transformers' warpers refuse an int ("has to be a strictly positive float").
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if is_whole(value):
+                object.__setattr__(self, name, float(value))
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
@@ -37,12 +45,12 @@ class SamplingConfig:
     def validate(self) -> SamplingConfig:
         """Raise ValueError with a message a user can act on."""
         t, k, p = self.temperature, self.top_k, self.top_p
-        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or t > 100:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or t > 100:
             raise ValueError(f"temperature must be between 0 (greedy) and 100, got {t}")
         if 0 < t < 1e-3:
             raise ValueError(f"temperature {t} is too small to be meaningful: use 0 for greedy, or at least 0.001")
         whole_number(k, "top-k (0 turns it off)", 0, strict=True)
-        if not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:
             raise ValueError(f"top-p must be in (0, 1] (1 turns it off), got {p}")
         return self
 

@@ -175,3 +175,15 @@ def test_engine_costs_are_measured_for_every_width(bundled_pairs):
     s = RunSettings(gamma=4, max_new_tokens=30, seed=1)
     assert speculative_generate(static, "ROMEO.\n", s).token_ids == \
         speculative_generate(bundled_pairs[0], "ROMEO.\n", s).token_ids
+
+
+def test_a_whole_number_temperature_is_a_temperature_on_every_engine():
+    pair = tiny_pair()
+    s = RunSettings(gamma=3, max_new_tokens=16, seed=2, sampling=SamplingConfig(temperature=2, top_p=1))
+    as_float = s.with_(sampling=SamplingConfig(temperature=2.0, top_p=1.0))
+    assert s.sampling == as_float.sampling and isinstance(s.sampling.temperature, float)
+    want = speculative_generate(pair, PROMPT, as_float).token_ids
+    for p in (pair, static_twin(pair)):
+        assert speculative_generate(p, PROMPT, s).token_ids == want
+    with pytest.raises(ValueError, match="temperature must be"):
+        SamplingConfig(temperature=True).validate()     # a bool is not a number here

@@ -137,3 +137,55 @@ def test_the_host_read_check_sees_python_level_reads():
         emu = Emulator(warmup=0)
         emu(read)
         assert emu.problems, read
+
+
+# ---------------------------------------------------------------- the engine around its graphs
+
+class FailingCapture(Emulator):
+    """An emulated capture that fails for the steps `fails(key-less fn)` picks: as a step that
+    cannot be captured on a GPU does."""
+
+    def __init__(self, fail_first: int):
+        super().__init__()
+        self.fail_first = fail_first
+
+    def __call__(self, fn):
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return super().__call__(fn)
+
+
+def test_a_failed_capture_costs_only_its_own_step_and_the_run_says_what_ran():
+    pair = tiny_pair(vocab=8, seed=2)
+    emu = FailingCapture(fail_first=1)
+    graphed = twin(pair, emu)
+    s = RunSettings(gamma=3, max_new_tokens=12, seed=1)
+    first = speculative_generate(graphed, [1, 2, 3], s)
+    assert first.token_ids == speculative_generate(pair, [1, 2, 3], s).token_ids
+    engine = graphed._engine
+    assert engine.graphs and "stream is capturing" in engine.failure
+    assert first.models["engine"] != "emulated graphs"     # recorded after the run: a step ran without its graph
+    captures = emu.captures
+    second = speculative_generate(graphed, [1, 2, 3], s.with_(sampling=SamplingConfig(temperature=0)))
+    assert emu.captures > captures and second.models["engine"] == "emulated graphs"
+
+
+def test_the_graph_cache_evicts_the_least_recently_used(monkeypatch):
+    import specdec.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "MAX_GRAPHS", 2)
+    emu = Emulator()
+    engine = twin(tiny_pair(), emu)
+    engine = Engine(engine, graphs=True, capture=emu)
+    engine.start(8, 1)
+    x = torch.zeros(1)
+    for key in "ABACA":            # A is used again before C arrives: B is the one to go
+        engine._run(key, lambda key: lambda: x + 1)
+    assert emu.captures == 3
+
+
+def test_a_run_whose_captures_all_failed_is_not_recorded_as_graphed():
+    pair = tiny_pair(vocab=8, seed=2)
+    gen = speculative_generate(twin(pair, FailingCapture(fail_first=10**6)), [1, 2, 3], RunSettings(max_new_tokens=8))
+    assert gen.models["engine"] == "static cache (a graph capture failed)"
