@@ -3,7 +3,8 @@
 On a GPU a small model's forward is set by kernel launches and host round trips, not by its
 arithmetic. So here, per pair: both models keep a static KV cache (`static_cache.StaticModel`);
 the draft's one-token step and the target's verify over γ + 1 tokens are each captured once as a
-CUDA graph (lazily, per width, sampling settings and rule) with the sampling, the acceptance test
+CUDA graph (lazily, per width, rule and sampling shape: temperature, k and p are device tensors
+the graph reads, so moving a slider captures nothing new) with the sampling, the acceptance test
 and the residual inside; a round's uniforms go up in one copy and its results (and trace rows)
 come back in one. Rejected drafts cost no copy: the next forward's start position says what the
 cache keeps.
@@ -29,10 +30,10 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import align_logits
-from .sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
+from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
 from .static_cache import Graphed, StaticModel
 
-MAX_GRAPHS = 64   # captured graphs kept per pair (each sampling setting and width needs its own)
+MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class _Slots:
         self.q_rows = torch.zeros(gamma, self.vocab, device=dev)
         self.drafts = torch.zeros(gamma, dtype=torch.long, device=dev)
         self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
+        self.numbers = DeviceSampling(dev)   # temperature, k, p: graph inputs, so a slider move captures nothing
         self.graphs: dict[tuple, Graphed] = {}
 
 
@@ -124,6 +126,8 @@ class Engine:
         was set between forwards (the round's work is dropped)."""
         s, timer = self._slots, _Timer(self.device)
         last = len(context) - 1                        # the target's cache holds context[:last]
+        shape = DeviceSampling.shape(sampling)
+        s.numbers.set(sampling)
         self._upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         # The draft: feed what its cache lacks (1 token, or 2 after a round that accepted every draft).
@@ -138,7 +142,7 @@ class Engine:
                     return None
                 s.draft.start.fill_(position)
                 s.u_one.copy_(s.uniforms[i:i + 1])
-                q, tok = self._run(("draft", len(feed) if i == 0 else 1, sampling), self._draft_fn)
+                q, tok = self._run(("draft", len(feed) if i == 0 else 1, shape), self._draft_fn)
                 s.q_rows[i].copy_(q)
                 s.drafts[i].copy_(tok)
                 s.d_in[0].copy_(tok)
@@ -150,7 +154,7 @@ class Engine:
         s.t_in[0].fill_(context[-1])
         s.t_in[1:g + 1].copy_(s.drafts[:g])
         s.target.start.fill_(last)
-        packed = self._run(("verify", g, sampling, rule, trace), self._verify_fn)
+        packed = self._run(("verify", g, shape, rule, trace), self._verify_fn)
         timer.mark()
         host = packed.cpu()                             # the round's one host sync
         n, end = int(host[0]), int(host[1])
@@ -171,13 +175,14 @@ class Engine:
         """k plain target steps after `context` (the target alone), one sync at the end; k ≤ 64."""
         s = self._slots
         last = len(context) - 1
+        s.numbers.set(sampling)
         self._upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         s.t_in[0].fill_(context[-1])
         for i in range(k):
             s.target.start.fill_(last + i)
             s.u_one.copy_(s.uniforms[i:i + 1])
-            tok = self._run(("step", sampling), self._step_fn)
+            tok = self._run(("step", DeviceSampling.shape(sampling)), self._step_fn)
             s.t_in[0].copy_(tok)
             s.tokens[i].copy_(tok)
         self.t_valid = last + k
@@ -204,14 +209,16 @@ class Engine:
             s.q_rows.fill_(1.0 / s.vocab)
             s.uniforms.fill_(0.5)
             s.u_one.fill_(0.5)
-            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, sampling), self._draft_fn),
+            s.numbers.set(sampling)
+            shape = DeviceSampling.shape(sampling)
+            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, shape), self._draft_fn),
                                                  repeats, self.device),
-                     "target_step_ms": _median_ms(lambda: self._run(("step", sampling), self._step_fn),
+                     "target_step_ms": _median_ms(lambda: self._run(("step", shape), self._step_fn),
                                                   repeats, self.device)}
             by_width = {1: timed["target_step_ms"]}
             for w in widths:
                 if w > 1:
-                    key = ("verify", w - 1, sampling, Rule.EXACT, False)
+                    key = ("verify", w - 1, shape, Rule.EXACT, False)
                     by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
             self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
         return {**timed, "target_ms_by_width": by_width,
@@ -219,21 +226,21 @@ class Engine:
 
     # -------------------------------------------------------------- what the graphs hold
     def _draft_fn(self, key):
-        _, width, sampling = key
+        _, width, shape = key
         s = self._slots
 
         def fn():
             logits = s.draft.forward(s.d_in[:width])[-1]
-            q = logits_to_probs(align_logits(logits, s.vocab), sampling)
+            q = s.numbers.probs(align_logits(logits, s.vocab), shape)
             return q, sample(q, uniforms=s.u_one)
         return fn
 
     def _verify_fn(self, key):
-        _, g, sampling, rule, trace = key
+        _, g, shape, rule, trace = key
         s = self._slots
 
         def fn():
-            p = logits_to_probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), sampling)
+            p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), shape)
             v: Verdict = verify(p, s.q_rows[:g], s.drafts[:g], s.uniforms[g:2 * g].float(), rule=rule,
                                 end_uniform=s.uniforms[2 * g:2 * g + 1])
             head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).float()
@@ -243,11 +250,11 @@ class Engine:
         return fn
 
     def _step_fn(self, key):
-        _, sampling = key
+        _, shape = key
         s = self._slots
 
         def fn():
-            p = logits_to_probs(align_logits(s.target.forward(s.t_in[:1]), s.vocab), sampling)[0]
+            p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:1]), s.vocab), shape)[0]
             return sample(p, uniforms=s.u_one)
         return fn
 
@@ -287,7 +294,7 @@ class Engine:
         have = getattr(self, valid)
         if have < upto:
             model.start.fill_(have)
-            model.forward(torch.tensor(context[have:upto], device=self.device))
+            model.forward(torch.tensor(context[have:upto], device=self.device), keep=1)   # no logits wanted
             setattr(self, valid, upto)
 
 

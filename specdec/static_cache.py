@@ -35,7 +35,10 @@ class StaticModel:
         self.additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
         self.ready = False   # the cache allocates its tensors at the first forward (then `start` must be 0)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+        """`keep`: logits for the last `keep` positions only (0: all), as transformers'
+        `logits_to_keep`; a prefill keeps 1 (a long prompt and a large vocabulary would otherwise
+        make gigabytes of logits nobody reads)."""
         n = ids.shape[-1]
         positions = self.start + self.slots[:n]
         mask = (self.slots[None, :] <= positions[:, None])[None, None]   # [1, 1, n, length]: causal, and
@@ -46,7 +49,7 @@ class StaticModel:
             for layer in self.cache.layers:
                 layer.cumulative_length.copy_(self.start)
         out = self.model(input_ids=ids.reshape(1, n), position_ids=positions[None], attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True)
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         self.ready = True
         return out.logits[0]
 

@@ -187,3 +187,18 @@ def test_a_whole_number_temperature_is_a_temperature_on_every_engine():
         assert speculative_generate(p, PROMPT, s).token_ids == want
     with pytest.raises(ValueError, match="temperature must be"):
         SamplingConfig(temperature=True).validate()     # a bool is not a number here
+
+
+def test_the_engine_prefill_computes_no_logits_for_the_prompt():
+    pair = tiny_pair()
+    rows = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: rows.append(out.logits.shape[1]))
+             for m in (pair.target, pair.draft)]
+    prompt, s = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5], RunSettings(gamma=3, max_new_tokens=10, seed=1)
+    try:
+        tokens = speculative_generate(static_twin(pair), prompt, s).token_ids
+    finally:
+        for h in hooks:
+            h.remove()
+    assert max(rows) <= s.gamma + 1       # the prompt's 11 prefilled positions give one row at most
+    assert tokens == speculative_generate(pair, prompt, s).token_ids

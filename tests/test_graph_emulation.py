@@ -189,3 +189,24 @@ def test_a_run_whose_captures_all_failed_is_not_recorded_as_graphed():
     pair = tiny_pair(vocab=8, seed=2)
     gen = speculative_generate(twin(pair, FailingCapture(fail_first=10**6)), [1, 2, 3], RunSettings(max_new_tokens=8))
     assert gen.models["engine"] == "static cache (a graph capture failed)"
+
+
+def test_moving_a_sampling_slider_captures_nothing_new():
+    pair = tiny_pair(vocab=8, seed=2)
+    emu = Emulator()
+    graphed = twin(pair, emu)
+    engine = graphed._engine
+    first = [SamplingConfig(temperature=0.7), SamplingConfig(temperature=0.9, top_k=3),
+             SamplingConfig(temperature=1.1, top_p=0.8)]
+    moved = [SamplingConfig(temperature=1.6), SamplingConfig(temperature=0.5, top_k=5),
+             SamplingConfig(temperature=0.8, top_p=0.6)]
+    for sampling in first:   # the same steps every time: a draft step, a target step, verifies of 2 and 4
+        engine.costs([1, 2, 3], [1, 2, 4], sampling, repeats=1)
+    captures = emu.captures
+    for sampling in moved:
+        engine.costs([1, 2, 3], [1, 2, 4], sampling, repeats=1)
+    assert captures == 3 * 4 and emu.captures == captures
+    for sampling in moved:   # and the graphs read the moved numbers
+        s = RunSettings(gamma=3, max_new_tokens=12, sampling=sampling, seed=5)
+        want = speculative_generate(pair, [1, 2, 3], s).token_ids
+        assert speculative_generate(graphed, [1, 2, 3], s).token_ids == want
