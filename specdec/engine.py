@@ -31,7 +31,7 @@ import torch
 
 from .drafters import align_logits
 from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
-from .static_cache import Graphed, StaticModel
+from .static_cache import Graphed, StaticModel, unsupported
 
 MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
 
@@ -337,11 +337,21 @@ def _median_ms(fn, repeats: int, device: torch.device) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def unsupported_by(pair) -> str | None:
+    """Why the pair's models cannot run on this engine (then they run eagerly), or None; worked
+    out once and kept on the pair."""
+    if not hasattr(pair, "_engine_unsupported"):
+        models = [m for m in (pair.target, pair.draft) if m is not None]
+        pair._engine_unsupported = next((why for why in map(unsupported, models) if why), None)
+    return pair._engine_unsupported
+
+
 def engine_for(pair) -> Engine | None:
     """The pair's engine for its `engine` setting ("graphs", "static"; None for the eager,
-    dynamic-cache path), made once and kept on the pair."""
+    dynamic-cache path, and for models it cannot hold: `unsupported_by`), made once and kept on
+    the pair."""
     kind = getattr(pair, "engine", "eager")
-    if kind not in ("graphs", "static"):
+    if kind not in ("graphs", "static") or unsupported_by(pair):
         return None
     engine = getattr(pair, "_engine", None)
     if engine is None:

@@ -8,7 +8,8 @@ Two ways, one interface, so `decoding` reads the same whatever runs underneath:
 - engine: `engine.Engine`, static caches (and CUDA graphs on a GPU) with one host sync a round.
 
 Both draw the round's randomness from the run's generator in the same order (the draft's draws,
-then the acceptance uniforms, then the last token's draw), so one seed gives the same tokens.
+then the acceptance uniforms, then the last token's draw), so one seed gives the same draws (and
+the same tokens where both compute the same probabilities: on the CPU, not always on CUDA).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import KVCache, align_logits, make_drafter
-from .engine import engine_for
+from .engine import engine_for, unsupported_by
 from .sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
 from .settings import RunSettings
 
@@ -192,9 +193,23 @@ def rounds_for(pair, settings: RunSettings):
     """The rounds of a speculative run: on the pair's engine when it has one and the drafter is a
     model, else eager (the n-gram drafter has no model to put in a graph)."""
     engine = engine_for(pair) if settings.drafter == "model" and pair.draft is not None else None
-    return EngineRounds(engine) if engine is not None else EagerRounds(pair, settings)
+    if engine is not None:
+        return EngineRounds(engine)
+    rounds = EagerRounds(pair, settings)
+    rounds.name = _eager_name(pair)
+    return rounds
 
 
 def steps_for(pair):
     engine = engine_for(pair)
-    return EngineSteps(engine) if engine is not None else EagerSteps(pair)
+    if engine is not None:
+        return EngineSteps(engine)
+    steps = EagerSteps(pair)
+    steps.name = _eager_name(pair)
+    return steps
+
+
+def _eager_name(pair) -> str:
+    """"eager", and why, when the pair asked for the engine and its models cannot run on it."""
+    why = unsupported_by(pair) if getattr(pair, "engine", "eager") in ("graphs", "static") else None
+    return f"eager (the static engine cannot hold {why})" if why else "eager"

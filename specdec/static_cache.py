@@ -17,6 +17,24 @@ from __future__ import annotations
 import torch
 
 
+def unsupported(model) -> str | None:
+    """Why this engine cannot hold `model`, or None. Sliding-window layers keep their length in a
+    Python int (`cumulative_length_int`) that `start` cannot roll back; dynamic and longrope RoPE
+    read the positions on the host inside the forward, which no graph can hold (transformers 5.23)."""
+    from transformers import StaticCache
+
+    config = model.config
+    layers = StaticCache(config=config, max_cache_len=8).layers   # no memory yet: layers allocate lazily
+    if any(hasattr(layer, "cumulative_length_int") for layer in layers):
+        return "sliding-window attention layers"
+    rope = getattr(config, "rope_parameters", None) or {}
+    kinds = [rope] if "rope_type" in rope else [r for r in rope.values() if isinstance(r, dict)]
+    for kind in ("dynamic", "longrope"):
+        if any(r.get("rope_type") == kind for r in kinds):
+            return f"{kind} RoPE"
+    return None
+
+
 class StaticModel:
     """A causal LM over a static cache of `length` slots. Call `forward(ids)` with ids [n] on the
     model's device: it writes their keys at positions start .. start + n - 1 (`start`, a 0-d device

@@ -202,3 +202,27 @@ def test_the_engine_prefill_computes_no_logits_for_the_prompt():
             h.remove()
     assert max(rows) <= s.gamma + 1       # the prompt's 11 prefilled positions give one row at most
     assert tokens == speculative_generate(pair, prompt, s).token_ids
+
+
+def _pair_of(model) -> ModelPair:
+    return ModelPair(None, model, model, "t", "d", engine="static")
+
+
+def test_a_model_the_engine_cannot_graph_runs_eagerly_and_says_why():
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    size = dict(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
+                pad_token_id=None)
+    windowed = Qwen2ForCausalLM(Qwen2Config(**size, use_sliding_window=True, sliding_window=16,
+                                            max_window_layers=0)).eval()
+    dynamic = LlamaForCausalLM(LlamaConfig(**size, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                                   "rope_theta": 10000.0})).eval()
+    for model, why in ((windowed, "sliding-window"), (dynamic, "dynamic RoPE")):
+        pair = _pair_of(model)
+        s = RunSettings(gamma=4, max_new_tokens=120, seed=0)   # past the window: the static layer broke at 110
+        gen = speculative_generate(pair, PROMPT, s)
+        assert gen.models["engine"].startswith("eager (") and why in gen.models["engine"]
+        assert autoregressive_generate(pair, PROMPT, s).models["engine"] == gen.models["engine"]
+        assert engine_for(pair) is None
