@@ -101,7 +101,7 @@ SEEDS = [RunSettings(gamma=4, max_new_tokens=24, seed=k) for k in range(4)]
 
 
 def test_control_a_step_that_reads_start_as_a_python_int_is_caught(monkeypatch):
-    def forward_reading_start(self, ids):   # the bug: positions from a host read of `start`
+    def forward_reading_start(self, ids, keep=0):   # the bug: positions from a host read of `start`
         n = ids.shape[-1]
         positions = int(self.start) + self.slots[:n]
         mask = (self.slots[None, :] <= positions[:, None])[None, None]
@@ -109,7 +109,7 @@ def test_control_a_step_that_reads_start_as_a_python_int_is_caught(monkeypatch):
             for layer in self.cache.layers:
                 layer.cumulative_length.copy_(self.start)
         out = self.model(input_ids=ids.reshape(1, n), position_ids=positions[None], attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True)
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         self.ready = True
         return out.logits[0]
 
