@@ -5,9 +5,9 @@ arithmetic. So here, per pair: both models keep a static KV cache (`static_cache
 the draft's one-token step and the target's verify over γ + 1 tokens are each captured once as a
 CUDA graph (lazily, per width, rule and sampling shape: temperature, k and p are device tensors
 the graph reads, so moving a slider captures nothing new) with the sampling, the acceptance test
-and the residual inside; a round's uniforms go up in one copy and its results (and trace rows)
-come back in one. Rejected drafts cost no copy: the next forward's start position says what the
-cache keeps.
+and the residual inside; a round's uniforms go up in one copy and its results (and, traced, the
+rows reduced on the device to what the trace keeps: `reduction`) come back in one. Rejected
+drafts cost no copy: the next forward's start position says what the cache keeps.
 
 The same code runs without graphs (each step called eagerly on the static cache): that is how it
 is tested on a CPU, where it must equal the dynamic-cache decoder, and what runs on CUDA when a
@@ -30,8 +30,10 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import align_logits
+from .reduction import round_summary
 from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
 from .static_cache import Graphed, StaticModel, unsupported
+from .trace import TOP_N
 
 MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
 
@@ -39,15 +41,12 @@ MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling
 @dataclass
 class RoundResult:
     """What a round decided, on the host: the drafts, the verdict's two numbers, and (when traced)
-    the p and q rows and the distribution the last token was drawn from; the device's own
-    draft and verify seconds."""
+    the summary of its rows (`reduction.round_summary`); the device's own draft and verify seconds."""
 
     drafts: list[int]
     n_accepted: int
     end_token: int
-    p: torch.Tensor | None
-    q: torch.Tensor | None
-    end_dist: torch.Tensor | None
+    summary: torch.Tensor | None
     seconds: tuple[float, float]
 
 
@@ -161,13 +160,8 @@ class Engine:
         drafts = host[2:2 + g].long().tolist()
         self.t_valid = last + 1 + n
         self.d_valid = min(self.d_valid, last + 1 + n) if g else self.d_valid
-        p = q = end_dist = None
-        if trace:
-            v, at = s.vocab, 2 + g
-            p = host[at:at + (g + 1) * v].reshape(g + 1, v)
-            q = host[at + (g + 1) * v:at + (2 * g + 1) * v].reshape(g, v)
-            end_dist = host[at + (2 * g + 1) * v:]
-        return RoundResult(drafts, n, end, p, q, end_dist, timer.seconds())
+        summary = host[2 + g:] if trace else None
+        return RoundResult(drafts, n, end, summary, timer.seconds())
 
     @torch.inference_mode()
     def target_steps(self, context: list[int], k: int, sampling: SamplingConfig,
@@ -243,10 +237,13 @@ class Engine:
             p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), shape)
             v: Verdict = verify(p, s.q_rows[:g], s.drafts[:g], s.uniforms[g:2 * g].float(), rule=rule,
                                 end_uniform=s.uniforms[2 * g:2 * g + 1])
-            head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).float()
+            # float64: the ids are exact in it, and so are the summary's float64 sums.
+            head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).double()
             if not trace:
                 return head
-            return torch.cat([head, p.reshape(-1), s.q_rows[:g].reshape(-1), v.end_dist.reshape(-1)])
+            # The trace's rows reduced here, so the round's one copy moves O(g x TOP_N) numbers, not g x V.
+            return torch.cat([head, round_summary(p, s.q_rows[:g], s.drafts[:g], v.end_dist, v.n_accepted,
+                                                  v.end_token, TOP_N)])
         return fn
 
     def _step_fn(self, key):

@@ -15,7 +15,6 @@ the same tokens where both compute the same probabilities: on the CPU, not alway
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from dataclasses import dataclass
 
@@ -41,6 +40,8 @@ class Step:
     seconds: tuple[float, float]
     n_accepted: int
     end_token: int
+    summary: torch.Tensor | None = None   # the engine's reduction of the rows (reduction.round_summary)
+    vocab: int = 0
 
     def kept(self) -> list[int]:
         """The accepted drafts, then the token the round drew."""
@@ -100,7 +101,7 @@ class EagerRounds:
         verdict = verify(p, q.to(p.device), torch.tensor(drafts, dtype=torch.long, device=p.device), u.to(p.device),
                          generator=generator, rule=settings.rule)
         n, end = int(verdict.n_accepted), int(verdict.end_token)          # int() waits for the GPU
-        return Step(drafts, p, q, u, verdict, (t1 - t0, time.perf_counter() - t1), n, end)
+        return Step(drafts, p, q, u, verdict, (t1 - t0, time.perf_counter() - t1), n, end, vocab=p.shape[-1])
 
 
 class EngineRounds:
@@ -129,21 +130,9 @@ class EngineRounds:
             return None
         self.draft_forwards += g
         self.target_forwards += 1
-        verdict = _host_verdict(res, u) if trace else None
-        return Step(res.drafts, res.p, res.q, u, verdict, res.seconds, res.n_accepted, res.end_token)
-
-
-def _host_verdict(res, u: torch.Tensor) -> Verdict:
-    """The verdict's per-draft numbers for the trace, from the rows the engine sent back (the
-    decision itself, n_accepted and the token, is the device's)."""
-    g = len(res.drafts)
-    idx = torch.tensor(res.drafts, dtype=torch.long)
-    p_draft = res.p[torch.arange(g), idx]
-    q_draft = res.q[torch.arange(g), idx]
-    ratio = torch.where(q_draft > 0, p_draft / q_draft.clamp_min(torch.finfo(torch.float32).tiny),
-                        torch.full_like(p_draft, math.inf))
-    n = torch.tensor(res.n_accepted)
-    return Verdict(p_draft, q_draft, ratio, u < ratio, n, n < g, res.end_dist, torch.tensor(res.end_token))
+        # The rows stayed on the device: only their summary came back (`res.summary`).
+        return Step(res.drafts, None, None, u, None, res.seconds, res.n_accepted, res.end_token,
+                    summary=res.summary, vocab=self.engine.pair.vocab_size)
 
 
 class EagerSteps:
