@@ -155,7 +155,9 @@ class Engine:
         s.target.start.fill_(last)
         packed = self._run(("verify", g, shape, rule, trace), self._verify_fn)
         timer.mark()
-        host = packed.cpu()                             # the round's one host sync
+        # The round's one host sync. A copy even on a CPU: a graph's output is overwritten by its
+        # next replay, and the trace keeps this round's summary until its batch is recorded.
+        host = packed.to("cpu", copy=True)
         n, end = int(host[0]), int(host[1])
         drafts = host[2:2 + g].long().tolist()
         self.t_valid = last + 1 + n
