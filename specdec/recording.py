@@ -1,12 +1,11 @@
 """Rounds into the trace: sparse rows with exact tail masses, recorded in batches.
 
-Recording is the trace's cost in the decoding loop. Its work is a few numpy passes over the p and
-q rows (the top ids of each row, the tail split by the sign of p - q, beta and the skip bias) and
-the objects of the trace; numpy's cost per call, not per row, dominates for a round's few rows.
-So a run that nobody streams keeps its rounds' rows as they come (`Pending`, a copy to the host)
-and records them in batches, every row of many rounds in one pass; a streamed run records each
-round as it ends (the page shows it at once). A batch is also cut when its rows would hold more
-than `BATCH_BYTES` (a large vocabulary), so memory stays bounded.
+What the trace keeps of a round's p and q rows (the top ids of each row with their values, the
+tail split by the sign of p - q, beta and the skip bias, the residual's mass) is computed by
+`reduction.round_summary`: on the device inside the engine's verify step, or here on the eager
+decoder's rows; either way a round waits as `Pending`, a summary of O(g x TOP_N) numbers on the
+host. A run that nobody streams records them in batches; a streamed run records each round as it
+ends (the page shows it at once). A batch is also cut at `BATCH_BYTES`, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from .reduction import Rows, parse, round_summary
 from .sampling import Rule
 from .trace import TOP_N, Position, Round, order_kept
 
-BATCH_BYTES = 32 << 20   # rows kept on the host before a batch is recorded
+BATCH_BYTES = 32 << 20   # summaries kept on the host before a batch is recorded
 
 
 @dataclass
