@@ -104,7 +104,6 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     rounds = rounds_for(pair, settings)
-    gen.models["engine"] = rounds.name
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     pending: list[Pending] = []
     ending = None
@@ -132,6 +131,7 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
                 gen.text = text.extend(emitted)
                 _note_token_texts(gen, pair, gen.rounds[-1:])
                 on_round(gen.rounds[-1], gen)
+    gen.models["engine"] = rounds.name            # read after the run: what ran, not what was meant to
     _record(gen, tally, pending, settings.rule)   # the rounds nobody streamed, in one batch
     gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                             time.perf_counter() - t_start, ending)
@@ -153,7 +153,6 @@ def autoregressive_generate(pair, prompt: str | list[int], settings: RunSettings
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     steps = steps_for(pair)
-    gen.models["engine"] = steps.name
     ending = None
     step_seconds = 0.0   # time in target steps (forward, probabilities, the draw): the cost of a token
     t_start = time.perf_counter()
@@ -169,6 +168,7 @@ def autoregressive_generate(pair, prompt: str | list[int], settings: RunSettings
             emitted, ending = _emit(gen.token_ids, toks, settings.max_new_tokens, pair.eos_token_id)
             context.extend(emitted)
     _sync(pair.device)
+    gen.models["engine"] = steps.name
     n = len(gen.token_ids)
     gen.stats = tr.Stats(new_tokens=n, target_forwards=steps.forwards,
                          tokens_per_target_forward=n / steps.forwards if steps.forwards else 0.0,

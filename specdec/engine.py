@@ -3,16 +3,20 @@
 On a GPU a small model's forward is set by kernel launches and host round trips, not by its
 arithmetic. So here, per pair: both models keep a static KV cache (`static_cache.StaticModel`);
 the draft's one-token step and the target's verify over γ + 1 tokens are each captured once as a
-CUDA graph (lazily, per width, sampling settings and rule) with the sampling, the acceptance test
-and the residual inside; a round's uniforms go up in one copy and its results (and trace rows)
-come back in one. Rejected drafts cost no copy: the next forward's start position says what the
-cache keeps.
+CUDA graph (lazily, per width, rule and sampling shape: temperature, k and p are device tensors
+the graph reads, so moving a slider captures nothing new) with the sampling, the acceptance test
+and the residual inside; a round's uniforms go up in one copy and its results (and, traced, the
+rows reduced on the device to what the trace keeps: `reduction`) come back in one. Rejected
+drafts cost no copy: the next forward's start position says what the cache keeps.
 
 The same code runs without graphs (each step called eagerly on the static cache): that is how it
 is tested on a CPU, where it must equal the dynamic-cache decoder, and what runs on CUDA when a
 graph cannot be captured (`Engine.failure` says why). Randomness is drawn from the run's CPU
-generator in exactly the order the eager decoder draws it, so one seed gives the same tokens on
-every path of one device.
+generator in exactly the order the eager decoder draws it, so one seed gives the same draws on
+every path. The same tokens follow where the paths compute the same probabilities: on the CPU the
+static and the dynamic cache agree (tests/test_engine.py), and a graph replays its step's own
+kernels; but on CUDA static and dynamic attention round differently, so there a seed's tokens
+can differ between the eager decoder and this engine.
 
 One run at a time per pair (`Engine.lock`): the caches and graphs are the pair's, not the run's.
 """
@@ -26,24 +30,23 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import align_logits
-from .sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
-from .static_cache import Graphed, StaticModel
+from .reduction import round_summary
+from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
+from .static_cache import Graphed, StaticModel, unsupported
+from .trace import TOP_N
 
-MAX_GRAPHS = 64   # captured graphs kept per pair (each sampling setting and width needs its own)
+MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
 
 
 @dataclass
 class RoundResult:
     """What a round decided, on the host: the drafts, the verdict's two numbers, and (when traced)
-    the p and q rows and the distribution the last token was drawn from; the device's own
-    draft and verify seconds."""
+    the summary of its rows (`reduction.round_summary`); the device's own draft and verify seconds."""
 
     drafts: list[int]
     n_accepted: int
     end_token: int
-    p: torch.Tensor | None
-    q: torch.Tensor | None
-    end_dist: torch.Tensor | None
+    summary: torch.Tensor | None
     seconds: tuple[float, float]
 
 
@@ -74,24 +77,35 @@ class _Slots:
         self.q_rows = torch.zeros(gamma, self.vocab, device=dev)
         self.drafts = torch.zeros(gamma, dtype=torch.long, device=dev)
         self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
+        self.numbers = DeviceSampling(dev)   # temperature, k, p: graph inputs, so a slider move captures nothing
         self.graphs: dict[tuple, Graphed] = {}
 
 
 class Engine:
-    """A pair's static-cache engine (CUDA graphs when `graphs`)."""
+    """A pair's static-cache engine (CUDA graphs when `graphs`).
 
-    def __init__(self, pair, graphs: bool):
+    `capture` makes a step's graph from its function (default `Graphed`, CUDA only); a test gives
+    an emulated capture to run the graph path on a CPU (tests/graph_emulation.py)."""
+
+    def __init__(self, pair, graphs: bool, capture=None):
         self.pair = pair
         self.device = torch.device(pair.device)
-        self.graphs = bool(graphs) and self.device.type == "cuda"
-        self.failure: str | None = None     # why graphs were given up, if they were
+        self.capture = capture or Graphed
+        self.graphs = bool(graphs) and (self.device.type == "cuda" or capture is not None)
+        self.failure: str | None = None     # why the latest failed capture failed
+        self.failures: dict[tuple, str] = {}  # the steps that run without a graph, and why
+        self.eager_steps = 0                # steps run without their graph because capture failed
         self.lock = threading.Lock()
         self._slots: _Slots | None = None
         self.t_valid = self.d_valid = 0     # cache positions that hold the current run's context
 
     @property
     def name(self) -> str:
-        return "cuda graphs" if self.graphs else "static cache"
+        return getattr(self.capture, "label", "cuda graphs") if self.graphs else "static cache"
+
+    def name_since(self, eager_steps: int) -> str:
+        """What ran since `eager_steps` was read: the graphs, unless a step ran without its graph."""
+        return self.name if self.eager_steps == eager_steps else "static cache (a graph capture failed)"
 
     # -------------------------------------------------------------- a run
     def start(self, needed: int, gamma: int) -> None:
@@ -111,6 +125,8 @@ class Engine:
         was set between forwards (the round's work is dropped)."""
         s, timer = self._slots, _Timer(self.device)
         last = len(context) - 1                        # the target's cache holds context[:last]
+        shape = DeviceSampling.shape(sampling)
+        s.numbers.set(sampling)
         self._upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         # The draft: feed what its cache lacks (1 token, or 2 after a round that accepted every draft).
@@ -125,7 +141,7 @@ class Engine:
                     return None
                 s.draft.start.fill_(position)
                 s.u_one.copy_(s.uniforms[i:i + 1])
-                q, tok = self._run(("draft", len(feed) if i == 0 else 1, sampling), self._draft_fn)
+                q, tok = self._run(("draft", len(feed) if i == 0 else 1, shape), self._draft_fn)
                 s.q_rows[i].copy_(q)
                 s.drafts[i].copy_(tok)
                 s.d_in[0].copy_(tok)
@@ -137,20 +153,17 @@ class Engine:
         s.t_in[0].fill_(context[-1])
         s.t_in[1:g + 1].copy_(s.drafts[:g])
         s.target.start.fill_(last)
-        packed = self._run(("verify", g, sampling, rule, trace), self._verify_fn)
+        packed = self._run(("verify", g, shape, rule, trace), self._verify_fn)
         timer.mark()
-        host = packed.cpu()                             # the round's one host sync
+        # The round's one host sync. A copy even on a CPU: a graph's output is overwritten by its
+        # next replay, and the trace keeps this round's summary until its batch is recorded.
+        host = packed.to("cpu", copy=True)
         n, end = int(host[0]), int(host[1])
         drafts = host[2:2 + g].long().tolist()
         self.t_valid = last + 1 + n
         self.d_valid = min(self.d_valid, last + 1 + n) if g else self.d_valid
-        p = q = end_dist = None
-        if trace:
-            v, at = s.vocab, 2 + g
-            p = host[at:at + (g + 1) * v].reshape(g + 1, v)
-            q = host[at + (g + 1) * v:at + (2 * g + 1) * v].reshape(g, v)
-            end_dist = host[at + (2 * g + 1) * v:]
-        return RoundResult(drafts, n, end, p, q, end_dist, timer.seconds())
+        summary = host[2 + g:] if trace else None
+        return RoundResult(drafts, n, end, summary, timer.seconds())
 
     @torch.inference_mode()
     def target_steps(self, context: list[int], k: int, sampling: SamplingConfig,
@@ -158,13 +171,14 @@ class Engine:
         """k plain target steps after `context` (the target alone), one sync at the end; k ≤ 64."""
         s = self._slots
         last = len(context) - 1
+        s.numbers.set(sampling)
         self._upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         s.t_in[0].fill_(context[-1])
         for i in range(k):
             s.target.start.fill_(last + i)
             s.u_one.copy_(s.uniforms[i:i + 1])
-            tok = self._run(("step", sampling), self._step_fn)
+            tok = self._run(("step", DeviceSampling.shape(sampling)), self._step_fn)
             s.t_in[0].copy_(tok)
             s.tokens[i].copy_(tok)
         self.t_valid = last + k
@@ -191,14 +205,16 @@ class Engine:
             s.q_rows.fill_(1.0 / s.vocab)
             s.uniforms.fill_(0.5)
             s.u_one.fill_(0.5)
-            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, sampling), self._draft_fn),
+            s.numbers.set(sampling)
+            shape = DeviceSampling.shape(sampling)
+            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, shape), self._draft_fn),
                                                  repeats, self.device),
-                     "target_step_ms": _median_ms(lambda: self._run(("step", sampling), self._step_fn),
+                     "target_step_ms": _median_ms(lambda: self._run(("step", shape), self._step_fn),
                                                   repeats, self.device)}
             by_width = {1: timed["target_step_ms"]}
             for w in widths:
                 if w > 1:
-                    key = ("verify", w - 1, sampling, Rule.EXACT, False)
+                    key = ("verify", w - 1, shape, Rule.EXACT, False)
                     by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
             self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
         return {**timed, "target_ms_by_width": by_width,
@@ -206,54 +222,63 @@ class Engine:
 
     # -------------------------------------------------------------- what the graphs hold
     def _draft_fn(self, key):
-        _, width, sampling = key
+        _, width, shape = key
         s = self._slots
 
         def fn():
             logits = s.draft.forward(s.d_in[:width])[-1]
-            q = logits_to_probs(align_logits(logits, s.vocab), sampling)
+            q = s.numbers.probs(align_logits(logits, s.vocab), shape)
             return q, sample(q, uniforms=s.u_one)
         return fn
 
     def _verify_fn(self, key):
-        _, g, sampling, rule, trace = key
+        _, g, shape, rule, trace = key
         s = self._slots
 
         def fn():
-            p = logits_to_probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), sampling)
+            p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), shape)
             v: Verdict = verify(p, s.q_rows[:g], s.drafts[:g], s.uniforms[g:2 * g].float(), rule=rule,
                                 end_uniform=s.uniforms[2 * g:2 * g + 1])
-            head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).float()
+            # float64: the ids are exact in it, and so are the summary's float64 sums.
+            head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).double()
             if not trace:
                 return head
-            return torch.cat([head, p.reshape(-1), s.q_rows[:g].reshape(-1), v.end_dist.reshape(-1)])
+            # The trace's rows reduced here, so the round's one copy moves O(g x TOP_N) numbers, not g x V.
+            return torch.cat([head, round_summary(p, s.q_rows[:g], s.drafts[:g], v.end_dist, v.n_accepted,
+                                                  v.end_token, TOP_N)])
         return fn
 
     def _step_fn(self, key):
-        _, sampling = key
+        _, shape = key
         s = self._slots
 
         def fn():
-            p = logits_to_probs(align_logits(s.target.forward(s.t_in[:1]), s.vocab), sampling)[0]
+            p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:1]), s.vocab), shape)[0]
             return sample(p, uniforms=s.u_one)
         return fn
 
     # -------------------------------------------------------------- plumbing
     def _run(self, key: tuple, make):
-        """The step `key` (captured as a graph on first use when graphs are on), run once."""
+        """The step `key` (captured as a graph on first use when graphs are on), run once. The
+        cache keeps the MAX_GRAPHS most recently used; a step whose capture failed runs eagerly
+        from then on (`failures`), and every other step keeps its graph."""
         s = self._slots
         if not self.graphs:
             return make(key)()
-        graph = s.graphs.get(key)
-        if graph is None:
+        graph = s.graphs.pop(key, None)
+        if graph is None and key not in self.failures:
             if len(s.graphs) >= MAX_GRAPHS:
-                s.graphs.pop(next(iter(s.graphs)))
+                s.graphs.pop(next(iter(s.graphs)))          # the least recently used
             try:
-                graph = s.graphs[key] = Graphed(make(key))
+                graph = self.capture(make(key))
             except Exception as err:   # capture is not possible here (an op that syncs, ZeroGPU...)
-                self.graphs, self.failure = False, f"{type(err).__name__}: {err}"[:300]
-                s.graphs.clear()
-                return make(key)()
+                self.failure = self.failures[key] = f"{type(err).__name__}: {err}"[:300]
+                while len(self.failures) > MAX_GRAPHS:
+                    self.failures.pop(next(iter(self.failures)))
+        if graph is None:
+            self.eager_steps += 1
+            return make(key)()
+        s.graphs[key] = graph                               # now the most recently used
         return graph()
 
     def _upload(self, uniforms: torch.Tensor) -> None:
@@ -268,7 +293,7 @@ class Engine:
         have = getattr(self, valid)
         if have < upto:
             model.start.fill_(have)
-            model.forward(torch.tensor(context[have:upto], device=self.device))
+            model.forward(torch.tensor(context[have:upto], device=self.device), keep=1)   # no logits wanted
             setattr(self, valid, upto)
 
 
@@ -311,11 +336,21 @@ def _median_ms(fn, repeats: int, device: torch.device) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def unsupported_by(pair) -> str | None:
+    """Why the pair's models cannot run on this engine (then they run eagerly), or None; worked
+    out once and kept on the pair."""
+    if not hasattr(pair, "_engine_unsupported"):
+        models = [m for m in (pair.target, pair.draft) if m is not None]
+        pair._engine_unsupported = next((why for why in map(unsupported, models) if why), None)
+    return pair._engine_unsupported
+
+
 def engine_for(pair) -> Engine | None:
     """The pair's engine for its `engine` setting ("graphs", "static"; None for the eager,
-    dynamic-cache path), made once and kept on the pair."""
+    dynamic-cache path, and for models it cannot hold: `unsupported_by`), made once and kept on
+    the pair."""
     kind = getattr(pair, "engine", "eager")
-    if kind not in ("graphs", "static"):
+    if kind not in ("graphs", "static") or unsupported_by(pair):
         return None
     engine = getattr(pair, "_engine", None)
     if engine is None:

@@ -8,20 +8,20 @@ Two ways, one interface, so `decoding` reads the same whatever runs underneath:
 - engine: `engine.Engine`, static caches (and CUDA graphs on a GPU) with one host sync a round.
 
 Both draw the round's randomness from the run's generator in the same order (the draft's draws,
-then the acceptance uniforms, then the last token's draw), so one seed gives the same tokens.
+then the acceptance uniforms, then the last token's draw), so one seed gives the same draws (and
+the same tokens where both compute the same probabilities: on the CPU, not always on CUDA).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from dataclasses import dataclass
 
 import torch
 
 from .drafters import KVCache, align_logits, make_drafter
-from .engine import engine_for
+from .engine import engine_for, unsupported_by
 from .sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
 from .settings import RunSettings
 
@@ -40,6 +40,8 @@ class Step:
     seconds: tuple[float, float]
     n_accepted: int
     end_token: int
+    summary: torch.Tensor | None = None   # the engine's reduction of the rows (reduction.round_summary)
+    vocab: int = 0
 
     def kept(self) -> list[int]:
         """The accepted drafts, then the token the round drew."""
@@ -105,7 +107,7 @@ class EagerRounds:
         if self.target.fed is not None:   # the features of the positions kept: the context and the accepted drafts
             start, hidden = self.target.fed
             self.drafter.observe(start, hidden[:len(context) + n - start])
-        return Step(drafts, p, q, u, verdict, (t1 - t0, time.perf_counter() - t1), n, end)
+        return Step(drafts, p, q, u, verdict, (t1 - t0, time.perf_counter() - t1), n, end, vocab=p.shape[-1])
 
 
 class EngineRounds:
@@ -120,8 +122,9 @@ class EngineRounds:
     def held(self, needed: int, gamma: int):
         with self.engine.lock:   # the caches and graphs are the pair's: one run at a time
             self.engine.start(needed, gamma)
+            mark = self.engine.eager_steps
             yield
-            self.name = self.engine.name   # graphs given up mid-run (capture failed): say what ran
+            self.name = self.engine.name_since(mark)   # a capture failed mid-run: say what ran
 
     def run(self, context, g, settings: RunSettings, generator, stop, trace: bool = True) -> Step | None:
         draws = torch.rand(g, generator=generator, dtype=torch.float64)   # the draft's draws, as `sample` takes them
@@ -133,21 +136,9 @@ class EngineRounds:
             return None
         self.draft_forwards += g
         self.target_forwards += 1
-        verdict = _host_verdict(res, u) if trace else None
-        return Step(res.drafts, res.p, res.q, u, verdict, res.seconds, res.n_accepted, res.end_token)
-
-
-def _host_verdict(res, u: torch.Tensor) -> Verdict:
-    """The verdict's per-draft numbers for the trace, from the rows the engine sent back (the
-    decision itself, n_accepted and the token, is the device's)."""
-    g = len(res.drafts)
-    idx = torch.tensor(res.drafts, dtype=torch.long)
-    p_draft = res.p[torch.arange(g), idx]
-    q_draft = res.q[torch.arange(g), idx]
-    ratio = torch.where(q_draft > 0, p_draft / q_draft.clamp_min(torch.finfo(torch.float32).tiny),
-                        torch.full_like(p_draft, math.inf))
-    n = torch.tensor(res.n_accepted)
-    return Verdict(p_draft, q_draft, ratio, u < ratio, n, n < g, res.end_dist, torch.tensor(res.end_token))
+        # The rows stayed on the device: only their summary came back (`res.summary`).
+        return Step(res.drafts, None, None, u, None, res.seconds, res.n_accepted, res.end_token,
+                    summary=res.summary, vocab=self.engine.pair.vocab_size)
 
 
 class EagerSteps:
@@ -183,8 +174,9 @@ class EngineSteps:
     def held(self, needed: int):
         with self.engine.lock:
             self.engine.start(needed, 1)
+            mark = self.engine.eager_steps
             yield
-            self.name = self.engine.name
+            self.name = self.engine.name_since(mark)
 
     def run(self, context, k, sampling, generator) -> list[int]:
         self.forwards += k
@@ -197,9 +189,23 @@ def rounds_for(pair, settings: RunSettings):
     model, else eager (the n-gram drafter has no model to put in a graph; the features drafter's
     rounds need the verify forward's hidden rows, which only the eager path hands over so far)."""
     engine = engine_for(pair) if settings.drafter == "model" and pair.draft is not None else None
-    return EngineRounds(engine) if engine is not None else EagerRounds(pair, settings)
+    if engine is not None:
+        return EngineRounds(engine)
+    rounds = EagerRounds(pair, settings)
+    rounds.name = _eager_name(pair)
+    return rounds
 
 
 def steps_for(pair):
     engine = engine_for(pair)
-    return EngineSteps(engine) if engine is not None else EagerSteps(pair)
+    if engine is not None:
+        return EngineSteps(engine)
+    steps = EagerSteps(pair)
+    steps.name = _eager_name(pair)
+    return steps
+
+
+def _eager_name(pair) -> str:
+    """"eager", and why, when the pair asked for the engine and its models cannot run on it."""
+    why = unsupported_by(pair) if getattr(pair, "engine", "eager") in ("graphs", "static") else None
+    return f"eager (the static engine cannot hold {why})" if why else "eager"

@@ -17,7 +17,7 @@ from enum import Enum
 
 import torch
 
-from .checks import whole_number
+from .checks import is_whole, whole_number
 
 # ---------------------------------------------------------------- logits -> probabilities
 
@@ -30,6 +30,14 @@ class SamplingConfig:
     top_k: int = 0        # 0 = off
     top_p: float = 1.0    # 1.0 = off
 
+    def __post_init__(self):
+        # A whole-number temperature or top-p (2, as JSON or Python gives it) is that number:
+        # transformers' warpers refuse an int ("has to be a strictly positive float").
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if is_whole(value):
+                object.__setattr__(self, name, float(value))
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
@@ -37,12 +45,12 @@ class SamplingConfig:
     def validate(self) -> SamplingConfig:
         """Raise ValueError with a message a user can act on."""
         t, k, p = self.temperature, self.top_k, self.top_p
-        if not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or t > 100:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) or t < 0 or t > 100:
             raise ValueError(f"temperature must be between 0 (greedy) and 100, got {t}")
         if 0 < t < 1e-3:
             raise ValueError(f"temperature {t} is too small to be meaningful: use 0 for greedy, or at least 0.001")
         whole_number(k, "top-k (0 turns it off)", 0, strict=True)
-        if not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:
             raise ValueError(f"top-p must be in (0, 1] (1 turns it off), got {p}")
         return self
 
@@ -70,6 +78,47 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     if config.top_p < 1.0:
         flat = TopPLogitsWarper(config.top_p)(None, flat)
     return torch.softmax(flat, dim=-1).reshape(shape)
+
+
+class DeviceSampling:
+    """A SamplingConfig's numbers as 0-d tensors on a device, so that a CUDA graph holds them as
+    inputs: one graph per `shape` (greedy, top-k on, top-p on) then serves every temperature, k
+    and p, where a graph with the numbers baked in would be captured again at every slider move."""
+
+    def __init__(self, device):
+        self.temperature = torch.ones((), device=device)
+        self.top_k = torch.ones((), dtype=torch.long, device=device)
+        self.top_p_floor = torch.zeros((), device=device)   # 1 - top_p: the mass a top-p cut may drop
+
+    @staticmethod
+    def shape(config: SamplingConfig) -> tuple[bool, bool, bool]:
+        """What changes the ops: greedy, top-k on, top-p on (the numbers do not)."""
+        return config.greedy, config.top_k > 0, config.top_p < 1.0
+
+    def set(self, config: SamplingConfig) -> None:
+        self.temperature.fill_(config.temperature or 1.0)
+        self.top_k.fill_(max(config.top_k, 1))
+        self.top_p_floor.fill_(1 - config.top_p)   # in float64 first, as the warper computes it
+
+    def probs(self, logits: torch.Tensor, shape: tuple[bool, bool, bool]) -> torch.Tensor:
+        """`logits_to_probs` with the numbers read from the tensors: the same ops as transformers'
+        warpers, so the same probabilities bit for bit (tests/test_sampling.py)."""
+        greedy, use_k, use_p = shape
+        logits = logits.float()
+        flat = logits.reshape(-1, logits.shape[-1])
+        if greedy:
+            return logits_to_probs(logits, SamplingConfig(temperature=0))
+        flat = flat / self.temperature
+        if use_k:   # the k-th largest logit, as topk's last value, with k read from the device
+            k = self.top_k.clamp(max=flat.shape[-1]) - 1
+            kth = flat.sort(-1, descending=True).values.gather(-1, k.expand(flat.shape[0], 1))
+            flat = flat.masked_fill(flat < kth, -math.inf)
+        if use_p:   # TopPLogitsWarper, its threshold read from the device
+            sorted_logits, order = torch.sort(flat, descending=False)
+            remove = sorted_logits.softmax(-1).cumsum(-1) <= self.top_p_floor
+            remove[..., -1:] = False
+            flat = flat.masked_fill(remove.scatter(1, order, remove), -math.inf)
+        return torch.softmax(flat, dim=-1).reshape(logits.shape)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None,

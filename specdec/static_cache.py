@@ -17,6 +17,24 @@ from __future__ import annotations
 import torch
 
 
+def unsupported(model) -> str | None:
+    """Why this engine cannot hold `model`, or None. Sliding-window layers keep their length in a
+    Python int (`cumulative_length_int`) that `start` cannot roll back; dynamic and longrope RoPE
+    read the positions on the host inside the forward, which no graph can hold (transformers 5.23)."""
+    from transformers import StaticCache
+
+    config = model.config
+    layers = StaticCache(config=config, max_cache_len=8).layers   # no memory yet: layers allocate lazily
+    if any(hasattr(layer, "cumulative_length_int") for layer in layers):
+        return "sliding-window attention layers"
+    rope = getattr(config, "rope_parameters", None) or {}
+    kinds = [rope] if "rope_type" in rope else [r for r in rope.values() if isinstance(r, dict)]
+    for kind in ("dynamic", "longrope"):
+        if any(r.get("rope_type") == kind for r in kinds):
+            return f"{kind} RoPE"
+    return None
+
+
 class StaticModel:
     """A causal LM over a static cache of `length` slots. Call `forward(ids)` with ids [n] on the
     model's device: it writes their keys at positions start .. start + n - 1 (`start`, a 0-d device
@@ -35,7 +53,10 @@ class StaticModel:
         self.additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
         self.ready = False   # the cache allocates its tensors at the first forward (then `start` must be 0)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+        """`keep`: logits for the last `keep` positions only (0: all), as transformers'
+        `logits_to_keep`; a prefill keeps 1 (a long prompt and a large vocabulary would otherwise
+        make gigabytes of logits nobody reads)."""
         n = ids.shape[-1]
         positions = self.start + self.slots[:n]
         mask = (self.slots[None, :] <= positions[:, None])[None, None]   # [1, 1, n, length]: causal, and
@@ -46,7 +67,7 @@ class StaticModel:
             for layer in self.cache.layers:
                 layer.cumulative_length.copy_(self.start)
         out = self.model(input_ids=ids.reshape(1, n), position_ids=positions[None], attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True)
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         self.ready = True
         return out.logits[0]
 

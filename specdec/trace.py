@@ -74,17 +74,23 @@ def keep_top(a: np.ndarray, b: np.ndarray, extra: np.ndarray, n: int = TOP_N
     cand = np.concatenate([*tops, extra], axis=1)
     valid = np.concatenate([np.take_along_axis(a, tops[0], 1) > 0, np.take_along_axis(b, tops[1], 1) > 0,
                             np.ones_like(extra, dtype=bool)], axis=1)
+    mask = np.zeros(a.shape, dtype=bool)
+    np.put_along_axis(mask, np.where(valid, cand, extra), True, axis=1)   # only the stored ids (extra always is)
+    return order_kept(cand, valid, [np.take_along_axis(a, cand, 1), np.take_along_axis(b, cand, 1)]), mask
+
+
+def order_kept(cand: np.ndarray, valid: np.ndarray, values: list[np.ndarray]) -> list[tuple[list, ...]]:
+    """Per row: the valid candidate ids without duplicates, ordered by values[0] then values[1]
+    (both descending) then id, with every array of `values` ([R, C], at `cand`) there."""
     by_id = np.lexsort((~valid, cand), axis=1)                      # by id, a valid copy first
     cand, valid = np.take_along_axis(cand, by_id, 1), np.take_along_axis(valid, by_id, 1)
-    av, bv = np.take_along_axis(a, cand, 1), np.take_along_axis(b, cand, 1)
+    values = [np.take_along_axis(x, by_id, 1) for x in values]
     drop = ~valid
     drop[:, 1:] |= cand[:, 1:] == cand[:, :-1]                      # duplicates
-    order = np.lexsort((cand, -bv, -av, drop), axis=1)             # kept first, by a, then b, then id
+    order = np.lexsort((cand, -values[1], -values[0], drop), axis=1)   # kept first, by a, then b, then id
     counts = (~drop).sum(1).tolist()
-    mask = np.zeros(a.shape, dtype=bool)
-    np.put_along_axis(mask, np.where(drop, extra, cand), True, axis=1)   # only the stored ids (extra always is)
-    ids, av, bv = (np.take_along_axis(x, order, 1).tolist() for x in (cand, av, bv))
-    return [(i[:c], x[:c], y[:c]) for i, x, y, c in zip(ids, av, bv, counts)], mask
+    cols = [np.take_along_axis(x, order, 1).tolist() for x in (cand, *values)]
+    return [tuple(col[r][:c] for col in cols) for r, c in enumerate(counts)]
 
 
 def dist(ids: list[int], probs: list[float], total: float, split: tuple[float, float] | None = None) -> Dist:

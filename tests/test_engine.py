@@ -5,6 +5,7 @@ forwards, and serve one run at a time. The CUDA graphs themselves are tested in 
 from __future__ import annotations
 
 import threading
+import types
 
 import pytest
 import torch
@@ -178,3 +179,123 @@ def test_engine_costs_are_measured_for_every_width(bundled_pairs):
     s = RunSettings(gamma=4, max_new_tokens=30, seed=1)
     assert speculative_generate(static, "ROMEO.\n", s).token_ids == \
         speculative_generate(bundled_pairs[0], "ROMEO.\n", s).token_ids
+
+
+def test_a_whole_number_temperature_is_a_temperature_on_every_engine():
+    pair = tiny_pair()
+    s = RunSettings(gamma=3, max_new_tokens=16, seed=2, sampling=SamplingConfig(temperature=2, top_p=1))
+    as_float = s.with_(sampling=SamplingConfig(temperature=2.0, top_p=1.0))
+    assert s.sampling == as_float.sampling and isinstance(s.sampling.temperature, float)
+    want = speculative_generate(pair, PROMPT, as_float).token_ids
+    for p in (pair, static_twin(pair)):
+        assert speculative_generate(p, PROMPT, s).token_ids == want
+    with pytest.raises(ValueError, match="temperature must be"):
+        SamplingConfig(temperature=True).validate()     # a bool is not a number here
+
+
+def test_the_engine_prefill_computes_no_logits_for_the_prompt():
+    pair = tiny_pair()
+    rows = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: rows.append(out.logits.shape[1]))
+             for m in (pair.target, pair.draft)]
+    prompt, s = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5], RunSettings(gamma=3, max_new_tokens=10, seed=1)
+    try:
+        tokens = speculative_generate(static_twin(pair), prompt, s).token_ids
+    finally:
+        for h in hooks:
+            h.remove()
+    assert max(rows) <= s.gamma + 1       # the prompt's 11 prefilled positions give one row at most
+    assert tokens == speculative_generate(pair, prompt, s).token_ids
+
+
+def _pair_of(model) -> ModelPair:
+    return ModelPair(None, model, model, "t", "d", engine="static")
+
+
+def test_a_model_the_engine_cannot_graph_runs_eagerly_and_says_why():
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    size = dict(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
+                pad_token_id=None)
+    windowed = Qwen2ForCausalLM(Qwen2Config(**size, use_sliding_window=True, sliding_window=16,
+                                            max_window_layers=0)).eval()
+    dynamic = LlamaForCausalLM(LlamaConfig(**size, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                                   "rope_theta": 10000.0})).eval()
+    for model, why in ((windowed, "sliding-window"), (dynamic, "dynamic RoPE")):
+        pair = _pair_of(model)
+        s = RunSettings(gamma=4, max_new_tokens=120, seed=0)   # past the window: the static layer broke at 110
+        gen = speculative_generate(pair, PROMPT, s)
+        assert gen.models["engine"].startswith("eager (") and why in gen.models["engine"]
+        assert autoregressive_generate(pair, PROMPT, s).models["engine"] == gen.models["engine"]
+        assert engine_for(pair) is None
+
+
+def _verify_copies(pair: ModelPair, settings: RunSettings) -> tuple[list[int], object]:
+    """Numbers in each traced verify step's result (the round's one copy to the host), and the run."""
+    engine = engine_for(pair)
+    sizes, run = [], engine._run
+
+    def counting(key, make):
+        out = run(key, make)
+        if key[0] == "verify":
+            sizes.append((key[1], out.numel()))
+        return out
+    engine._run = counting
+    try:
+        gen = speculative_generate(pair, PROMPT, settings)
+    finally:
+        del engine._run
+    return sizes, gen
+
+
+def test_a_traced_round_copies_no_full_vocabulary_row_to_the_host():
+    """Defect 5 of #25: the verify step reduces p and q on the device to what the trace keeps, so
+    its copy holds 2 + g head numbers and a summary whose size depends on g and TOP_N only. Before,
+    it held the (2g + 2) full rows: with vocab 4096 at g 4, 40,966 numbers instead of ~1,000."""
+    from specdec.reduction import summary_size
+    from specdec.trace import TOP_N
+
+    per_vocab = {}
+    for vocab in (8, 512, 4096):
+        s = RunSettings(gamma=4, max_new_tokens=12, seed=1)
+        sizes, gen = _verify_copies(static_twin(tiny_pair(vocab=vocab, seed=2)), s)
+        assert sizes and gen.rounds
+        for g, numel in sizes:
+            assert numel == 2 + g + summary_size(g, vocab, TOP_N)
+            assert vocab < 4096 or numel < vocab   # all of a round's rows in fewer numbers than one full row
+        per_vocab[vocab] = {g: numel for g, numel in sizes}
+    # The same g copies the same number of numbers for any vocabulary larger than TOP_N.
+    common = per_vocab[512].keys() & per_vocab[4096].keys()
+    assert common and all(per_vocab[512][g] == per_vocab[4096][g] for g in common)
+
+
+@pytest.mark.parametrize("rule", list(Rule))
+def test_the_engines_rounds_equal_the_eager_recording_of_the_same_rows(monkeypatch, rule):
+    """The engine reduces its rows inside the verify step and copies the summary; the eager
+    decoder hands its rows to `Pending.of`, which reduces them on the host. Given the same rows,
+    both give the same Round exactly: every kept id, value, tail bucket, beta and skip bias."""
+    import specdec.engine as eng
+    from specdec.recording import Pending, record
+    from specdec.rounds import Step
+
+    rows, real = [], eng.round_summary
+
+    def keeping(p, q, drafts, end_dist, n_accepted, end_token, n):   # the verify step's rows, kept
+        rows.append((p.clone(), q.clone(), end_dist.clone()))
+        return real(p, q, drafts, end_dist, n_accepted, end_token, n)
+    monkeypatch.setattr(eng, "round_summary", keeping)
+    pair = tiny_pair(vocab=64, seed=4)
+    for seed, sampling in enumerate([SamplingConfig(), SamplingConfig(temperature=0.8, top_k=5),
+                                     SamplingConfig(temperature=1.2, top_p=0.8), SamplingConfig(temperature=0)]):
+        rows.clear()
+        s = RunSettings(gamma=3, max_new_tokens=20, seed=seed, sampling=sampling, rule=rule)
+        gen = speculative_generate(static_twin(pair), PROMPT, s)
+        assert gen.models["engine"] == "static cache" and len(gen.rounds) == len(rows) > 2
+        for r, (p, q, end_dist) in zip(gen.rounds, rows):
+            drafts = [pos.draft_token for pos in r.positions]
+            step = Step(drafts, p, q, torch.tensor([pos.u for pos in r.positions]),
+                        types.SimpleNamespace(end_dist=end_dist), (r.draft_seconds, r.verify_seconds),
+                        r.n_accepted, r.end_token, vocab=p.shape[-1])
+            assert record([Pending.of(r.index, r.start, step, r.emitted)], rule) == [r]

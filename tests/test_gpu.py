@@ -62,3 +62,16 @@ def test_exactness_on_cuda_passes_and_its_skip_control_fails(pairs):
     exact, control = exactness(pairs["graphs"], 1500)
     assert exact["ok"], exact["result"]
     assert control["ok"], control["result"]
+
+
+def test_a_moved_slider_captures_nothing_and_every_step_is_graphed(pairs):
+    from specdec.bench.gpu_check import graphs_in_use
+
+    engine, ids = engine_for(pairs["graphs"]), pairs["graphs"].encode(PROMPT)[1]
+    engine.costs(ids, [1, 2, 5], SamplingConfig(temperature=0.7, top_p=0.9), repeats=2)
+    before = len(engine._slots.graphs)
+    engine.costs(ids, [1, 2, 5], SamplingConfig(temperature=1.3, top_p=0.6), repeats=2)
+    assert len(engine._slots.graphs) == before
+    speculative_generate(pairs["graphs"], PROMPT, RunSettings(gamma=4, max_new_tokens=40, seed=1))
+    check = graphs_in_use(pairs["graphs"])
+    assert check["ok"], check["result"]

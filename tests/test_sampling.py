@@ -194,3 +194,17 @@ def test_sample_follows_probs_and_never_draws_zero_probability_tokens():
     wrong = torch.bincount(support[torch.randint(0, 3, (100_000,), generator=g)], minlength=7)[support].double()
     expected = (p[support].double() / p[support].sum() * wrong.sum()).numpy()
     assert chisquare(wrong.numpy(), expected).pvalue < SIGNIFICANCE
+
+
+def test_sampling_numbers_read_from_the_device_give_the_warpers_probabilities_bit_for_bit():
+    from specdec.sampling import DeviceSampling
+
+    gen, numbers = torch.Generator().manual_seed(0), DeviceSampling("cpu")
+    for trial in range(60):
+        vocab = (8, 50, 2048)[trial % 3]
+        logits = torch.randn(5, vocab, generator=gen) * (1 + trial % 6)
+        t, k, p = 0.05 + trial / 30, int(torch.randint(1, vocab + 3, (1,), generator=gen)), 0.05 + trial / 63
+        for config in (SamplingConfig(t), SamplingConfig(t, top_k=k), SamplingConfig(t, top_p=p),
+                       SamplingConfig(t, top_k=k, top_p=p), SamplingConfig(0)):
+            numbers.set(config)
+            assert torch.equal(numbers.probs(logits, DeviceSampling.shape(config)), logits_to_probs(logits, config))

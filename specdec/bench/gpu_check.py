@@ -1,17 +1,21 @@
 """`python -m specdec gpu-check`: what a GPU must show, in one command, one table and one JSON.
 
 1. the GPU tests (`pytest -m gpu`), in a subprocess;
-2. exactness: the first token of N one-round speculative runs (seeds 0..N-1, T = 1, top-k 6)
-   against the target's own distribution, chi-square; the skip-adjustment rule as the negative
-   control, which must fail; and every emitted token inside the target's own top-k support;
-3. greedy identity: speculative output equals the target alone, token for token, for γ = 1, 3, 8,
-   and the engine's output equals the eager decoder's for the same seeds;
+2. exactness: the first two tokens of N traced speculative runs at γ = 1 (seeds 0..N-1, T = 1,
+   top-k 6; a rejection and the next round, caches rolled back, sit inside the pair) against the
+   target's own joint law, chi-square; the skip-adjustment rule as the negative control, which
+   must fail (`--quick` skips the control and says so: 200 runs cannot fail it);
+3. greedy identity: speculative output equals the target alone on the same engine and on the
+   eager reference, token for token, for γ = 1, 3, 8; at T = 1 the engine's output is compared
+   with the eager decoder's for the same seeds (reported: float rounding may differ);
 4. speed on the device: the forward costs on the pair's engine, the target alone, and speculative
    decoding for γ = 1..6 at T = 0 and T = 1, interleaved, with the speedup predicted from the
    measured costs and α.
 
-It runs on whatever device there is (on a CPU it checks the same things on the CPU engine and
-says so). Exit 0 when every check passes, 1 when one fails.
+Without CUDA it says so and exits 2, unless `--device cpu` asks for the same checks on the CPU
+(which prove nothing about a GPU). Where graphs were asked for, or expected (auto on CUDA), a check
+reads the engine: graphs on, and no step whose capture failed. Exit 0 when every check passes, 1
+when one fails.
 """
 
 from __future__ import annotations
@@ -36,24 +40,32 @@ CHI_PASS, CONTROL_FAIL = 1e-3, 1e-6   # the exact rule passes above, the skip co
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    p.add_argument("--device", default=None,
+                   help="cuda (default; without one gpu-check says so and exits 2) or cpu (the same checks on the CPU)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="model weights (default float32: the exact setting)")
     p.add_argument("--engine", default=None, choices=["auto", "eager", "static", "graphs"],
                    help="default auto: CUDA graphs on a GPU, eager on a CPU")
     p.add_argument("--samples", type=int, default=2000, help="one-round runs for the exactness check (default 2000)")
     p.add_argument("--tokens", type=int, default=128, help="new tokens per timed run (default 128)")
-    p.add_argument("--quick", action="store_true", help="a smoke run: few samples, short runs, no pytest")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: few samples (the skip control is skipped, and said so), short runs, no pytest")
     p.add_argument("--no-tests", action="store_true", help="skip running pytest -m gpu")
     p.add_argument("--out", default="runs/gpu-check", help="folder for results.json (default runs/gpu-check)")
     p.add_argument("--save-profile", action="store_true",
                    help="add the measured costs to assets/bench/cost-profiles.json (the speed explorer's curves)")
 
 
+NO_CUDA = ("no CUDA device here (torch {torch} sees none): gpu-check proves things about a GPU. Run it on a "
+           "machine with one, or give --device cpu to run the same checks on this CPU")
+
+
 def run(args) -> int:
     from ..models import load_pair
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or "cuda"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(NO_CUDA.format(torch=torch.__version__))
     samples, tokens = (200, 24) if args.quick else (args.samples, args.tokens)
     pair = load_pair(device=device, dtype=args.dtype, engine=args.engine)
     reference = load_pair(device=device, dtype=args.dtype, engine="eager")
@@ -63,9 +75,10 @@ def run(args) -> int:
           f"engine {pair.engine}", flush=True)
     if not (args.quick or args.no_tests):
         report["checks"].append(_pytest_gpu())
-    report["checks"] += exactness(pair, samples)
+    report["checks"] += exactness(pair, samples, control=not args.quick)
     report["checks"] += greedy_identity(pair, reference, tokens)
     report["speed"] = speed(pair, tokens, rounds=1 if args.quick else 3)
+    report["checks"].append(graphs_in_use(pair))   # after every run: a capture may have failed in any
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(format_report(report))
     out = Path(args.out)
@@ -97,57 +110,105 @@ def _pytest_gpu() -> dict:
     return {"check": "pytest -m gpu", "ok": proc.returncode == 0, "result": last}
 
 
+def graphs_in_use(pair) -> dict:
+    """Where graphs were asked for (`--engine graphs`, or auto on CUDA), the engine must have them
+    on, with no step whose capture failed; read from the engine itself."""
+    from ..engine import engine_for
+
+    if pair.engine != "graphs":
+        return {"check": "CUDA graphs in use", "ok": True, "result": f"not asked for (engine {pair.engine})"}
+    engine = engine_for(pair)
+    if not engine.graphs:
+        return {"check": "CUDA graphs in use", "ok": False,
+                "result": f"asked for but not in use on {pair.device} ({engine.failure or 'graphs need CUDA'})"}
+    if engine.failures:
+        return {"check": "CUDA graphs in use", "ok": False,
+                "result": f"{len(engine.failures)} step(s) run without a graph: {engine.failure}"}
+    return {"check": "CUDA graphs in use", "ok": True, "result": f"{len(engine._slots.graphs) if engine._slots else 0} "
+            "graphs captured, none failed"}
+
+
 # ---------------------------------------------------------------- exactness
 
-def first_tokens(pair, prompt: str, rule: Rule, n: int, gamma: int = 4) -> tuple[list[int], list[list[int]]]:
-    """The first emitted token of n one-round runs (seeds 0..n-1), and every run's emitted tokens."""
+JOINT = 2   # the tokens whose joint law the exactness check tests
+
+
+def early_tokens(pair, prompt: str, rule: Rule, n: int) -> list[tuple[int, ...]]:
+    """The first JOINT tokens of n traced runs (seeds 0..n-1) at γ = 1: a round emits one or two
+    tokens, so the pair spans a rejection and the next round (the caches rolled back) about as
+    often as an accepted draft and its bonus."""
     from ..decoding import speculative_generate
 
-    settings = RunSettings(gamma=gamma, max_new_tokens=gamma + 1, sampling=SamplingConfig(**EXACT_SETTINGS), rule=rule)
-    runs = [speculative_generate(pair, prompt, settings.with_(seed=s), trace=False).token_ids for s in range(n)]
-    return [r[0] for r in runs], runs
+    settings = RunSettings(gamma=1, max_new_tokens=JOINT + 1, sampling=SamplingConfig(**EXACT_SETTINGS), rule=rule)
+    runs = [speculative_generate(pair, prompt, settings.with_(seed=s)).token_ids for s in range(n)]
+    return [_ended(r[:JOINT], pair.eos_token_id) for r in runs]
+
+
+def _ended(tokens: list[int], eos: int | None) -> tuple[int, ...]:
+    """The tokens up to and including an end-of-sequence token (a run stops there)."""
+    return tuple(tokens[:tokens.index(eos) + 1]) if eos in tokens else tuple(tokens)
 
 
 @torch.inference_mode()
-def target_rows(pair, prompt_ids: list[int], runs: list[list[int]]) -> torch.Tensor:
-    """The target's own distribution (T = 1, top-k 6) before every emitted token of every run:
-    one uncached forward over prompt + run per run, [runs, tokens, V]."""
+def _next_probs(pair, ids: list[int]) -> torch.Tensor:
     from ..drafters import align_logits
     from ..sampling import logits_to_probs
 
-    width = min(len(r) for r in runs)
-    ids = torch.tensor([prompt_ids + r[:width] for r in runs], device=pair.device)
-    rows = []
-    for chunk in ids.split(256):
-        logits = pair.target(chunk).logits[:, len(prompt_ids) - 1:len(prompt_ids) - 1 + width]
-        rows.append(logits_to_probs(align_logits(logits, pair.vocab_size), SamplingConfig(**EXACT_SETTINGS)).cpu())
-    return torch.cat(rows)
+    logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1]
+    return logits_to_probs(align_logits(logits, pair.vocab_size), SamplingConfig(**EXACT_SETTINGS)).double().cpu()
 
 
-def exactness(pair, n: int) -> list[dict]:
+def joint_law(pair, prompt_ids: list[int]) -> dict[tuple[int, ...], float]:
+    """The target's own law of the first JOINT tokens (T = 1, top-k 6): P(a, b) = p(a) p(b | a),
+    one uncached forward per first token; a first token that ends the run stands alone."""
+    first = _next_probs(pair, prompt_ids)
+    law = {}
+    for a in torch.nonzero(first > 0).flatten().tolist():
+        if a == pair.eos_token_id:
+            law[(a,)] = float(first[a])
+            continue
+        second = _next_probs(pair, prompt_ids + [a])
+        for b in torch.nonzero(second > 0).flatten().tolist():
+            law[(a, b)] = float(first[a] * second[b])
+    return law
+
+
+def chi_square(observed: list[tuple], law: dict[tuple, float]) -> tuple[float, int]:
+    """(p-value, draws outside the law's support); cells expecting fewer than 5 draws are pooled."""
+    from collections import Counter
+
     from scipy.stats import chisquare
 
-    prompt = PROMPTS[2]
-    prompt_ids = pair.encode(prompt)[1]
+    counts, n = Counter(observed), len(observed)
+    outside = sum(c for cell, c in counts.items() if cell not in law)
+    big = [cell for cell, pr in law.items() if pr * n >= 5]
+    obs = [counts[c] for c in big]
+    exp = [law[c] * n for c in big]
+    rest_obs, rest_exp = n - outside - sum(obs), n * (1 - sum(law[c] for c in big))
+    if rest_exp > 0:
+        obs.append(rest_obs)
+        exp.append(rest_exp)
+    exp = [e * sum(obs) / sum(exp) for e in exp]   # equal sums, as chisquare asks (rounding only)
+    return float(chisquare(obs, exp).pvalue), outside
+
+
+def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2]) -> list[dict]:
+    """The joint law of the first two tokens of traced multi-round runs against the target's
+    own; the skip rule as the control, which must fail (skipped, and said so, when `control` is
+    off: a few hundred runs have no power to fail it)."""
+    law = joint_law(pair, pair.encode(prompt)[1])
     out = []
     for rule, want in ((Rule.EXACT, "pass"), (Rule.SKIP_ADJUSTMENT, "fail")):
-        firsts, runs = first_tokens(pair, prompt, rule, n)
-        rows = target_rows(pair, prompt_ids, runs)
-        p = rows[0, 0].double()
-        support = torch.nonzero(p > 0).flatten().tolist()
-        counts = torch.bincount(torch.tensor(firsts), minlength=len(p)).double()
-        outside = int(sum(counts[i] for i in range(len(p)) if i not in set(support)))
-        observed = counts[support]
-        expected = p[support] / p[support].sum() * observed.sum()   # sums equal exactly, as chisquare asks
-        chi, pvalue = chisquare(observed.numpy(), expected.numpy())
-        width = rows.shape[1]
-        emitted = torch.tensor([r[:width] for r in runs])
-        out_of_support = int((rows.gather(-1, emitted[..., None]).squeeze(-1) == 0).sum())
-        ok = (pvalue > CHI_PASS and outside == 0 and out_of_support == 0) if want == "pass" else pvalue < CONTROL_FAIL
         role = "must pass" if want == "pass" else "control: must fail"
-        out.append({"check": f"exactness, {rule.value} rule ({role})",
-                    "ok": bool(ok), "result": f"chi-square p = {pvalue:.3g} over {n} first tokens; "
-                    f"{out_of_support} of {emitted.numel()} emitted tokens outside the target's top-6 support"})
+        name = f"exactness, joint law of {JOINT} tokens, {rule.value} rule ({role})"
+        if want == "fail" and not control:
+            out.append({"check": name, "ok": True, "skipped": True,
+                        "result": f"SKIPPED: {n} runs have no power to fail it (run without --quick)"})
+            continue
+        pvalue, outside = chi_square(early_tokens(pair, prompt, rule, n), law)
+        ok = (pvalue > CHI_PASS and outside == 0) if want == "pass" else pvalue < CONTROL_FAIL
+        out.append({"check": name, "ok": bool(ok), "result": f"chi-square p = {pvalue:.3g} over {n} traced runs "
+                    f"(γ = 1, seeds 0-{n - 1}); {outside} outside the target's top-6 support"})
     return out
 
 
@@ -162,9 +223,11 @@ def greedy_identity(pair, reference, tokens: int) -> list[dict]:
             s = RunSettings(gamma=gamma, max_new_tokens=tokens, sampling=greedy)
             spec = speculative_generate(pair, prompt, s).token_ids
             same += spec == autoregressive_generate(pair, prompt, s).token_ids
-            total += 1
+            same += spec == autoregressive_generate(reference, prompt, s).token_ids
+            total += 2
         out.append({"check": f"greedy identity, γ = {gamma}", "ok": same == total,
-                    "result": f"{same} of {total} prompts: speculative == target alone, {tokens} tokens"})
+                    "result": f"{same} of {total}: speculative == target alone on this engine and on the eager "
+                              f"reference (3 prompts, {tokens} tokens)"})
     same = 0
     for seed in range(3):
         s = RunSettings(gamma=4, max_new_tokens=tokens, seed=seed)
@@ -224,7 +287,8 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6)) -> dict
 def format_report(report: dict) -> str:
     lines = ["", "check                                                        ok    result", "-" * 110]
     for c in report["checks"]:
-        lines.append(f"{c['check']:<60} {'yes' if c['ok'] else 'NO ':<5} {c['result']}")
+        mark = "skip" if c.get("skipped") else "yes" if c["ok"] else "NO"
+        lines.append(f"{c['check']:<60} {mark:<5} {c['result']}")
     sp = report["speed"]
     c = sp["costs"]
     lines += ["", f"costs on the {c.get('engine', 'eager')} engine (ms): draft step {c['draft_step_ms']:.3f}, "

@@ -1,0 +1,119 @@
+"""A round's p and q rows reduced to what the trace keeps, in torch, on the rows' own device.
+
+The trace keeps, per row, a few ids (the top of two distributions and one extra token) with their
+values, and full-row sums: the tail split by the sign of p - q, the row's total, beta and the skip
+bias (drafted positions) or the residual's mass (the end position). `round_summary` computes all
+of them where the rows are, with no host read and shapes fixed by (gamma, vocabulary), so the
+engine runs it inside a captured verify step and copies only this summary (O(gamma x TOP_N), not
+O(gamma x V)) in the round's one copy. The eager decoder calls the same function on its CPU rows,
+so both paths record a Round from the same numbers by construction.
+
+Tie rule for "top n": by value, then the lower id (a stable descending sort), on every device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# Columns per row: ids and valid flags (C each), values (C per distribution), then per
+# distribution (tail where p >= q, tail where p < q, total), then the row's extra sums.
+DRAFTED = 2, 2    # distributions (p, q); extra sums (beta, skip_tv)
+END = 3, 1        # distributions (drawn, p, q); extra sum (residual mass)
+
+
+def candidates(vocab: int, n: int) -> int:
+    """Candidate ids per row: the top n of two distributions and one extra token."""
+    return 2 * min(n, vocab) + 1
+
+
+def _summarize(rows: list[torch.Tensor], p: torch.Tensor, q: torch.Tensor, extra: torch.Tensor,
+               n: int) -> torch.Tensor:
+    """[R, W] float64 for rows [R, V]: candidates from rows[0] and rows[1], ordered by the tie rule."""
+    k = min(n, p.shape[1])
+    tops = [torch.sort(x, dim=1, descending=True, stable=True).indices[:, :k] for x in rows[:2]]
+    extra = extra.reshape(-1, 1).long()
+    cand = torch.cat([*tops, extra], 1)
+    # A token is a candidate only with mass there; the extra token always is.
+    valid = torch.cat([rows[0].gather(1, tops[0]) > 0, rows[1].gather(1, tops[1]) > 0,
+                       torch.ones_like(extra, dtype=torch.bool)], 1)
+    kept = torch.zeros_like(p, dtype=torch.bool).scatter_(1, torch.where(valid, cand, extra), True)
+    ge, lt = (p >= q) & ~kept, (p < q) & ~kept
+    cols = [cand.double(), valid.double(), *(x.gather(1, cand).double() for x in rows)]
+    for x in rows:   # a 0/1 mask times float32 is exact; the sums are float64
+        cols += [(x * ge).sum(1, keepdim=True, dtype=torch.float64),
+                 (x * lt).sum(1, keepdim=True, dtype=torch.float64), x.sum(1, keepdim=True, dtype=torch.float64)]
+    return torch.cat(cols, 1)
+
+
+def round_summary(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, end_dist: torch.Tensor,
+                  n_accepted: torch.Tensor, end_token: torch.Tensor, n: int) -> torch.Tensor:
+    """The flat float64 summary of one round: g drafted rows then the end row.
+
+    p: [g + 1, V] float32; q: [g, V]; drafts: [g]; end_dist: [V] (what the last token was drawn
+    from); n_accepted, end_token: 0-d device tensors (no host read: usable inside a graph).
+    """
+    g = q.shape[0]
+    parts = []
+    if g:
+        pd = p[:g]
+        overlap = torch.minimum(pd, q)                                   # exact in float32
+        beta = overlap.sum(1, keepdim=True, dtype=torch.float64)
+        # Bias of the skip rule here, in closed form: TV(min(p,q) + (1-beta) p, p).
+        skip_tv = 0.5 * (overlap.double() - beta * pd.double()).abs().sum(1, keepdim=True)
+        parts.append(torch.cat([_summarize([pd, q], pd, q, drafts, n), beta, skip_tv], 1).reshape(-1))
+    at = n_accepted.reshape(1).long()
+    p_end = p.index_select(0, at)
+    if g:   # q at the end position exists only where a draft was rejected there
+        q_end = q.index_select(0, at.clamp(max=g - 1)) * (at < g).to(q.dtype).reshape(1, 1)
+    else:
+        q_end = torch.zeros_like(p_end)
+    residual = (p_end.double() - q_end.double()).clamp(min=0).sum(1, keepdim=True)
+    drawn = end_dist.reshape(1, -1).to(p.dtype)
+    parts.append(torch.cat([_summarize([drawn, p_end, q_end], p_end, q_end, end_token, n), residual], 1).reshape(-1))
+    return torch.cat(parts)
+
+
+def summary_size(g: int, vocab: int, n: int) -> int:
+    """Numbers in a round's summary: independent of the vocabulary once it exceeds n."""
+    c = candidates(vocab, n)
+    return g * _width(c, *DRAFTED) + _width(c, *END)
+
+
+def _width(c: int, d: int, e: int) -> int:
+    """Columns of one summarized row: c candidates, d distributions, e extra sums."""
+    return (2 + d) * c + 3 * d + e
+
+
+@dataclass
+class Rows:
+    """Summarized rows on the host (numpy): candidate ids, valid flags, the values of each
+    distribution at them, each distribution's tail parts and total, and the extra sums."""
+
+    cand: np.ndarray                     # [R, C] int64
+    valid: np.ndarray                    # [R, C] bool
+    values: list[np.ndarray]             # per distribution, [R, C] float64 (float32 values)
+    tails: list[list[tuple[float, float]]]   # per distribution, per row: (p >= q part, p < q part)
+    totals: list[list[float]]            # per distribution, per row
+    sums: list[list[float]]              # per extra sum, per row
+
+    @classmethod
+    def parse(cls, flat: np.ndarray, rows: int, c: int, d: int, e: int) -> Rows:
+        m = flat.reshape(rows, -1)
+        at = (2 + d) * c
+        tail = m[:, at:at + 3 * d]
+        return cls(m[:, :c].astype(np.int64), m[:, c:2 * c] > 0,
+                   [m[:, (2 + i) * c:(3 + i) * c] for i in range(d)],
+                   [list(zip(tail[:, 3 * i].tolist(), tail[:, 3 * i + 1].tolist())) for i in range(d)],
+                   [tail[:, 3 * i + 2].tolist() for i in range(d)],
+                   [m[:, at + 3 * d + j].tolist() for j in range(e)])
+
+
+def parse(flat: np.ndarray, g: int, vocab: int, n: int) -> tuple[Rows | None, Rows]:
+    """A round's summary back into its drafted rows (None when g is 0) and its end row."""
+    c = candidates(vocab, n)
+    cut = g * _width(c, *DRAFTED)
+    drafted = Rows.parse(flat[:cut], g, c, *DRAFTED) if g else None
+    return drafted, Rows.parse(flat[cut:], 1, c, *END)

@@ -1,0 +1,74 @@
+"""The device reduction of a round's rows (`specdec.reduction`) against a plain per-row reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from specdec.reduction import parse, round_summary
+from specdec.trace import order_kept
+
+
+def _top(x: torch.Tensor, n: int, low_first: bool = True) -> list[int]:
+    """The tie rule, written out: top n by value, then the lower id; only tokens with mass."""
+    ids = sorted(range(len(x)), key=lambda i: (-float(x[i]), i if low_first else -i))[:n]
+    return [i for i in ids if x[i] > 0]
+
+
+def _tails(x, p, q, kept) -> tuple[float, float]:
+    rest = [i for i in range(len(x)) if i not in kept]
+    return (math.fsum(float(x[i]) for i in rest if p[i] >= q[i]), math.fsum(float(x[i]) for i in rest if p[i] < q[i]))
+
+
+def _grid(gen: torch.Generator, rows: int, vocab: int) -> torch.Tensor:
+    """Distributions on a coarse grid (many ties, about half the tokens at 0)."""
+    x = (torch.randint(0, 6, (rows, vocab), generator=gen) * (torch.rand(rows, vocab, generator=gen) < 0.5)).float()
+    return x / x.sum(1, keepdim=True).clamp_min(1)
+
+
+def test_the_round_summary_equals_a_plain_per_row_reference_with_ties():
+    """Rows with many ties (values on a coarse grid, some zero), g 0 to 3, every n_accepted: the
+    kept ids (tie rule above), their values exactly, and every sum within its float64 bound."""
+    gen = torch.Generator().manual_seed(0)
+    vocab, n = 40, 5
+    # Each float64 sum adds `vocab` non-negative float32 values: its error against an exact fsum
+    # is at most (vocab - 1) * eps64 * the sum (each addition rounds once); the values are <= 1.
+    bound = (vocab - 1) * np.finfo(np.float64).eps
+    for trial in range(40):
+        g = trial % 4
+        p, q, drawn = _grid(gen, g + 1, vocab), _grid(gen, g, vocab), _grid(gen, 1, vocab)[0]
+        drafts = torch.randint(0, vocab, (g,), generator=gen)
+        n_acc, end = trial % (g + 1), int(torch.randint(0, vocab, (1,), generator=gen))
+        flat = round_summary(p, q, drafts, drawn, torch.tensor(n_acc), torch.tensor(end), n).numpy()
+        rows, end_row = parse(flat, g, vocab, n)
+        for i in range(g):
+            kept = sorted(set(_top(p[i], n)) | set(_top(q[i], n)) | {int(drafts[i])},
+                          key=lambda t: (-float(p[i, t]), -float(q[i, t]), t))
+            (ids, pv, qv), = order_kept(rows.cand[i:i + 1], rows.valid[i:i + 1], [v[i:i + 1] for v in rows.values])
+            assert ids == kept and pv == p[i, kept].tolist() and qv == q[i, kept].tolist()
+            want = [*_tails(p[i], p[i], q[i], kept), *_tails(q[i], p[i], q[i], kept),
+                    math.fsum(torch.minimum(p[i], q[i]).tolist())]
+            got = [*rows.tails[0][i], *rows.tails[1][i], rows.sums[0][i]]
+            assert all(abs(a - b) <= bound for a, b in zip(got, want)), (trial, i, got, want)
+        q_end = q[n_acc] if n_acc < g else torch.zeros(vocab)
+        kept = sorted(set(_top(drawn, n)) | set(_top(p[n_acc], n)) | {end},
+                      key=lambda t: (-float(drawn[t]), -float(p[n_acc, t]), t))
+        (ids, dv, pv, qv), = order_kept(end_row.cand, end_row.valid, end_row.values)
+        assert ids == kept and qv == q_end[kept].tolist()
+        residual = math.fsum(max(0.0, a - b) for a, b in zip(p[n_acc].tolist(), q_end.tolist()))
+        assert abs(end_row.sums[0][0] - residual) <= bound
+        assert abs(end_row.tails[0][0][0] - _tails(drawn, p[n_acc], q_end, kept)[0]) <= bound
+
+
+def test_the_reference_catches_a_wrong_tie_rule():
+    """Negative control: the reference above would fail a summary that broke ties by the higher id."""
+    x = torch.tensor([0.25, 0.25, 0.25, 0.25])
+    assert _top(x, 2) == [0, 1] and _top(x, 2, low_first=False) == [3, 2]
+    flat = round_summary(x[None], x[None][:0], torch.zeros(0, dtype=torch.long), x, torch.tensor(0),
+                         torch.tensor(3), 2).numpy()
+    _, end_row = parse(flat, 0, 4, 2)
+    (ids, *_), = order_kept(end_row.cand, end_row.valid, end_row.values)
+    assert ids == [0, 1, 3]   # the top 2 by the lower id, and the drawn token
+    assert ids != sorted({*_top(x, 2, low_first=False), 3})
