@@ -178,3 +178,19 @@ def test_the_depth_story_reads_the_runs_own_costs_per_layer():
                       {**models, "device": "cuda", "engine": "cuda graphs"})
     assert "CUDA graphs" in gpu and "shallow" in gpu
     assert depth_story(Stats(), Stats(), models) == ""   # no comparison: nothing to say
+
+
+def test_the_rates_chart_labels_its_log_axis_1_2_5_around_the_data():
+    """Plotly labels every digit of a log axis that spans about a decade ('7', '8', '9', '100'),
+    and those labels overlapped at 800 px: the axis gets 1-2-5 ticks that bracket the data."""
+    from specdec.app import speed_tab
+    from specdec.app.speed_charts import log_ticks, rates_figure
+
+    profiles, _ = speed_tab.load_profiles()
+    fig = rates_figure(profiles, 4, 0.7)
+    ys = [y for trace in fig.data for y in trace.y]
+    ticks = list(fig.layout.yaxis.tickvals)
+    assert ticks[0] <= min(ys) and ticks[-1] >= max(ys)
+    assert all({round(t / 10 ** math.floor(math.log10(t)), 9)} <= {1, 2, 5} for t in ticks)
+    assert list(fig.layout.yaxis.ticktext) == [f"{t:g}" for t in ticks]
+    assert log_ticks(65, 1400) == [50, 100, 200, 500, 1000, 2000]

@@ -9,6 +9,8 @@ can check it against the closed form.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from ..looks import PALETTE
@@ -182,8 +184,23 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     _layout(fig, f"γ = {gamma}: tokens per second, target alone (dashed) and speculative (solid)<br>"
                  "<span style='font-size:11px'>a faster device sits higher on both lines; its speedup is the gap "
                  "between them</span>", 2, entries, columns=2)
-    fig.update_layout(yaxis=dict(title="tokens per second", type="log"))
+    ys = [y for trace in fig.data for y in trace.y]
+    ticks = log_ticks(min(ys), max(ys))
+    fig.update_layout(yaxis=dict(title="tokens per second", type="log", tickvals=ticks,
+                                 ticktext=[f"{t:g}" for t in ticks]))
     return fig
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 ticks from below `low` to above `high`: on a log axis spanning about one decade,
+    Plotly labels every digit (7, 8, 9, 100, ...), which overlap at narrow widths."""
+    ticks, decade = [], 10.0 ** math.floor(math.log10(low))
+    while not ticks or ticks[-1] < high:
+        ticks += [decade * m for m in (1, 2, 5)]
+        decade *= 10
+    first = max(i for i, t in enumerate(ticks) if t <= low)
+    last = min(i for i, t in enumerate(ticks) if t >= high)
+    return ticks[first:last + 1]
 
 
 # Where and how each was measured is in the chosen profile's note and the curves' legend: two long
