@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 import bounds
-from specdec import load_trace
+from specdec import load_trace, speculative_generate
 from specdec.app.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
 from specdec.models import BUNDLED, context_of
 
@@ -92,21 +93,47 @@ def test_import_trace_replays_the_run(client, run_result):
     assert json.loads(out["timeline"]["plot"]) == json.loads(run_result["timeline"]["plot"])   # the same timeline
 
 
-def test_generate_streams_one_update_per_round(client):
-    job = client.submit(*GOOD.with_(max_new_tokens=24).values(), api_name="/generate")
+# One generated token in the page's text: (its fate, its round, its tooltip, what it shows).
+TOKEN = re.compile(r'<span class="tok tok-\w+" data-kind="(\w+)" data-round="(\d+)" title="([^"]*)"[^>]*>(.*?)<sup')
+
+
+def tokens(text_html: str) -> list[tuple]:
+    return TOKEN.findall(text_html)
+
+
+def test_generate_streams_the_run_so_far_and_ends_with_every_round(client, bundled):
+    """The stream is coalesced by time (a few updates a second, `flights.EVERY`: rounds faster than
+    that are merged), so it promises order, not one update per round: each update is the run so far,
+    a prefix of the next, and the last one is the whole run, every round of the library's own run of
+    the same settings and seed, none lost."""
+    request = GOOD.with_(max_new_tokens=24, seed=2424)   # a seed no other test uses: decoded, not from the cache
+    job = client.submit(*request.values(), api_name="/generate")
     job.result()
     outputs = [named(o) for o in job.outputs()]
-    statuses = [o["status"] for o in outputs]
-    assert statuses[-1].startswith("Done: 24 tokens")
-    streamed = [o for o in outputs if isinstance(o["status"], str) and o["status"].startswith("Round ")]
-    n_rounds = int(statuses[-1].split(" in ")[1].split()[0])
-    assert n_rounds >= 2 and 2 <= len(streamed) <= n_rounds   # rounds faster than redraws are merged
+    prompt, _preset, settings = request.checked()
+    gen = speculative_generate(bundled, prompt, settings)
+    n_rounds = len(gen.rounds)
+    assert n_rounds >= 2 and gen.stats.new_tokens == 24
+    assert outputs[-1]["status"].startswith(f"Done: 24 tokens in {n_rounds} rounds"), outputs[-1]["status"]
+    streamed = [o for o in outputs[:-1] if isinstance(o["status"], str) and o["status"].startswith("Round ")]
+    assert 1 <= len(streamed) <= n_rounds   # the first round goes at once; later ones may be merged
     numbers = [int(o["status"].split()[1]) for o in streamed]
-    assert numbers == sorted(set(numbers)) and numbers[-1] == n_rounds
-    # every streamed update carries the text and the timeline so far, growing round by round
-    cells = [sum(len(t["x"]) for t in json.loads(o["timeline"]["plot"])["data"]) for o in streamed]
-    assert cells == sorted(cells) and cells[0] < cells[-1]
-    assert all('class="tok tok-' in o["text"] for o in streamed)
+    assert numbers == sorted(set(numbers)) and numbers[-1] <= n_rounds   # in order, never back
+    # Each update's text is the run so far (its "Round k" has k rounds of tokens), a prefix of the next.
+    texts = [tokens(o["text"]) for o in streamed] + [tokens(outputs[-1]["text"])]
+    assert [len({r for _, r, _, _ in t}) for t in texts[:-1]] == numbers
+    assert all(t and t == after[:len(t)] for t, after in zip(texts, texts[1:]))
+    # The last update is the whole run: every round, every token, as the library decodes it.
+    final = texts[-1]
+    assert sorted({int(r) for _, r, _, _ in final}) == list(range(n_rounds))
+    emitted = [k for k, _, _, _ in final if k != "rejected"]   # a rejected draft is shown, not emitted
+    assert len(emitted) == gen.stats.new_tokens
+    ends = [t for t in json.loads(outputs[-1]["timeline"]["plot"])["data"]
+            if t["meta"] in ("residual", "biased_p", "bonus", "greedy", "plain")]
+    assert sorted(x for t in ends for x in t["x"]) == list(range(1, n_rounds + 1))   # one end token per round
+    trace = load_trace(Path(export(client)).read_text(encoding="utf-8"))
+    assert trace.token_ids == gen.token_ids
+    assert [r.ending for r in trace.rounds] == [r.ending for r in gen.rounds]
 
 
 def test_compare_with_autoregressive(client):

@@ -28,8 +28,9 @@ from .pairs import is_loaded
 
 def run_generation(*values, stops: list | None = None):
     """Generator behind the Run button (api_name 'generate'; the values of a `RunRequest`, in
-    order): streams one update per round, then the finished run. `stops` is the visitor's list of
-    running requests (a session state), where their Stop finds this run's stop."""
+    order): streams the run so far a few times a second (`_stream`), then the finished run.
+    `stops` is the visitor's list of running requests (a session state), where their Stop finds
+    this run's stop."""
     request = RunRequest(*values)
     try:
         prompt, preset, settings = request.checked()
