@@ -265,6 +265,7 @@ class LoadResult:
     after_ok: bool = False
     after_seconds: float = 0.0
     places: dict[int, list[str]] = field(default_factory=dict)   # client -> "Waiting for …" lines it read
+    held: bool = False   # with hold_tokens: the holding run was still decoding when the clients were submitted
 
     def summary(self) -> dict:
         told = {i: p for i, p in self.places.items() if p}
@@ -272,26 +273,48 @@ class LoadResult:
                     told_to_retry=self.told_to_retry, retry_message=self.retry_message[:200],
                     other_errors=self.other_errors[:5],
                     seconds=round(self.seconds, 1), after_ok=self.after_ok, after_seconds=round(self.after_seconds, 2),
-                    told_their_place=len(told), first_places=sorted({p[0] for p in told.values()})[:8])
+                    told_their_place=len(told), first_places=sorted({p[0] for p in told.values()})[:8],
+                    held=self.held)
 
 
 RETRY_WORDS = ("queue is full", "try again")
+NO_RUN_CACHE = {"SPECDEC_RUN_CACHE_BYTES": "0"}   # a server that keeps no finished run: every request decodes
+HOLD_TOKENS = 200   # the run the clients find decoding (`load(hold_tokens=)`): seconds, on any machine
+FROM_THE_CACHE = "From the cache"   # how a status says the run was not decoded for this request (`views.CACHED`)
 
 
 def _is_retry(err: BaseException) -> bool:
     return any(w in str(err).lower() for w in RETRY_WORDS)
 
 
+def _hold(server: Server, tokens: int, timeout: float = 120):
+    """A run of `tokens` tokens submitted by a visitor of its own, returned once it decodes (its
+    page shows a round): the runs submitted next find the line busy and wait behind it."""
+    job = client(server.url).submit(*RunRequest().with_(seed=999, max_new_tokens=tokens).values(),
+                                    api_name="/generate")
+    names, deadline = api_outputs(MAIN_OUTPUTS), time.monotonic() + timeout
+    while time.monotonic() < deadline and not job.done():
+        if any(str(dict(zip(names, out, strict=True)).get("status")).startswith("Round") for out in job.outputs()):
+            return job
+        time.sleep(0.05)
+    raise RuntimeError(f"the holding run did not start decoding within {timeout:.0f} s")
+
+
 def load(server: Server, clients: int = 16, check_alone: bool = True, max_new_tokens: int = 24,
-         log=print) -> LoadResult:
+         log=print, hold_tokens: int = 0) -> LoadResult:
     """`clients` gradio_client clients, each its own session and seed, submitted at once.
-    check_alone: each result must equal the same request run alone afterwards. Errors that tell
-    the visitor to retry (the queue is full) are counted; any other error is a failure. Then one
-    more run must succeed at once."""
+    check_alone: each result must equal the same request run alone afterwards, decoded afresh (a
+    server that serves a repeat from its cache of finished runs, SPECDEC_RUN_CACHE_BYTES > 0, makes
+    that comparison empty: such an answer counts as an error). hold_tokens: first a run of that
+    many tokens, and the clients are submitted while it decodes, so they find the line busy
+    whatever the machine's speed (`held`: it was still decoding when they were submitted). Errors
+    that tell the visitor to retry (the queue is full) are counted; any other error is a failure.
+    Then one more run must succeed at once."""
     result = LoadResult(clients)
     cs = [client(server.url) for _ in range(clients)]
     barrier = threading.Barrier(clients)
     outputs: dict[int, dict] = {}
+    holder = _hold(server, hold_tokens) if hold_tokens else None
 
     def one(i: int):
         barrier.wait()
@@ -306,9 +329,14 @@ def load(server: Server, clients: int = 16, check_alone: bool = True, max_new_to
                 result.other_errors.append(f"client {i}: {type(err).__name__}: {err}")
 
     t0 = time.perf_counter()
+    result.held = holder is not None and not holder.done()
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(one, range(clients)))
     result.seconds = time.perf_counter() - t0
+    if holder is not None:
+        status = str(dict(zip(api_outputs(MAIN_OUTPUTS), holder.result(), strict=True))["status"])
+        if not status.startswith("Done"):
+            result.other_errors.append(f"the holding run: {status}")
     log(f"{clients} clients at once: {len(outputs)} answered, {result.told_to_retry} told to retry, "
         f"{len(result.other_errors)} other errors, {result.seconds:.1f} s")
     t1 = time.perf_counter()
@@ -322,7 +350,9 @@ def load(server: Server, clients: int = 16, check_alone: bool = True, max_new_to
         alone = client(server.url)
         for i, out in sorted(outputs.items()):
             again = generate(alone, seed=1000 + i, max_new_tokens=max_new_tokens)
-            if fingerprint(again) == fingerprint(out):
+            if FROM_THE_CACHE in str(again["status"]):
+                result.other_errors.append(f"client {i}: the run alone came from the cache, not decoded afresh")
+            elif fingerprint(again) == fingerprint(out):
                 result.matched += 1
             else:
                 result.mismatched.append(i)
@@ -461,7 +491,7 @@ def main_load(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.serialise:
         return _serialised_main(args)
-    server = start_server()
+    server = start_server(NO_RUN_CACHE)   # each run alone is decoded afresh, not answered from the cache
     try:
         first = load(server, args.clients, max_new_tokens=args.max_new_tokens)
     finally:
@@ -480,9 +510,9 @@ def main_load(argv: list[str] | None = None) -> int:
 
 def _serialised_main(args) -> int:
     server = start_server({"SPECDEC_SERIALISE_DEVICE": "1", "SPECDEC_DECODE_CONCURRENCY": str(args.clients),
-                           "SPECDEC_CONCURRENCY": str(args.clients)})
+                           "SPECDEC_CONCURRENCY": str(args.clients), **NO_RUN_CACHE})
     try:
-        res = load(server, args.clients, max_new_tokens=args.max_new_tokens)
+        res = load(server, args.clients, max_new_tokens=args.max_new_tokens, hold_tokens=HOLD_TOKENS)
     finally:
         stop_server(server)
     summary = res.summary()
