@@ -184,10 +184,11 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     _layout(fig, f"γ = {gamma}: tokens per second, target alone (dashed) and speculative (solid)<br>"
                  "<span style='font-size:11px'>a faster device sits higher on both lines; its speedup is the gap "
                  "between them</span>", 2, entries, columns=2)
+    fig.update_layout(yaxis=dict(title="tokens per second", type="log"))
     ys = [y for trace in fig.data for y in trace.y]
-    ticks = log_ticks(min(ys), max(ys))
-    fig.update_layout(yaxis=dict(title="tokens per second", type="log", tickvals=ticks,
-                                 ticktext=[f"{t:g}" for t in ticks]))
+    if ys:   # no profile and no run: nothing to label
+        ticks = log_ticks(min(ys), max(ys))
+        fig.update_layout(yaxis=dict(tickvals=ticks, ticktext=[f"{t:g}" for t in ticks]))
     return fig
 
 
