@@ -1,7 +1,7 @@
 """Measure a running specdec server from outside, as visitors use it: the soak and the load test.
 
 `scripts/soak.py` and `scripts/load.py` are thin command lines over `soak()` and `load()`; the
-server tests (tests/test_server.py) call the same functions in a short form (pytest.ini puts this
+server tests (tests/test_server*.py) call the same functions in a short form (pytest.ini puts this
 folder on the path). A test and operations harness: it is not part of the package.
 
 - `start_server(env)` starts `python app.py` on a free port with its own temp and Gradio cache

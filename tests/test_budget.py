@@ -1,6 +1,6 @@
 """What visitors' sessions hold, in bytes: the sizer, the least-recently-used choice, the message a
 released visitor reads. (The budget kept on a live app: test_housekeeping.py; on a real server,
-with large imported traces: test_server.py.)"""
+with large imported traces: test_server_budget.py.)"""
 
 from __future__ import annotations
 

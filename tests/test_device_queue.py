@@ -1,7 +1,7 @@
 """Runs on one device take turns, first come first served, and a waiting visitor is told their
 place. On a GPU always (graph capture and replay never overlap); on the CPU when
 SPECDEC_SERIALISE_DEVICE=1, which is how the same path runs here. (Eight clients at once through
-a real server: test_server.py and `python scripts/load.py --serialise`.)"""
+a real server: test_server_lines.py and `python scripts/load.py --serialise`.)"""
 
 from __future__ import annotations
 

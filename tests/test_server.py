@@ -1,17 +1,15 @@
 """The real server, as anyone reaches it, with small limits set by environment variables.
 
-Three servers of our own (`serverload.start_server` (scripts/): `python app.py` on a free port, with its
+A server of our own (`serverload.start_server` (scripts/): `python app.py` on a free port, with its
 own temp and Gradio cache folders):
 
 - `main`: a 1 MB upload cap, files deleted after 2 s, a hub cache holding a broken copy of a hub
   preset, and an out-of-memory error on one magic prompt (injected by a launcher script around
   app.py, not by any code of the app). Load test, short soak, uploads, faults, bad input.
-- `small`: a queue of 8 and a 1-second request limit: the time limit.
-- `burst`: a queue of 8: the burst of 40.
-- `budgeted`: a byte budget of 40 MB for visitors' state, exports kept 30 s: large imported traces
-  against the budget, and an export that outlives sweeps and its visitor's release.
-- `queued`: runs take turns on the CPU (SPECDEC_SERIALISE_DEVICE=1, the GPU's path) with 8
-  decoding at once: 8 clients, each told its place, each result what it is alone.
+
+The servers with other limits are in their own files, so that pytest-xdist (`--dist loadfile`) runs
+them on other workers: test_server_lines.py (the queue, the time limit, the device's line) and
+test_server_budget.py (the byte budget for visitors' state).
 
 The long forms: `python scripts/soak.py` (200 runs; `--imports 30` against the byte budget) and
 `python scripts/load.py` (`--serialise` through the device's line).
@@ -21,10 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -34,7 +29,8 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
 
 import serverload  # noqa: E402
-from serverload import client, file_path, generate, notices  # noqa: E402
+from serverload import client, generate  # noqa: E402
+from serving import assert_serving  # noqa: E402
 from specdec.app.api import RunRequest  # noqa: E402
 from specdec.models import ASSETS, PRESETS  # noqa: E402
 from test_hub_cache import add_to_hub_cache  # noqa: E402
@@ -56,7 +52,6 @@ BROKEN = "smollm2"   # its hub-cache copy has garbage weights
 pytestmark = pytest.mark.slow   # every test here talks to a server of its own
 
 
-
 @pytest.fixture(scope="module")
 def main(tmp_path_factory):
     cache = tmp_path_factory.mktemp("hub-cache")
@@ -73,58 +68,8 @@ def main(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def small():
-    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8", "SPECDEC_REQUEST_SECONDS": "1"})
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def burst():
-    """A queue of 8 and the default time limit: the burst is judged on queueing alone (with a
-    1-second limit, a queued run on a loaded machine could also be stopped for its time)."""
-    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8"})
-    yield server
-    server.stop()
-
-
-BUDGET_MB = 40
-EXPORT_AGE = 30   # seconds
-
-
-@pytest.fixture(scope="module")
-def budgeted():
-    server = serverload.start_server({"SPECDEC_SESSION_BYTES": str(BUDGET_MB * 1_000_000), "SPECDEC_MAX_UPLOAD_MB": "6",
-                                      "SPECDEC_FILE_MAX_AGE_SECONDS": str(EXPORT_AGE),
-                                      "SPECDEC_CLEAN_EVERY_SECONDS": "1"})
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def big_trace(budgeted, tmp_path_factory):
-    """The largest bundled-pair run there is (240 tokens at gamma 16): 2.9 MB of JSON."""
-    return serverload.big_trace(budgeted, tmp_path_factory.mktemp("big"))
-
-
-@pytest.fixture(scope="module")
-def queued():
-    server = serverload.start_server({"SPECDEC_SERIALISE_DEVICE": "1", "SPECDEC_DECODE_CONCURRENCY": "8",
-                                      "SPECDEC_CONCURRENCY": "8", **serverload.NO_RUN_CACHE})
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def c(main):
     return client(main.url)
-
-
-def assert_serving(server) -> None:
-    t0 = time.perf_counter()
-    out = generate(client(server.url), max_new_tokens=4, seed=11)
-    assert str(out["status"]).startswith("Done: 4 tokens"), out["status"]
-    assert time.perf_counter() - t0 < 30
 
 
 # ---------------------------------------------------------------- load
@@ -134,53 +79,6 @@ def test_sixteen_clients_at_once_each_get_what_they_would_get_alone(main):
     assert not res.other_errors and res.told_to_retry == 0, res.summary()
     assert res.matched == 16 and not res.mismatched, res.summary()
     assert res.after_ok
-
-
-def test_forty_at_once_the_excess_is_told_to_retry_and_the_server_answers_after(burst):
-    res = serverload.load(burst, clients=40, check_alone=False, max_new_tokens=4, log=lambda *_: None)
-    assert not res.other_errors, res.summary()
-    assert res.told_to_retry > 0, res.summary()
-    # what a refused visitor reads (gradio_client words it "Queue is full! Please try again.")
-    assert "try again" in res.retry_message.lower(), res.summary()
-    assert res.after_ok and res.after_seconds < 10, res.summary()
-
-
-# a place in the line, with an estimate once decodes were timed (`flights.Line`; the device's line has none)
-PLACE = r"Waiting for the {}: [1-8] runs? ahead of you( \(about [1-9][0-9]* s\))?…"
-
-
-def test_eight_clients_through_the_devices_line_are_told_their_place_and_get_what_they_would_alone(queued):
-    """The GPU's path (runs take turns on the device), run on the CPU: eight at once, sent while a
-    200-token run decodes (a 64-token run now takes the device for less time than eight requests
-    take to arrive on a loaded machine: without it the line could be empty). The server keeps no
-    finished run, so each run alone after is decoded afresh."""
-    res = serverload.load(queued, clients=8, max_new_tokens=64, log=lambda *_: None,
-                          hold_tokens=serverload.HOLD_TOKENS)
-    assert res.held, "the holding run ended before the eight were sent"
-    assert not res.other_errors and res.told_to_retry == 0, res.summary()
-    assert res.matched == 8 and not res.mismatched, res.summary()
-    places = [p for lines in res.places.values() for p in lines]
-    assert all(re.fullmatch(PLACE.format("CPU"), p) for p in places), places
-    told = [lines for lines in res.places.values() if lines]   # how many runs started while others ran:
-    assert len(told) >= 3 and max(int(p.split(": ")[1].split()[0]) for p in places) >= 2, res.places
-    assert res.after_ok
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
-def test_eight_clients_on_the_gpu_take_turns_and_get_what_they_would_alone():
-    """The same on a GPU machine, where runs take turns without being asked (not run here: the
-    machine this was written on has no GPU)."""
-    server = serverload.start_server({"SPECDEC_DECODE_CONCURRENCY": "8", "SPECDEC_CONCURRENCY": "8",
-                                      **serverload.NO_RUN_CACHE})
-    try:
-        res = serverload.load(server, clients=8, max_new_tokens=64, log=lambda *_: None,
-                              hold_tokens=serverload.HOLD_TOKENS)
-    finally:
-        server.stop()
-    assert not res.other_errors and res.matched == 8 and not res.mismatched, res.summary()
-    places = [p for lines in res.places.values() for p in lines]
-    assert all(re.fullmatch(PLACE.format("GPU"), p) for p in places), places
 
 
 # ---------------------------------------------------------------- soak (short form)
@@ -195,54 +93,6 @@ def test_short_soak_memory_and_disk_stay_flat(main):
     assert s["rss_growth_pct"] <= 5, s
     assert s["rss_end_mb"] - s["rss_early_mb"] < 0.25 * 20, s
     assert s["disk_growth_mb"] <= 2, s
-
-
-# ---------------------------------------------------------------- the byte budget, and nothing lost
-
-def _download(server, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"{server.url}gradio_api/file={path}", timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, b""
-
-
-def test_an_export_stays_downloadable_through_sweeps_and_its_visitors_release_until_its_age(budgeted, big_trace):
-    visitor = client(budgeted.url)
-    generate(visitor, max_new_tokens=12, seed=3)
-    path = file_path(visitor.predict(api_name="/export_trace"))
-    taken = time.time()
-    status, body = _download(budgeted, path)
-    assert status == 200 and json.loads(body)["schema"] == "specdec.trace"
-    # Other visitors' imports: the visitor who exported is let go (least recently used). The importers
-    # stay on their pages (their clients kept): a client dropped stops its heartbeat, Gradio unloads
-    # its session and the app releases it, and then the imports need not fill the budget.
-    importers = [client(budgeted.url) for _ in range(6)]
-    for importer in importers:
-        importer.predict(gradio_client.handle_file(str(big_trace)), api_name="/import_trace")
-    job = visitor.submit(2, api_name="/show_step")
-    job.result()
-    assert any("let go of your run" in m for m in notices(job)), "the exporting visitor was not released"
-    time.sleep(2.5)   # a few sweeps (every second here)
-    assert time.time() - taken < EXPORT_AGE - 5, "too slow to test 'until its age' on this machine"
-    assert _download(budgeted, path) == (200, body), "an export was lost before its age"
-    deadline = taken + EXPORT_AGE + 20
-    while time.time() < deadline and _download(budgeted, path)[0] == 200:
-        time.sleep(1)
-    assert _download(budgeted, path)[0] != 200 and not Path(path).exists(), "an export outlived its age"
-
-
-def test_imports_of_large_traces_keep_memory_within_the_byte_budget(budgeted, big_trace):
-    """The byte-budget soak (short form of `python scripts/soak.py --imports 30`): 20 visitors
-    each import a 2.9 MB trace (~9 MB held once parsed and shown). Without a budget the server
-    grew by ~10 MB an import (measured: +264 MB for 30); here it stays within the 40 MB budget
-    (plus 25 MB for the parse in flight and the allocator), and the first visitor, let go, is
-    told so at their next action."""
-    res = serverload.import_soak(budgeted, big_trace, imports=20, budget_mb=BUDGET_MB, log=lambda *_: None)
-    s = res.summary()
-    assert s["growth_peak_mb"] <= BUDGET_MB + 25, s
-    assert any("let go of your run" in m and "SPECDEC_SESSION_BYTES" in m for m in res.told), res.told
-    assert_serving(budgeted)
 
 
 # ---------------------------------------------------------------- uploads
@@ -370,12 +220,6 @@ def test_a_request_cancelled_midway_leaves_the_server_serving(main):
     job.cancel()
     time.sleep(0.5)
     assert_serving(main)
-
-
-def test_a_run_past_the_time_limit_is_stopped_with_a_message(small):
-    with pytest.raises(AppError, match="time limit of 1 s"):
-        generate(client(small.url), max_new_tokens=240, gamma=1)
-    assert_serving(small)
 
 
 # ---------------------------------------------------------------- bad input: a message a person can act on

@@ -1,0 +1,96 @@
+"""The server's lines, with small limits set by environment variables: a queue of 8 with a 1-second
+request limit (`small`), a queue of 8 and a burst of 40 (`burst`), and runs taking turns on the
+device (`queued`, the GPU's path, run on the CPU). Split from test_server.py so that pytest-xdist
+(`--dist loadfile`) runs each file's servers on its own worker."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client.exceptions import AppError  # noqa: E402
+
+import serverload  # noqa: E402
+from serverload import client, generate  # noqa: E402
+from serving import assert_serving  # noqa: E402
+
+pytestmark = pytest.mark.slow   # every test here talks to a server of its own
+
+
+@pytest.fixture(scope="module")
+def small():
+    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8", "SPECDEC_REQUEST_SECONDS": "1"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def burst():
+    """A queue of 8 and the default time limit: the burst is judged on queueing alone (with a
+    1-second limit, a queued run on a loaded machine could also be stopped for its time)."""
+    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def queued():
+    server = serverload.start_server({"SPECDEC_SERIALISE_DEVICE": "1", "SPECDEC_DECODE_CONCURRENCY": "8",
+                                      "SPECDEC_CONCURRENCY": "8", **serverload.NO_RUN_CACHE})
+    yield server
+    server.stop()
+
+
+def test_forty_at_once_the_excess_is_told_to_retry_and_the_server_answers_after(burst):
+    res = serverload.load(burst, clients=40, check_alone=False, max_new_tokens=4, log=lambda *_: None)
+    assert not res.other_errors, res.summary()
+    assert res.told_to_retry > 0, res.summary()
+    # what a refused visitor reads (gradio_client words it "Queue is full! Please try again.")
+    assert "try again" in res.retry_message.lower(), res.summary()
+    assert res.after_ok and res.after_seconds < 10, res.summary()
+
+
+# a place in the line, with an estimate once decodes were timed (`flights.Line`; the device's line has none)
+PLACE = r"Waiting for the {}: [1-8] runs? ahead of you( \(about [1-9][0-9]* s\))?…"
+
+
+def test_eight_clients_through_the_devices_line_are_told_their_place_and_get_what_they_would_alone(queued):
+    """The GPU's path (runs take turns on the device), run on the CPU: eight at once, sent while a
+    200-token run decodes (a 64-token run now takes the device for less time than eight requests
+    take to arrive on a loaded machine: without it the line could be empty). The server keeps no
+    finished run, so each run alone after is decoded afresh."""
+    res = serverload.load(queued, clients=8, max_new_tokens=64, log=lambda *_: None,
+                          hold_tokens=serverload.HOLD_TOKENS)
+    assert res.held, "the holding run ended before the eight were sent"
+    assert not res.other_errors and res.told_to_retry == 0, res.summary()
+    assert res.matched == 8 and not res.mismatched, res.summary()
+    places = [p for lines in res.places.values() for p in lines]
+    assert all(re.fullmatch(PLACE.format("CPU"), p) for p in places), places
+    told = [lines for lines in res.places.values() if lines]   # how many runs started while others ran:
+    assert len(told) >= 3 and max(int(p.split(": ")[1].split()[0]) for p in places) >= 2, res.places
+    assert res.after_ok
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_eight_clients_on_the_gpu_take_turns_and_get_what_they_would_alone():
+    """The same on a GPU machine, where runs take turns without being asked (not run here: the
+    machine this was written on has no GPU)."""
+    server = serverload.start_server({"SPECDEC_DECODE_CONCURRENCY": "8", "SPECDEC_CONCURRENCY": "8",
+                                      **serverload.NO_RUN_CACHE})
+    try:
+        res = serverload.load(server, clients=8, max_new_tokens=64, log=lambda *_: None,
+                              hold_tokens=serverload.HOLD_TOKENS)
+    finally:
+        server.stop()
+    assert not res.other_errors and res.matched == 8 and not res.mismatched, res.summary()
+    places = [p for lines in res.places.values() for p in lines]
+    assert all(re.fullmatch(PLACE.format("GPU"), p) for p in places), places
+
+
+def test_a_run_past_the_time_limit_is_stopped_with_a_message(small):
+    with pytest.raises(AppError, match="time limit of 1 s"):
+        generate(client(small.url), max_new_tokens=240, gamma=1)
+    assert_serving(small)
