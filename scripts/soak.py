@@ -4,7 +4,7 @@ within 5 % of after run 20, and the temp and Gradio cache folders grow by at mos
     python scripts/soak.py                 # the full soak (about 4 minutes on 2 cores)
     python scripts/soak.py --runs 40       # a short form
     python scripts/soak.py --export        # also export the trace after every run
-    python scripts/soak.py --imports 30    # 30 visitors each import a 2.8 MB trace, against a
+    python scripts/soak.py --imports 30    # 30 visitors each import a 2.1 MB trace, against a
                                            # byte budget of 40 MB (--budget-mb): memory must stay
                                            # within it (+40 MB slack), the first visitor told
 
