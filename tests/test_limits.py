@@ -169,9 +169,22 @@ def test_a_run_past_its_time_limit_stops_between_forwards_and_says_why(monkeypat
     stops = _capture_stops(monkeypatch)
     monkeypatch.setattr(limits, "REQUEST_SECONDS", 0.3)
     t0 = time.perf_counter()
-    with pytest.raises(gr.Error, match=r"time limit of 0.3 s \(SPECDEC_REQUEST_SECONDS\)"):
-        list(handlers.run_generation(*RunRequest(max_new_tokens=240, gamma=1).values()))
+    updates = []
+    with pytest.raises(gr.Error, match=r"time limit of 0.3 s \(SPECDEC_REQUEST_SECONDS\)") as err:
+        updates.extend(handlers.run_generation(*RunRequest(max_new_tokens=240, gamma=1).values()))
     assert stops[0].reason == "time limit" and time.perf_counter() - t0 < 30
+    # the status line, which said "Decoding…" (or "Loading…"), now says what the error says
+    assert updates[0]["status"].endswith("…") and updates[-1] == {"status": handlers.failed_status(err.value.message)}
+
+
+def test_a_run_refused_for_its_input_says_so_in_its_status_too():
+    from specdec.app import handlers
+    from specdec.app.api import RunRequest
+
+    updates = []
+    with pytest.raises(gr.Error, match="drafts per round") as err:
+        updates.extend(handlers.run_generation(*RunRequest(gamma=0).values()))
+    assert updates == [{"status": handlers.failed_status(err.value.message)}]
 
 
 def test_leaving_a_run_stops_its_decoder(monkeypatch):

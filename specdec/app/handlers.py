@@ -30,7 +30,20 @@ def run_generation(*values, stops: list | None = None):
     """Generator behind the Run button (api_name 'generate'; the values of a `RunRequest`, in
     order): streams the run so far a few times a second (`_stream`), then the finished run.
     `stops` is the visitor's list of running requests (a session state), where their Stop finds
-    this run's stop."""
+    this run's stop. A run that fails says so in the status line too, which otherwise would go on
+    saying "Decoding…" beside the error."""
+    try:
+        yield from _run_generation(*values, stops=stops)
+    except gr.Error as err:
+        yield dict(status=failed_status(err.message))
+        raise
+
+
+def failed_status(message: str) -> str:
+    return f"Not done: {message}"
+
+
+def _run_generation(*values, stops: list | None = None):
     request = RunRequest(*values)
     try:
         prompt, preset, settings = request.checked()
