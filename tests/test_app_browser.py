@@ -45,6 +45,28 @@ def set_number(page, elem_id: str, value) -> None:
     box.press("Tab")
 
 
+# Records what the page's live regions (read aloud by screen readers) say, into window.__said.
+ANNOUNCEMENTS = """() => { window.__said = [];
+    new MutationObserver(ms => { for (const m of ms) {
+        const el = m.target.nodeType === 3 ? m.target.parentElement : m.target;
+        const live = el && el.closest && el.closest('[aria-live]');
+        if (live) window.__said.push(live.textContent.trim()); } })
+      .observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+
+
+def test_enter_in_a_number_box_applies_the_number(page):
+    """Typed and confirmed with Enter, a number takes effect at once (Gradio applies a slider's
+    typed number when its box loses focus: 99 stayed in γ's box beside a slider at 16), and the
+    focus stays where the keyboard left it."""
+    box = page.locator("#gamma input[type=number]").first
+    box.wait_for()
+    box.click()
+    box.fill("99")
+    box.press("Enter")
+    page.wait_for_function("() => document.querySelector('#gamma input[type=number]').value === '16'", timeout=5_000)
+    assert page.evaluate("() => document.activeElement === document.querySelector('#gamma input[type=number]')")
+
+
 def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool = False) -> None:
     page.wait_for_selector("#run")
     if prompt is not None:
@@ -89,6 +111,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     # streams. A run the server decoded before (another browser test's default run, on the same
     # server) comes whole from its cache: no "Round k" on the status line, ever.
     set_number(page, "seed", DEFAULT_RUN_SEED)
+    page.evaluate(ANNOUNCEMENTS)
     page.locator("#run").click()
     # While it streams, the text and the timeline are already there (the progress sits on the status line).
     page.wait_for_function(
@@ -98,6 +121,9 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
                 && document.querySelectorAll('#token-text .tok[data-round]').length > 0; }""", timeout=RUN_TIMEOUT)
     assert page.locator("#timeline .js-plotly-plot").is_visible()
     wait_done(page)
+    # What a screen reader hears when the run ends: a word, not Gradio's missing key "common.complete".
+    page.wait_for_function("() => window.__said.includes('Done')", timeout=10_000)
+    assert not [t for t in page.evaluate("() => window.__said") if "common." in t]
     wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
     # The text: every generated token is a marked span, with a legend.
     kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")

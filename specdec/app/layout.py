@@ -68,7 +68,12 @@ def build_app() -> gr.Blocks:
 def launch_kwargs() -> dict:
     """Arguments for `demo.launch()` (Gradio 6 takes css/js/theme there)."""
     return dict(css=(STATIC / "app.css").read_text(), js=(STATIC / "app.js").read_text(),
-                theme=gr.themes.Default(font=[gr.themes.Font("system-ui"), "sans-serif"]))
+                theme=gr.themes.Default(font=[gr.themes.Font("system-ui"), "sans-serif"]), i18n=SAID)
+
+
+# Words Gradio's status tracker announces to screen readers when an event ends. Gradio 6.31's
+# English bundle lacks these keys, so a screen reader read the key itself: "common.complete".
+SAID = gr.I18n(en={"common.complete": "Done", "common.error": "Error"})
 
 
 # ---------------------------------------------------------------- sections

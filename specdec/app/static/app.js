@@ -33,10 +33,16 @@
     history.replaceState(history.state, '', location.pathname + want + location.hash);
   };
   setInterval(remember, 400);
-  // Keyboard: left / right arrow (outside text fields and sliders) step through the rounds.
+  // Keyboard: Enter in a number box applies it (Gradio applies a slider's typed number on blur
+  // only); left / right arrow (outside text fields and sliders) step through the rounds.
   document.addEventListener('keydown', (ev) => {
     if (ev.altKey || ev.ctrlKey || ev.metaKey || ev.defaultPrevented) return;
     const t = ev.target;
+    if (ev.key === 'Enter' && t && t.tagName === 'INPUT' && t.type === 'number') {
+      t.blur();
+      t.focus();
+      return;
+    }
     if (t && (t.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(t.tagName))) return;
     const id = ev.key === 'ArrowLeft' ? 'prev-round' : ev.key === 'ArrowRight' ? 'next-round' : null;
     const btn = id && document.querySelector(`#${id}`);
