@@ -14,7 +14,7 @@ from bounds import display, rounding
 from specdec import RunSettings, SamplingConfig
 from specdec.app import charts, speed_tab, views
 from specdec.measure import compare_with_target, mean_timings
-from specdec.speed import depth_story, explain, run_point, time_split
+from specdec.speed import depth_story, expected_tokens_per_round, explain, run_point, time_split
 from specdec.trace import Stats
 
 # The figures are float64 arithmetic of a handful of terms (a sum of three parts, a product and a
@@ -87,6 +87,14 @@ def test_every_number_shown_twice_comes_from_one_value(greedy):
     assert whole.target_step_ms >= forwards.target_step_ms   # a token alone costs at least its forward
     assert f"a target step {whole.target_step_ms:.2f} ms" in speed["note"]
     assert f"{ar.stats.wall_seconds:.2f} s" in metrics and f"{ar.stats.wall_seconds:.2f} s" in status
+    # The one-line result beside Run: α and tokens per forward as the metrics table prints them.
+    s = gen.stats
+    assert f"α = {s.acceptance_rate:.3f}" in status and f"**{s.acceptance_rate:.3f}**" in metrics
+    assert f"{s.tokens_per_target_forward:.2f} tokens per target forward" in status
+    assert f"**{s.tokens_per_target_forward:.2f}**" in metrics
+    predicted = f"α predicts {expected_tokens_per_round(s.acceptance_rate, gamma):.2f}"
+    assert predicted in status
+    assert f"predicts {predicted.split()[-1]} from r = α" in metrics
 
 
 def test_the_wall_time_names_every_part_and_they_add_up(greedy):

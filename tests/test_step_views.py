@@ -207,7 +207,7 @@ def test_two_wall_times_are_each_named_where_both_appear(bundled, run):
     for shown in (status, text):
         assert f"{streamed} while streaming" in shown and again in shown and "unstreamed" in shown
     assert status.startswith("Done: 64 tokens")
-    assert views.done_status(run, None).endswith(f"{streamed} (max new tokens).")
+    assert views.done_status(run, None).endswith(f"{streamed} (max new tokens).{views.result_line(run)}")
 
 
 def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):

@@ -15,7 +15,7 @@ import pandas as pd
 from ..decoding import STOPPED
 from ..looks import LOOKS, token_label
 from ..outcomes import Ending
-from ..speed import run_point, speedup
+from ..speed import expected_tokens_per_round, run_point, speedup
 from ..trace import Generation
 from . import charts, step_charts
 from .charts import sig3
@@ -170,8 +170,21 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     why = s.stopped.replace("_", " ")
     told = CACHED if cached else ""
     if ar is None:
-        return f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why}).{told}"
+        return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
+                f"{result_line(gen)}{told}")
     t = (timed or gen).stats
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
             f"unstreamed ({s.wall_seconds:.2f} s while streaming to the page). Autoregressive: "
-            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.{told}")
+            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+
+
+def result_line(gen: Generation) -> str:
+    """The run's result in one line beside Run, where the eye is after a click (the metrics table,
+    below the fold, says the same numbers with what each answers): α, and tokens per target
+    forward measured against what α predicts. Empty when no draft was tested."""
+    s = gen.stats
+    if not s.tested:
+        return ""
+    predicted = expected_tokens_per_round(s.acceptance_rate, gen.settings.gamma)
+    return (f" α = {s.acceptance_rate:.3f}; {s.tokens_per_target_forward:.2f} tokens per target forward "
+            f"(α predicts {predicted:.2f}).")
