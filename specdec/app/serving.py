@@ -17,7 +17,8 @@ What `configure` sets, each from `limits` (one environment variable each):
   memory;
 - the byte budget (`budget`, SPECDEC_SESSION_BYTES): kept after every request that changes a
   visitor's state, and a visitor whose state was released (to keep it, or because their
-  connection dropped) is told so, with what to do, at their next action (a warning on the page).
+  connection dropped) is told so, with what to do, at their next action (a warning on the page);
+- outputs a handler leaves out sent without Gradio rebuilding each one (`skips`).
 
 The time limit (SPECDEC_REQUEST_SECONDS) is not here: each decoding request carries a stop with a
 deadline (`runs.request_stop`), which the decoder checks between forwards.
@@ -35,6 +36,7 @@ import gradio as gr
 from ..checks import number
 from . import budget, housekeeping, limits
 from .messages import error
+from .skips import skip_left_out
 
 __all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "BUSY", "DECODE",
            "DROPPED"]
@@ -188,6 +190,7 @@ def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
             budget.tell(session_hash, DROPPED)   # read only if the same page comes back (a dropped connection)
 
     demo.unload(release_visitor)
+    skip_left_out(demo)
     _watch_sessions(demo)
     if housekeeping_thread:
         demo.specdec_housekeeper = housekeeping.start(demo)
