@@ -67,6 +67,37 @@ def test_enter_in_a_number_box_applies_the_number(page):
     assert page.evaluate("() => document.activeElement === document.querySelector('#gamma input[type=number]')")
 
 
+def wait_slider_max(page, elem_id: str, most: int) -> None:
+    page.wait_for_function("([id, m]) => document.querySelector('#' + id + ' input[type=range]').max === String(m)",
+                           arg=[elem_id, most], timeout=30_000)
+
+
+def test_the_max_new_tokens_slider_leaves_room_for_the_prompt(page, bundled):
+    """The slider's maximum is what the bundled pair's context leaves after the prompt: on page
+    load, and as a long prompt is typed; the value moves down with it, and a run of it decodes."""
+    def room(prompt: str) -> int:   # as the decoder counts the prompt
+        return bundled.context_length - len(bundled.encode(prompt)[1])
+
+    page.wait_for_selector("#max-new input[type=range]", state="attached")
+    default = page.locator("#prompt textarea").input_value()
+    wait_slider_max(page, "max-new", room(default))
+    assert f"this prompt takes {len(bundled.encode(default)[1])}, leaving {room(default)}" in \
+        page.locator("#max-new").inner_text()
+    set_number(page, "max-new", room(default))
+    long = "First Citizen:\nBefore we proceed any further, hear me speak. " * 3
+    box = page.locator("#prompt textarea")
+    box.fill("")
+    box.press_sequentially(long)   # a change event a key: the last one's answer stays
+    wait_slider_max(page, "max-new", room(long))
+    page.wait_for_function("(m) => document.querySelector('#max-new input[type=number]').value === String(m)",
+                           arg=room(long), timeout=10_000)
+    assert f"leaving {room(long)}." in page.locator("#max-new").inner_text()
+    page.locator("#run").click()
+    wait_done(page)
+    assert f"Done: {room(long)} tokens" in page.locator("#run-status").inner_text()
+    assert page.console_errors == []
+
+
 def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool = False) -> None:
     page.wait_for_selector("#run")
     if prompt is not None:

@@ -225,7 +225,12 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         button.click(lambda g, k, s, which=which: _named(v, handlers.side_by_side(g, k, which, s)),
                      [v.run_state, v.preset, v.stops], [v.side_by_side], api_name=api_name, concurrency_id=DECODE,
                      show_progress_on=[v.side_by_side])
-    v.preset.change(handlers.max_new_for, [v.preset, v.max_new_tokens], [v.max_new_tokens], api_name=False, **QUIET)
+    # The max-new-tokens slider follows the pair and the prompt: while typing, only the latest text
+    # is counted (a tokenizer call, off the queue: never behind a run).
+    room = dict(fn=handlers.max_new_for, inputs=[v.preset, v.prompt, v.max_new_tokens], outputs=[v.max_new_tokens],
+                api_name=False, queue=False, trigger_mode="always_last", **QUIET)
+    for event in (v.preset.change, v.prompt.change, demo.load):
+        event(**room)
 
 
 def _wire_steps(v) -> None:
