@@ -5,6 +5,7 @@ temporary one; `python scripts/screenshots.py` refreshes assets/screenshots/ wit
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
@@ -123,6 +124,40 @@ def shot(page, path: Path, top: str, bottom: str) -> None:
     y0 = max(0, a["y"] - 10)
     page.screenshot(path=str(path), full_page=True,
                     clip={"x": 0, "y": y0, "width": 1400, "height": b["y"] + b["height"] + 10 - y0})
+
+
+@contextmanager
+def fresh_page(browser, url: str):
+    """A page at `url` in a browser context of its own (a new visitor: no state shared with the
+    test's page), closed afterwards."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        pg = context.new_page()
+        pg.goto(url, wait_until="load")
+        yield pg
+    finally:
+        context.close()
+
+
+def export_trace(page, app_url: str, path: Path) -> bytes:
+    """The run on `page` exported with its Export button, downloaded into `path`; its bytes."""
+    page.locator("#export-run").click()
+    page.wait_for_selector("#export a", timeout=30_000)
+    href = page.locator("#export a").first.get_attribute("href")
+    body = page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body()
+    path.write_bytes(body)
+    return body
+
+
+@contextmanager
+def imported_on_a_fresh_page(browser, app_url: str, trace: Path):
+    """A fresh page with the trace file `trace` imported and its step viewer drawn."""
+    with fresh_page(browser, app_url) as fresh:
+        fresh.wait_for_selector("#import input[type=file]", state="attached")
+        fresh.set_input_files("#import input[type=file]", str(trace))
+        wait_done(fresh)
+        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+        yield fresh
 
 
 def test_page_loads_without_console_errors(page, screenshots):
@@ -285,21 +320,11 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
     page.locator("#round-note textarea").first.click()
     page.locator("#round-note textarea").first.type("Look: *the* residual <b>here</b>.", delay=10)
     page.wait_for_timeout(2500)   # the note's last input event reaches the server
-    page.locator("#export-run").click()
-    page.wait_for_selector("#export a", timeout=30_000)
-    href = page.locator("#export a").first.get_attribute("href")
-    body = page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body()
     trace = tmp_path / "trace.json"
-    trace.write_bytes(body)
+    body = export_trace(page, app_url, trace)
     assert json.loads(body)["schema"] == "specdec.trace"
 
-    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    try:
-        fresh.goto(app_url, wait_until="load")
-        fresh.wait_for_selector("#import input[type=file]", state="attached")
-        fresh.set_input_files("#import input[type=file]", str(trace))
-        wait_done(fresh)
-        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+    with imported_on_a_fresh_page(browser, app_url, trace) as fresh:
         for elem_id, data in charts.items():
             assert plot_data(fresh, elem_id) == data, elem_id
         assert fresh.locator("#token-text").inner_text() == text
@@ -315,8 +340,6 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
                                 timeout=30_000)
         assert fresh.locator("#round-note textarea").first.input_value() == "Look: *the* residual <b>here</b>."
         assert fresh.evaluate("() => document.querySelectorAll('#run-status b').length") == 0
-    finally:
-        fresh.context.close()
 
 
 def test_bad_import_shows_an_error_and_the_app_stays_up(page, tmp_path):
@@ -390,9 +413,7 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
                            "?.startsWith('http')", timeout=30_000)
     url = page.locator("#link input, #link textarea").first.input_value()
     assert "round=3" in url and "seed=0" in url
-    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    try:
-        fresh.goto(url, wait_until="load")
+    with fresh_page(browser, url) as fresh:
         wait_done(fresh)
         fresh.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
                                 timeout=60_000)
@@ -400,8 +421,6 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
         assert fresh.locator("#prompt textarea").input_value() == "HAMLET:\nWhat a piece of work is a man!"
         fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
                                 ".includes('Round 3')", timeout=30_000)
-    finally:
-        fresh.context.close()
 
 
 def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):
