@@ -84,14 +84,13 @@ def _controls(v) -> None:
     context = context_of(BUNDLED)
     most = limits.max_new_tokens_for(context)
     with gr.Row():
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="decode-form"):   # as wide as the pair's name: see app.css
             v.prompt = gr.Textbox(d.prompt, label="Prompt", lines=3, elem_id="prompt")
-            with gr.Row():
-                v.preset = gr.Dropdown([(p.label, key) for key, p in PRESETS.items()], value=d.preset,
-                                       label="Model pair", elem_id="preset",
-                                       info="Hub pairs need the network; offline only the bundled pair loads.")
-                v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
-                                     label="Drafter", elem_id="drafter")
+            v.preset = gr.Dropdown([(p.label, key) for key, p in PRESETS.items()], value=d.preset,
+                                   label="Model pair", elem_id="preset",
+                                   info="Hub pairs need the network; offline only the bundled pair loads.")
+            v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
+                                 label="Drafter", elem_id="drafter")
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
                 v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
