@@ -5,6 +5,7 @@ temporary one; `python scripts/screenshots.py` refreshes assets/screenshots/ wit
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
@@ -67,6 +68,37 @@ def test_enter_in_a_number_box_applies_the_number(page):
     assert page.evaluate("() => document.activeElement === document.querySelector('#gamma input[type=number]')")
 
 
+def wait_slider_max(page, elem_id: str, most: int) -> None:
+    page.wait_for_function("([id, m]) => document.querySelector('#' + id + ' input[type=range]').max === String(m)",
+                           arg=[elem_id, most], timeout=30_000)
+
+
+def test_the_max_new_tokens_slider_leaves_room_for_the_prompt(page, bundled):
+    """The slider's maximum is what the bundled pair's context leaves after the prompt: on page
+    load, and as a long prompt is typed; the value moves down with it, and a run of it decodes."""
+    def room(prompt: str) -> int:   # as the decoder counts the prompt
+        return bundled.context_length - len(bundled.encode(prompt)[1])
+
+    page.wait_for_selector("#max-new input[type=range]", state="attached")
+    default = page.locator("#prompt textarea").input_value()
+    wait_slider_max(page, "max-new", room(default))
+    assert f"this prompt takes {len(bundled.encode(default)[1])}, leaving {room(default)}" in \
+        page.locator("#max-new").inner_text()
+    set_number(page, "max-new", room(default))
+    long = "First Citizen:\nBefore we proceed any further, hear me speak. " * 3
+    box = page.locator("#prompt textarea")
+    box.fill("")
+    box.press_sequentially(long)   # a change event a key: the last one's answer stays
+    wait_slider_max(page, "max-new", room(long))
+    page.wait_for_function("(m) => document.querySelector('#max-new input[type=number]').value === String(m)",
+                           arg=room(long), timeout=10_000)
+    assert f"leaving {room(long)}." in page.locator("#max-new").inner_text()
+    page.locator("#run").click()
+    wait_done(page)
+    assert f"Done: {room(long)} tokens" in page.locator("#run-status").inner_text()
+    assert page.console_errors == []
+
+
 def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool = False) -> None:
     page.wait_for_selector("#run")
     if prompt is not None:
@@ -92,6 +124,40 @@ def shot(page, path: Path, top: str, bottom: str) -> None:
     y0 = max(0, a["y"] - 10)
     page.screenshot(path=str(path), full_page=True,
                     clip={"x": 0, "y": y0, "width": 1400, "height": b["y"] + b["height"] + 10 - y0})
+
+
+@contextmanager
+def fresh_page(browser, url: str):
+    """A page at `url` in a browser context of its own (a new visitor: no state shared with the
+    test's page), closed afterwards."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        pg = context.new_page()
+        pg.goto(url, wait_until="load")
+        yield pg
+    finally:
+        context.close()
+
+
+def export_trace(page, app_url: str, path: Path) -> bytes:
+    """The run on `page` exported with its Export button, downloaded into `path`; its bytes."""
+    page.locator("#export-run").click()
+    page.wait_for_selector("#export a", timeout=30_000)
+    href = page.locator("#export a").first.get_attribute("href")
+    body = page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body()
+    path.write_bytes(body)
+    return body
+
+
+@contextmanager
+def imported_on_a_fresh_page(browser, app_url: str, trace: Path):
+    """A fresh page with the trace file `trace` imported and its step viewer drawn."""
+    with fresh_page(browser, app_url) as fresh:
+        fresh.wait_for_selector("#import input[type=file]", state="attached")
+        fresh.set_input_files("#import input[type=file]", str(trace))
+        wait_done(fresh)
+        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+        yield fresh
 
 
 def test_page_loads_without_console_errors(page, screenshots):
@@ -254,21 +320,11 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
     page.locator("#round-note textarea").first.click()
     page.locator("#round-note textarea").first.type("Look: *the* residual <b>here</b>.", delay=10)
     page.wait_for_timeout(2500)   # the note's last input event reaches the server
-    page.locator("#export-run").click()
-    page.wait_for_selector("#export a", timeout=30_000)
-    href = page.locator("#export a").first.get_attribute("href")
-    body = page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body()
     trace = tmp_path / "trace.json"
-    trace.write_bytes(body)
+    body = export_trace(page, app_url, trace)
     assert json.loads(body)["schema"] == "specdec.trace"
 
-    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    try:
-        fresh.goto(app_url, wait_until="load")
-        fresh.wait_for_selector("#import input[type=file]", state="attached")
-        fresh.set_input_files("#import input[type=file]", str(trace))
-        wait_done(fresh)
-        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+    with imported_on_a_fresh_page(browser, app_url, trace) as fresh:
         for elem_id, data in charts.items():
             assert plot_data(fresh, elem_id) == data, elem_id
         assert fresh.locator("#token-text").inner_text() == text
@@ -284,8 +340,6 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
                                 timeout=30_000)
         assert fresh.locator("#round-note textarea").first.input_value() == "Look: *the* residual <b>here</b>."
         assert fresh.evaluate("() => document.querySelectorAll('#run-status b').length") == 0
-    finally:
-        fresh.context.close()
 
 
 def test_bad_import_shows_an_error_and_the_app_stays_up(page, tmp_path):
@@ -359,9 +413,7 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
                            "?.startsWith('http')", timeout=30_000)
     url = page.locator("#link input, #link textarea").first.input_value()
     assert "round=3" in url and "seed=0" in url
-    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    try:
-        fresh.goto(url, wait_until="load")
+    with fresh_page(browser, url) as fresh:
         wait_done(fresh)
         fresh.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
                                 timeout=60_000)
@@ -369,8 +421,6 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
         assert fresh.locator("#prompt textarea").input_value() == "HAMLET:\nWhat a piece of work is a man!"
         fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
                                 ".includes('Round 3')", timeout=30_000)
-    finally:
-        fresh.context.close()
 
 
 def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):

@@ -49,6 +49,14 @@ _CUT_AT_RIGHT = """(root) => {
 }"""
 
 
+# Every shown dropdown whose chosen option is wider than its box. A dropdown shows its choice in an
+# <input>, which cannot wrap: the name is cut ("Bundled Shakespeare pair (offline, 16-layer targe").
+_CUT_CHOICES = """() => Array.from(document.querySelectorAll('input[role=combobox]'))
+  .filter(i => i.offsetParent && i.scrollWidth > i.clientWidth)
+  .map(i => `${(i.closest('[id]') || {}).id}: shows ${i.clientWidth} px of its ${i.scrollWidth} px choice ` +
+            JSON.stringify(i.value))"""
+
+
 def cut_at_right(page, root: str) -> list[str]:
     return page.evaluate(_CUT_AT_RIGHT, root)
 
@@ -65,6 +73,21 @@ def default_run_with_comparison(page) -> None:
 
 
 WIDTHS = [1400, 800]   # a desktop window, and a narrow one: half-width charts are then about 370 px wide
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_dropdown_shows_its_whole_choice(page, width):
+    """The model pair's box shows the bundled pair's whole name, and no other dropdown on any tab
+    cuts its choice, in a desktop window and a narrow one."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_selector("#preset input")
+    found = []
+    for tab in ("Decode", "Exactness lab", "Speed explorer"):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(500)   # the tab lays out
+        found += [f"({tab}) {p}" for p in page.evaluate(_CUT_CHOICES)]
+    assert found == [], "\n".join(found)
+    assert page.console_errors == []
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from specdec import lab
+from specdec import RunSettings, lab, speculative_generate
 from specdec.app import limits, messages, serving
 from specdec.cli import main
 
@@ -68,6 +68,39 @@ def test_the_max_new_tokens_slider_maximum_leaves_room_for_the_prompt():
     assert limits.max_new_tokens_for(None) == limits.MAX_NEW_TOKENS
     assert limits.max_new_tokens_for(100_000) == limits.MAX_NEW_TOKENS
     assert limits.max_new_tokens_for(1) == 1
+
+
+def test_the_max_new_tokens_slider_leaves_what_the_prompt_leaves_and_a_run_of_it_decodes(bundled):
+    """For the bundled pair the slider's maximum is the context less the prompt's tokens: a run of
+    that many new tokens decodes, one more is refused by the decoder. A value that fits stays."""
+    from specdec.app import handlers
+    from specdec.models import BUNDLED, context_of
+
+    context = bundled.context_length
+    verse = "ROMEO:\nBut, soft! what light through yonder window breaks? "
+    verses = context // len(bundled.encode(verse)[1])
+    prompt = verse * verses   # fills all but a few of the positions
+    used = len(bundled.encode(prompt)[1])
+    assert 0 < context - used < 64   # the test's point: the prompt leaves fewer than the default 64
+
+    update = handlers.max_new_for(BUNDLED, prompt, 64)
+    most = update["maximum"]
+    assert most == context - used and update["value"] == most   # 64 did not fit: moved to the maximum
+    assert update["info"] == (f"The bundled pair's context is {context} tokens: this prompt takes {used}, "
+                              f"leaving {most}.")
+    gen = speculative_generate(bundled, prompt, RunSettings(max_new_tokens=most, seed=0))
+    assert gen.prompt_ids == bundled.encode(prompt)[1] and gen.stats.new_tokens <= most
+    with pytest.raises(ValueError, match=f"lower max new tokens to {most} or less"):
+        speculative_generate(bundled, prompt, RunSettings(max_new_tokens=most + 1))
+
+    short = handlers.max_new_for(BUNDLED, "To be, or not to be", 64)
+    assert short["maximum"] == context - len(bundled.encode("To be, or not to be")[1])
+    assert "value" not in short   # 64 fits: the slider stays where the visitor put it
+    full = handlers.max_new_for(BUNDLED, verse * 2 * verses, 64)   # twice the context
+    assert full["maximum"] == full["value"] == 1 and full["info"].endswith("leaving none: shorten it.")
+    # hub pairs (their tokenizer not here without a download) keep the context's own limit
+    hub = handlers.max_new_for("gpt2", prompt, 64)
+    assert hub["maximum"] == limits.max_new_tokens_for(context_of("gpt2")) and "Up to" in hub["info"]
 
 
 def test_prompts_over_the_token_limit_are_refused_where_requests_enter(bundled, monkeypatch):

@@ -8,7 +8,16 @@ from __future__ import annotations
 import json
 
 from specdec import RunSettings, speculative_generate
-from test_app_browser import RUN_TIMEOUT, plot_data, plot_title, set_number, wait_done, wait_plot
+from test_app_browser import (
+    RUN_TIMEOUT,
+    export_trace,
+    imported_on_a_fresh_page,
+    plot_data,
+    plot_title,
+    set_number,
+    wait_done,
+    wait_plot,
+)
 
 PROMPT = "KING HENRY:\nOnce more unto the breach, dear friends"
 SEED = 7731   # a seed no other browser test uses: this run is decoded, not found in the server's cache
@@ -59,21 +68,10 @@ def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, browser, a
     assert sum(len(t["x"]) for t in ends) == len(gen.rounds)             # one end token per round, none lost
 
     # The same run shown in one piece (its trace imported on a fresh page): the same page.
-    page.locator("#export-run").click()
-    page.wait_for_selector("#export a", timeout=30_000)
-    href = page.locator("#export a").first.get_attribute("href")
     trace = tmp_path / "trace.json"
-    trace.write_bytes(page.request.get(href if href.startswith("http") else app_url.rstrip("/") + href).body())
-    fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    try:
-        fresh.goto(app_url, wait_until="load")
-        fresh.wait_for_selector("#import input[type=file]", state="attached")
-        fresh.set_input_files("#import input[type=file]", str(trace))
-        wait_done(fresh)
-        wait_plot(fresh, "pq-chart", ["p (target)", "q (draft)"])
+    export_trace(page, app_url, trace)
+    with imported_on_a_fresh_page(browser, app_url, trace) as fresh:
         whole = page_state(fresh)
-    finally:
-        fresh.context.close()
     for part in ("text", "kinds", "metrics", "caption", "round", "titles"):
         assert streamed[part] == whole[part], part
     for elem_id in CHARTS:

@@ -22,7 +22,7 @@ from ..validate import load_trace, read_trace_file
 from . import charts, housekeeping, limits, runs, views
 from .api import RunRequest, parse_link
 from .messages import error, user_message
-from .pairs import is_loaded
+from .pairs import get_pair, is_loaded
 
 # ---------------------------------------------------------------- a run
 
@@ -256,11 +256,56 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
     return views.step_view(gen, views.clamp_round(gen, round_number), position)
 
 
-def max_new_for(preset_key, current):
-    """A pair's context caps max new tokens; hub pairs (context unknown before loading) allow
-    up to SPECDEC_MAX_NEW_TOKENS and are checked when they run."""
-    limit = limits.max_new_tokens_for(context_of(preset_key))
-    info = (f"The bundled pair's context is {limit} tokens (prompt included)." if preset_key == BUNDLED
+def max_new_for(preset_key, prompt, current):
+    """The max-new-tokens slider for a pair and a prompt (on page load, and when either changes).
+
+    A pair whose context and tokenizer this server has without a download (the bundled pair)
+    leaves the context minus the prompt's tokens, counted as the decoder counts them: a value
+    over that would only fail when the run starts ("lower max new tokens to N"). The value stays
+    where it is when it fits (it is left out of the update, so an answer that arrives late cannot
+    move a slider the visitor moved since); otherwise it moves to the new maximum. Hub pairs
+    (context unknown before loading) allow up to SPECDEC_MAX_NEW_TOKENS and are checked when
+    they run."""
+    context, used = context_of(preset_key), prompt_tokens(preset_key, prompt)
+    if context is None or used is None:
+        return _max_new_without_prompt(preset_key, context, current)
+    most = limits.max_new_tokens_after(context, used)
+    update = dict(maximum=most, info=room_line(preset_key, context, used, most))
+    if not (isinstance(current, (int, float)) and current <= most):
+        update["value"] = most
+    return gr.update(**update)
+
+
+def prompt_tokens(preset_key, prompt) -> int | None:
+    """How many tokens the decoder sees in `prompt` with this pair (`ModelPair.encode`, the call
+    the decoder makes), or None where that is not known without a download (a hub pair), or not
+    worth knowing: an empty prompt, or one over SPECDEC_MAX_PROMPT_CHARS (both refused at Run)."""
+    preset = PRESETS.get(preset_key)
+    if (preset is None or preset.hub or not isinstance(prompt, str) or not prompt.strip()
+            or len(prompt) > limits.MAX_PROMPT_CHARS):
+        return None
+    try:
+        return len(get_pair(preset_key).encode(prompt)[1])
+    except (ModelLoadError, ValueError):   # the pair would not load: the run says why
+        return None
+
+
+def room_line(preset_key, context: int, used: int, most: int) -> str:
+    """The slider's info line: the context, what the prompt takes, what is left for new tokens."""
+    whose = "The bundled pair's" if preset_key == BUNDLED else "This pair's"
+    left = context - used
+    if left <= 0:
+        return f"{whose} context is {context} tokens: this prompt takes {used}, leaving none: shorten it."
+    line = f"{whose} context is {context} tokens: this prompt takes {used}, leaving {left}."
+    if most < left:
+        line += f" This server allows {most} (SPECDEC_MAX_NEW_TOKENS)."
+    return line
+
+
+def _max_new_without_prompt(preset_key, context: int | None, current):
+    """The slider from the pair's context alone, the prompt's length unknown."""
+    limit = limits.max_new_tokens_for(context)
+    info = (f"The bundled pair's context is {context} tokens (prompt included)." if preset_key == BUNDLED
             else f"Up to {limits.MAX_NEW_TOKENS}, within the models' context.")
     value = current if isinstance(current, (int, float)) and current <= limit else min(64, limit)
     return gr.update(maximum=limit, value=value, info=info)

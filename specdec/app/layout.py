@@ -84,14 +84,13 @@ def _controls(v) -> None:
     context = context_of(BUNDLED)
     most = limits.max_new_tokens_for(context)
     with gr.Row():
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="decode-form"):   # as wide as the pair's name: see app.css
             v.prompt = gr.Textbox(d.prompt, label="Prompt", lines=3, elem_id="prompt")
-            with gr.Row():
-                v.preset = gr.Dropdown([(p.label, key) for key, p in PRESETS.items()], value=d.preset,
-                                       label="Model pair", elem_id="preset",
-                                       info="Hub pairs need the network; offline only the bundled pair loads.")
-                v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
-                                     label="Drafter", elem_id="drafter")
+            v.preset = gr.Dropdown([(p.label, key) for key, p in PRESETS.items()], value=d.preset,
+                                   label="Model pair", elem_id="preset",
+                                   info="Hub pairs need the network; offline only the bundled pair loads.")
+            v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
+                                 label="Drafter", elem_id="drafter")
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
                 v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
@@ -225,7 +224,12 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         button.click(lambda g, k, s, which=which: _named(v, handlers.side_by_side(g, k, which, s)),
                      [v.run_state, v.preset, v.stops], [v.side_by_side], api_name=api_name, concurrency_id=DECODE,
                      show_progress_on=[v.side_by_side])
-    v.preset.change(handlers.max_new_for, [v.preset, v.max_new_tokens], [v.max_new_tokens], api_name=False, **QUIET)
+    # The max-new-tokens slider follows the pair and the prompt: while typing, only the latest text
+    # is counted (a tokenizer call, off the queue: never behind a run).
+    room = dict(fn=handlers.max_new_for, inputs=[v.preset, v.prompt, v.max_new_tokens], outputs=[v.max_new_tokens],
+                api_name=False, queue=False, trigger_mode="always_last", **QUIET)
+    for event in (v.preset.change, v.prompt.change, demo.load):
+        event(**room)
 
 
 def _wire_steps(v) -> None:

@@ -66,7 +66,8 @@ __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
            "DECODE_CONCURRENCY", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS", "SESSION_IDLE_SECONDS",
            "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "SESSION_BYTES", "SERIALISE_DEVICE",
-           "max_new_tokens_for", "describe", "check_run", "check_prompt_tokens", "check_lab_samples", "import_limits"]
+           "max_new_tokens_for", "max_new_tokens_after", "describe", "check_run", "check_prompt_tokens",
+           "check_lab_samples", "import_limits"]
 
 
 def _read(name: str, default: float, lo: float, hi: float, whole: bool = True) -> int | float:
@@ -129,6 +130,13 @@ def max_new_tokens_for(context: int | None) -> int:
     if not context:
         return MAX_NEW_TOKENS
     return max(1, min(MAX_NEW_TOKENS, int(context) - 1))
+
+
+def max_new_tokens_after(context: int, prompt_tokens: int) -> int:
+    """The most new tokens a run can ask for after a prompt of `prompt_tokens` in a context of
+    `context` tokens (the decoder refuses prompt + new tokens over the context); at least 1, as a
+    slider needs a range (a prompt that fills the context is refused when it runs)."""
+    return max(1, min(max_new_tokens_for(context), int(context) - int(prompt_tokens)))
 
 
 def _within(value: int, name: str, most: int, variable: str) -> None:
