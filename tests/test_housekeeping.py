@@ -53,16 +53,31 @@ def session_of(demo, client):
     return demo.state_holder.session_data[client.session_hash]
 
 
-def test_orphaned_component_copies_are_pruned(served):
+def _orphans(demo, c) -> list:
+    own = set(demo.default_config.blocks)
+    return [k for k in session_of(demo, c).blocks_config.blocks if k not in own]
+
+
+def test_outputs_left_out_leave_no_component_copies(served):
+    """`skips`: an output a handler leaves out is not rebuilt, so it leaves no copy behind."""
     demo, url = served
+    c = gradio_client.Client(url, verbose=False, download_files=False)
+    for k in range(5):
+        c.predict(k + 1, api_name="/run")
+    assert _orphans(demo, c) == []
+
+
+def test_orphaned_component_copies_are_pruned(served, monkeypatch):
+    demo, url = served
+    monkeypatch.delattr(demo, "postprocess_data")   # Gradio's own, without `skips`, which leaves copies
     c = gradio_client.Client(url, verbose=False, download_files=False)
     for k in range(5):
         c.predict(k + 1, api_name="/run")
     session = session_of(demo, c)
     own = set(demo.default_config.blocks)
-    orphans = [k for k in session.blocks_config.blocks if k not in own]
-    # Gradio 6.31 files a new copy of each updated component per run: this is what pruning is for.
-    # (If a Gradio upgrade stops doing it, this assertion says so and pruning can go.)
+    orphans = _orphans(demo, c)
+    # Gradio 6.31 files a new copy of each component it rebuilds, per run: this is what pruning is
+    # for. (If a Gradio upgrade stops doing it, this assertion says so and pruning can go.)
     assert len(orphans) >= 4, "Gradio no longer leaves orphaned copies: prune_sessions may be unneeded"
     assert housekeeping.prune_sessions(demo) == len(orphans)
     assert all(k in own for k in session.blocks_config.blocks)

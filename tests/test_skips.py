@@ -5,6 +5,7 @@ left out are not built again."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import gradio as gr
 import pandas as pd
@@ -38,7 +39,10 @@ def _sent(patched: bool, answer) -> tuple[list, int]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gr.components.Component, "__init__", counting_init)
-        sent = asyncio.run(demo.postprocess_data(block_fn, answer(blocks), SessionState(demo)))
+        # a loop of its own, in a thread: a browser test may have left one running in this one
+        with ThreadPoolExecutor(1) as pool:
+            work = demo.postprocess_data(block_fn, answer(blocks), SessionState(demo))
+            sent = pool.submit(asyncio.run, work).result()
     return sent, len(built)
 
 
