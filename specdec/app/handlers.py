@@ -39,6 +39,34 @@ def run_generation(*values, stops: list | None = None):
         raise
 
 
+# What the page's Run holds back from a finished run's update for the events after it: the step
+# viewer's figures and tables, one figure an event, and the last status with the last part (so
+# "Done" means everything is drawn). Drawn in one update with the text, the timeline and the
+# tables, they held the browser's main thread for 0.56-0.68 s at 64 tokens, and the three step
+# figures together still 0.6-0.75 s (Chromium's long tasks; the goal: no freeze over 0.5 s).
+HELD_PARTS = (("pq_plot", "pq_table"), ("acc_plot", "acc_table"), ("end_plot", "end_table", "status"))
+HELD = tuple(name for part in HELD_PARTS for name in part)
+DRAWING = "Drawing the round…"
+
+
+def run_on_page(*values, stops: list | None = None):
+    """The page's Run: `run_generation`'s updates, the finished run's `HELD` outputs kept in the
+    `held` state for `release_held`, the events after (the API's /generate sends all at once)."""
+    for update in run_generation(*values, stops=stops):
+        if "pq_plot" in update:   # the finished run (streamed updates carry no step viewer)
+            update = dict(update, status=DRAWING, held={name: update[name] for name in HELD if name in update})
+            for name in HELD:
+                if name != "status":
+                    update.pop(name, None)
+        yield update
+
+
+def release_held(held: dict | None, part: int) -> dict:
+    """Part `part` of `HELD_PARTS` from the held outputs; after the last, the state emptied."""
+    out = {name: held[name] for name in HELD_PARTS[part] if held and name in held}
+    return out if part < len(HELD_PARTS) - 1 else {**out, "held": None}
+
+
 def failed_status(message: str) -> str:
     return f"Not done: {message}"
 

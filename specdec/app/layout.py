@@ -43,6 +43,7 @@ def build_app() -> gr.Blocks:
         v.selection = gr.State((None, None))  # (round_index, position_index) shown in the step viewer
         v.stops = gr.State([])                # the visitor's running requests' stops (for the Stop button)
         v.speed_run = gr.State(None)          # the current run as a point for the speed explorer (speed.RunPoint)
+        v.held = gr.State(None)               # a finished run's step figures, for the event after Run (`handlers.HELD`)
         gr.Markdown(INTRO)
         with gr.Accordion("Glossary: γ, α, β, TV, c, v", open=False, elem_id="glossary"):   # from every tab
             gr.Markdown(GLOSSARY, latex_delimiters=[])
@@ -93,6 +94,7 @@ def _controls(v) -> None:
                                  label="Drafter", elem_id="drafter")
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                v.api_btn = gr.Button("Run (API)", visible=False)   # the API's /generate: every output at once
                 v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
                 v.skip_adjustment = gr.Checkbox(
                     d.skip_adjustment, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual adjustment (biased)",
@@ -202,6 +204,10 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         for update in handlers.run_generation(*values[:-1], stops=values[-1]):
             yield _named(v, update)
 
+    def run_on_page(*values):   # the same, the step figures held for the event after (`handlers.run_on_page`)
+        for update in handlers.run_on_page(*values[:-1], stops=values[-1]):
+            yield _named(v, update)
+
     # The API names /generate's parameters after the function's: the controls' names, not param_0..
     # (`client.predict(prompt=..., seed=..., api_name="/generate")`).
     run.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -212,10 +218,19 @@ def _wire_run(demo: gr.Blocks, v) -> None:
             yield _named(v, update)
 
     controls, main_out = _all(v, RunRequest.names()), _all(v, MAIN_OUTPUTS)
-    run_event = dict(fn=run, inputs=[*controls, v.stops], outputs=main_out, show_progress="full",
+    run_event = dict(inputs=[*controls, v.stops], show_progress="full",
                      show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
-    ran = [v.run_btn.click(**run_event, api_name="generate"),
-           v.prompt.submit(**run_event, api_name=False),
+    v.api_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate")
+    # The page: Run, then the held step figures, one an event (a browser task each), the last status last.
+    on_page = dict(fn=run_on_page, outputs=[*main_out, v.held], **run_event, api_name=False)
+
+    def with_held_parts(event):
+        for part, names in enumerate(handlers.HELD_PARTS):
+            event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
+                                  _all(v, [*names, "held"]), api_name=False, **QUIET)
+        return event
+
+    ran = [with_held_parts(v.run_btn.click(**on_page)), with_held_parts(v.prompt.submit(**on_page)),
            demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])]
     restore.keep_links(v, runs=ran)   # the run's link, for the address bar
     v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
