@@ -242,3 +242,17 @@ def test_the_pages_run_holds_the_step_figures_for_the_events_after_it():
             if name not in ("held", "status"):
                 assert (value.to_json() == whole[name].to_json()) if hasattr(value, "to_json") \
                     else value.equals(whole[name]), name
+
+
+def test_a_round_opened_on_the_page_sends_its_step_figures_after_the_text_and_timeline(run):
+    """`hold_figures` and the parts after it: the page gets the same values as the API's
+    /show_step, the step figures one event each after the rest."""
+    from specdec.app import handlers
+
+    whole = handlers.open_round(run, 2)
+    first = handlers.hold_figures(whole)
+    assert {"text", "timeline", "round_slider", "caption"} <= set(first) and not set(handlers.HELD) & set(first)
+    parts = [handlers.release_held(first["held"], k) for k in range(len(handlers.HELD_PARTS))]
+    shown = {**{k: v for k, v in first.items() if k != "held"}, **{k: v for p in parts for k, v in p.items()
+                                                                    if k != "held"}}
+    assert shown.keys() == whole.keys() and all(shown[k] is whole[k] for k in whole)

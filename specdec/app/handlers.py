@@ -54,11 +54,16 @@ def run_on_page(*values, stops: list | None = None):
     `held` state for `release_held`, the events after (the API's /generate sends all at once)."""
     for update in run_generation(*values, stops=stops):
         if "pq_plot" in update:   # the finished run (streamed updates carry no step viewer)
-            update = dict(update, status=DRAWING, held={name: update[name] for name in HELD if name in update})
-            for name in HELD:
-                if name != "status":
-                    update.pop(name, None)
+            update = dict(hold_figures(update), status=DRAWING)
         yield update
+
+
+def hold_figures(update: dict) -> dict:
+    """`update` with its `HELD` outputs moved into the `held` state, for `release_held`. A round
+    opened on the page draws its three step figures one at a time too: drawn with the text and
+    the timeline in one update, they held the main thread for 0.56-0.99 s a round."""
+    out = {name: value for name, value in update.items() if name not in HELD}
+    return dict(out, held={name: update[name] for name in HELD if name in update})
 
 
 def release_held(held: dict | None, part: int) -> dict:

@@ -20,7 +20,7 @@ from ..outcomes import Ending, Status
 from ..settings import DRAFTERS
 from ..trace import MAX_NOTE
 from . import charts, handlers, limits, restore, step_charts
-from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
+from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
 from .glossary import GLOSSARY
 from .lab_tab import build_lab_tab
 from .serving import DECODE
@@ -95,6 +95,7 @@ def _controls(v) -> None:
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
                 v.api_btn = gr.Button("Run (API)", visible=False)   # the API's /generate: every output at once
+                v.api_step_btn = gr.Button("Show step (API)", visible=False)   # the API's /show_step
                 v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
                 v.skip_adjustment = gr.Checkbox(
                     d.skip_adjustment, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual adjustment (biased)",
@@ -224,13 +225,7 @@ def _wire_run(demo: gr.Blocks, v) -> None:
     # The page: Run, then the held step figures, one an event (a browser task each), the last status last.
     on_page = dict(fn=run_on_page, outputs=[*main_out, v.held], **run_event, api_name=False)
 
-    def with_held_parts(event):
-        for part, names in enumerate(handlers.HELD_PARTS):
-            event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
-                                  _all(v, [*names, "held"]), api_name=False, **QUIET)
-        return event
-
-    ran = [with_held_parts(v.run_btn.click(**on_page)), with_held_parts(v.prompt.submit(**on_page)),
+    ran = [_with_held_parts(v, v.run_btn.click(**on_page)), _with_held_parts(v, v.prompt.submit(**on_page)),
            demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])]
     restore.keep_links(v, runs=ran)   # the run's link, for the address bar
     v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
@@ -247,22 +242,36 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         event(**room)
 
 
+def _with_held_parts(v, event):
+    """After `event`, the held step figures (`handlers.HELD_PARTS`), one event each: a browser
+    task each, the last status last."""
+    for part, names in enumerate(handlers.HELD_PARTS):
+        event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
+                              _all(v, [*names, "held"]), api_name=False, **QUIET)
+    return event
+
+
 def _wire_steps(v) -> None:
-    """The step viewer: slider, buttons, arrow keys, timeline clicks, the position, a note."""
+    """The step viewer: slider, buttons, arrow keys, timeline clicks, the position, a note. On the
+    page each draws the text and the timeline first, then the step figures one at a time; the
+    API's /show_step (a hidden button's event) answers with everything at once."""
     step_out, slider_in = _all(v, STEP_VIEW_OUTPUTS), [v.run_state, v.round_slider]
+    held_out = _all(v, [*(name for name in STEP_VIEW_OUTPUTS if name not in handlers.HELD), "held"])
 
-    def open_round(gen, r):
-        return _named(v, handlers.open_round(gen, r))
+    def on_page(handler):   # the page's version of a step handler: its figures held for the events after
+        return lambda *args: _named(v, handlers.hold_figures(handler(*args)))
 
-    v.round_slider.release(open_round, slider_in, step_out, api_name="show_step", trigger_mode="always_last", **QUIET)
-    v.round_slider.input(open_round, slider_in, step_out, api_name=False, trigger_mode="always_last", **QUIET)
+    def step(trigger, fn, inputs, **kwargs):
+        _with_held_parts(v, trigger(on_page(fn), inputs, held_out, api_name=False, **QUIET, **kwargs))
+
+    v.api_step_btn.click(lambda g, r: _named(v, handlers.open_round(g, r)), slider_in, step_out, api_name="show_step",
+                         **QUIET)
+    step(v.round_slider.release, handlers.open_round, slider_in, trigger_mode="always_last")
+    step(v.round_slider.input, handlers.open_round, slider_in, trigger_mode="always_last")
     for button, delta in ((v.prev_btn, -1), (v.next_btn, +1)):
-        button.click(lambda g, r, delta=delta: _named(v, handlers.step_by(g, r, delta)), slider_in, step_out,
-                     api_name=False, **QUIET)
-    v.click_box.change(lambda g, c: _named(v, handlers.click_round(g, c)), [v.run_state, v.click_box], step_out,
-                       api_name=False, trigger_mode="always_last", **QUIET)
-    v.position.input(lambda g, r, p: _named(v, handlers.position_changed(g, r, p)),
-                     [v.run_state, v.round_slider, v.position], _all(v, STEP_OUTPUTS), api_name=False, **QUIET)
+        step(button.click, lambda g, r, delta=delta: handlers.step_by(g, r, delta), slider_in)
+    step(v.click_box.change, handlers.click_round, [v.run_state, v.click_box], trigger_mode="always_last")
+    step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position])
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
     v.note.input(lambda g, r, t: _named(v, handlers.set_note(g, r, t)), [v.run_state, v.round_slider, v.note],
                  [v.run_state], concurrency_id="notes", concurrency_limit=1, api_name=False,
