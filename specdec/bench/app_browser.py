@@ -7,8 +7,8 @@ A real server (`python app.py` of a checkout, on a free loopback port) and Debia
   browser has painted the next frame), against the library's traced run of the same settings and
   seed, timed in this process, the same minute, on the same machine. Each timed run has a seed of
   its own, so no cache can answer it: the page decodes every one.
-- the longest freeze: the longest task on the page's main thread while a run streams and ends
-  (Chromium's `longtask` entries).
+- the longest freeze: the longest task on the page's main thread while a run streams and ends,
+  and when a round opens (Chromium's `longtask` entries).
 - a class: 30 visitors (gradio_client) sending the same request at once, the slowest against one
   visitor alone; then 30 different requests at once, the last against one decode.
 
@@ -146,8 +146,25 @@ def browser_figures(url: str, sizes: list[int], repeats: int, seed: int) -> dict
             for tokens in sizes:
                 runs = [page_run(page, tokens, seed + tokens + k) for k in range(repeats)]
                 out[tokens] = ([r[0] for r in runs], [r[1] for r in runs])
+            out["rounds"] = rounds_opened(page, ROUNDS_OPENED)
         finally:
             browser.close()
+    return out
+
+
+ROUNDS_OPENED = 5
+
+
+def rounds_opened(page, times: int) -> list[float]:
+    """The longest main-thread task (seconds) after each of `times` clicks on "next round", each
+    given 2 s to draw (the last run has more rounds than that)."""
+    out = []
+    for _ in range(times):
+        t0 = page.evaluate("() => performance.now()")
+        page.locator("#next-round").click()
+        page.wait_for_timeout(2000)
+        out.append(page.evaluate("(t0) => Math.max(0, ...window.__longtasks.filter(([s, d]) => s >= t0)"
+                                 ".map(([s, d]) => d))", t0) / 1000)
     return out
 
 
@@ -230,8 +247,10 @@ def print_page(sizes: list[int], page: dict, decoder: dict) -> None:
         p, d = statistics.median(page[tokens][0]), statistics.median(decoder[tokens])
         print(f"  {tokens:>4} tokens: page {p:6.2f} s, decoder {d:6.3f} s → page ÷ decoder {p / d:5.1f}  "
               f"(page runs: {', '.join(f'{x:.2f}' for x in page[tokens][0])} s)")
-    longest = max(x for _, freezes in page.values() for x in freezes)
+    longest = max(x for tokens in sizes for x in page[tokens][1])
     print(f"  longest main-thread task while a run streams and ends: {longest:.2f} s", flush=True)
+    print(f"  longest main-thread task when a round opens ('next round', {len(page['rounds'])} times): "
+          f"{max(page['rounds']):.2f} s", flush=True)
 
 
 def print_class(crowd: dict, one: float) -> None:
