@@ -229,11 +229,15 @@ class SoakResult:
 
 
 def soak(server: Server, runs: int = 200, every: int = 10, early: int = 20, export: bool = False,
-         log=print, **changes) -> SoakResult:
+         log=print, settle=None, **changes) -> SoakResult:
     """`runs` default runs from one client, in turn; RSS and folder sizes after run 0 (before any),
-    `early`, every `every` runs, and the last. export=True also asks for the trace after each run."""
+    `early`, every `every` runs, and the last. export=True also asks for the trace after each run.
+    settle(), when given, is called before each reading (tests/test_server.py: the server collects
+    its garbage and hands freed memory back to the system, so a reading sees what is still held)."""
+    settle = settle or (lambda: None)
     c = client(server.url)
     result = SoakResult(runs)
+    settle()
     result.samples.append((0, server.rss_mb(), server.folders_mb()))
     marks = {early, runs} | set(range(every, runs + 1, every))
     t0 = time.perf_counter()
@@ -244,6 +248,7 @@ def soak(server: Server, runs: int = 200, every: int = 10, early: int = 20, expo
         if export:
             c.predict(api_name="/export_trace")
         if i in marks:
+            settle()
             _, rss, disk = sample = (i, server.rss_mb(), server.folders_mb())
             result.samples.append(sample)
             log(f"run {i:4d}: RSS {rss:7.1f} MB, temp + cache folders {disk:6.2f} MB")

@@ -217,8 +217,8 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
         assert "rejected" in plot_title(page, "accept-chart").lower()
     # The position selector switches the drafted position (keyboard-usable radio).
     page.locator("#position label").first.click()
-    page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot').layout.title.text"
-                           ".includes('draft 1:')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('draft 1:')", timeout=30_000)
     assert "Run metrics" in page.content() and "tokens per target forward" in page.locator("#metrics").inner_text()
     shot(page, screenshots / "decode.png", "#prompt", "#metrics")
 
@@ -239,7 +239,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     page.locator("#prev-round").click()
     page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
                            arg=first)
-    page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text === t",
+    page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text === t",
                            arg=before[1], timeout=30_000)
     # ... and with the keyboard: arrow keys outside text fields step through the rounds.
     page.locator("#step-viewer").click()
@@ -249,7 +249,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
                            arg=first)
-    page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text === t",
+    page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text === t",
                            arg=before[1], timeout=30_000)
     shot(page, screenshots / "step-viewer.png", "#step-viewer", "#end-chart")
 
@@ -285,8 +285,8 @@ def test_timeline_click_opens_round(page):
                   ".emit('plotly_click', {points: [{customdata: [2, -1]}]})")
     page.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
                            timeout=30_000)
-    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
-                           ".includes('Round 3')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round 3')", timeout=30_000)
 
 
 def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
@@ -302,8 +302,8 @@ def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
     r = int(page.locator("#token-text .tok-biased_p[data-round]").first.get_attribute("data-round"))
     page.evaluate("(r) => document.querySelector('#timeline .js-plotly-plot')"
                   ".emit('plotly_click', {points: [{customdata: [r, -1]}]})", r)
-    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
-                           ".includes('BIASED')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('BIASED')", timeout=30_000)
     assert plot_data(page, "end-chart")[0]["name"] == "p (used instead of the residual: biased)"
     shot(page, screenshots / "skip-adjustment.png", "#token-text", "#end-chart")
 
@@ -405,8 +405,8 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
     run(page, prompt="HAMLET:\nWhat a piece of work is a man!", max_new=40)
     page.locator("#round input[type=number]").first.fill("3")
     page.locator("#round input[type=number]").first.press("Enter")
-    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
-                           ".includes('Round 3')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round 3')", timeout=30_000)
     text = page.locator("#token-text .specdec-text").inner_text()
     page.locator("#copy-link").click()
     page.wait_for_function("() => (document.querySelector('#link input, #link textarea') || {}).value"
@@ -419,8 +419,8 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
                                 timeout=60_000)
         assert fresh.locator("#token-text .specdec-text").inner_text() == text
         assert fresh.locator("#prompt textarea").input_value() == "HAMLET:\nWhat a piece of work is a man!"
-        fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
-                                ".includes('Round 3')", timeout=30_000)
+        fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
+                                "?.includes('Round 3')", timeout=30_000)
 
 
 def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):

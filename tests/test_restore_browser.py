@@ -22,8 +22,8 @@ def shot(page, path: str) -> None:
 def open_round(page, n: int) -> None:
     page.locator("#round input[type=number]").first.fill(str(n))
     page.locator("#round input[type=number]").first.press("Enter")
-    page.wait_for_function("(n) => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
-                           ".includes('Round ' + n)", arg=n, timeout=30_000)
+    page.wait_for_function("(n) => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round ' + n)", arg=n, timeout=30_000)
 
 
 def test_a_reload_mid_study_finds_the_same_text_at_the_same_round(page):
@@ -41,8 +41,8 @@ def test_a_reload_mid_study_finds_the_same_text_at_the_same_round(page):
     wait_done(page)
     page.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 4",
                            timeout=RUN_TIMEOUT)
-    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot').layout.title.text"
-                           ".includes('Round 4')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round 4')", timeout=30_000)
     assert page.locator("#token-text .specdec-text").inner_text() == text
     assert page.locator("#round-caption").inner_text() == caption
     assert page.locator("#prompt textarea").input_value() == PROMPT

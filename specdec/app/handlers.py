@@ -100,12 +100,15 @@ def _run_generation(*values, stops: list | None = None):
 
 
 _VIEWS: OrderedDict = OrderedDict()   # (id(run), from the cache) -> (run, its final view); the run kept alive
+# A 64-token run's final view holds 12.5 MB of Python objects (tracemalloc; its figures). A class
+# on one link needs one; two cover a cached and a fresh answer of one run. Eight held ~100 MB.
+SHARED_VIEWS = 2
 
 
 def _shared_view(gen: Generation, cached: bool) -> dict:
     """The finished run's view, built once for every request that got the same run (riders of one
     flight, cache hits): thirty students on one link cost one view, not thirty. Views are pure
-    values that Gradio only reads; the last few are kept."""
+    values that Gradio only reads; the last `SHARED_VIEWS` are kept."""
     key = (id(gen), cached)
     with _VIEWS_LOCK:
         hit = _VIEWS.get(key)
@@ -115,7 +118,7 @@ def _shared_view(gen: Generation, cached: bool) -> dict:
     view = views.final_view(gen, None, status=views.done_status(gen, None, cached=cached))
     with _VIEWS_LOCK:
         _VIEWS[key] = (gen, view)
-        while len(_VIEWS) > 8:
+        while len(_VIEWS) > SHARED_VIEWS:
             _VIEWS.popitem(last=False)
     return dict(view)
 
