@@ -187,6 +187,9 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
                 && document.querySelectorAll('#token-text .tok[data-round]').length > 0; }""", timeout=RUN_TIMEOUT)
     assert page.locator("#timeline .js-plotly-plot").is_visible()
     wait_done(page)
+    # The one-line result is in view after the click, at the top of a 1000 px window, not below the fold.
+    status_box = page.locator("#run-status").bounding_box()
+    assert status_box["y"] + status_box["height"] <= 1000 and "α = " in page.locator("#run-status").inner_text()
     # What a screen reader hears when the run ends: a word, not Gradio's missing key "common.complete".
     page.wait_for_function("() => window.__said.includes('Done')", timeout=10_000)
     assert not [t for t in page.evaluate("() => window.__said") if "common." in t]

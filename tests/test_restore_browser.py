@@ -37,7 +37,12 @@ def test_a_reload_mid_study_finds_the_same_text_at_the_same_round(page):
     assert "seed=0" in page.evaluate("() => location.search")
     assert page.evaluate("() => history.length") == entries
     shot(page, "/tmp/specdec-restore-before-reload.png")
+    seen = len(page.console_errors)
     page.reload(wait_until="load")
+    # A request still in flight when the old page goes (a round's last step figures, when Enter and
+    # the typed number each opened the round) is aborted by the reload itself: only such aborts,
+    # logged while the page reloads, are not the restored page's errors.
+    aborted = [e for e in page.console_errors[seen:] if "signal is aborted" in e or "Connection errored out" in e]
     wait_done(page)
     page.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 4",
                            timeout=RUN_TIMEOUT)
@@ -51,7 +56,7 @@ def test_a_reload_mid_study_finds_the_same_text_at_the_same_round(page):
     open_round(page, 2)
     page.wait_for_function("() => location.search.includes('round=2')", timeout=10_000)
     assert round_number(page) == 2
-    assert not page.console_errors, page.console_errors
+    assert not [e for e in page.console_errors if e not in aborted], page.console_errors
 
 
 def test_an_imported_trace_takes_the_earlier_run_out_of_the_address_and_says_so(page, bundled, tmp_path):

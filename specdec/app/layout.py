@@ -113,13 +113,15 @@ def _controls(v) -> None:
                 v.top_k = gr.Number(d.top_k, label="top-k (0 = off)", precision=0, minimum=0, elem_id="top-k")
                 v.top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p", elem_id="top-p")
                 v.seed = gr.Number(d.seed, label="seed", precision=0, minimum=0, elem_id="seed")
+    # The status line (with the run's one-line result) right under the form, where the eye is after
+    # a click on Run: below the examples it was below the fold at 1000 px.
+    v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
     gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
                 [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts")
 
 
 def _run_view(v) -> None:
     """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs."""
-    v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
     v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
     v.timeline = gr.Plot(charts.timeline_figure(None), label="Timeline (click a column to open its round)",
                          elem_id="timeline")
