@@ -224,26 +224,6 @@ def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
     assert f"α = {s.acceptance_rate:.3f}" in text   # the sentence under the table rounds α as the table does
 
 
-def test_the_pages_run_holds_the_step_figures_for_the_events_after_it():
-    """The page's Run sends a finished run's step figures one event each after it (`HELD_PARTS`),
-    so the browser draws each in a task of its own; together they are the API's final update."""
-    from specdec.app import handlers
-    from specdec.app.api import RunRequest
-
-    values = RunRequest(max_new_tokens=8, seed=77).values()
-    final = list(handlers.run_on_page(*values))[-1]
-    assert final["status"] == handlers.DRAWING and not set(handlers.HELD) - {"status"} & set(final)
-    parts = [handlers.release_held(final["held"], k) for k in range(len(handlers.HELD_PARTS))]
-    assert [set(p) - {"held"} for p in parts] == [set(names) for names in handlers.HELD_PARTS]
-    assert parts[-1]["held"] is None and parts[-1]["status"].startswith("Done: 8 tokens")
-    whole = list(handlers.run_generation(*values))[-1]   # the API's: everything in one update
-    for part in parts:
-        for name, value in part.items():
-            if name not in ("held", "status"):
-                assert (value.to_json() == whole[name].to_json()) if hasattr(value, "to_json") \
-                    else value.equals(whole[name]), name
-
-
 def test_a_round_opened_on_the_page_sends_its_step_figures_after_the_text_and_timeline(run):
     """`hold_figures` and the parts after it: the page gets the same values as the API's
     /show_step, the step figures one event each after the rest."""

@@ -39,29 +39,16 @@ def run_generation(*values, stops: list | None = None):
         raise
 
 
-# What the page's Run holds back from a finished run's update for the events after it: the step
-# viewer's figures and tables, one figure an event, and the last status with the last part (so
-# "Done" means everything is drawn). Drawn in one update with the text, the timeline and the
-# tables, they held the browser's main thread for 0.56-0.68 s at 64 tokens, and the three step
-# figures together still 0.6-0.75 s (Chromium's long tasks; the goal: no freeze over 0.5 s).
-HELD_PARTS = (("pq_plot", "pq_table"), ("acc_plot", "acc_table"), ("end_plot", "end_table", "status"))
+# What a round opened on the page holds back for the events after it: the step viewer's figures
+# and tables, one figure an event (`layout._with_held_parts`), so the browser draws each in a task
+# of its own. Drawn in one update with the text and the timeline, they held the browser's main
+# thread for 0.56-0.99 s a round (Chromium's long tasks; the goal: no freeze over 0.5 s).
+HELD_PARTS = (("pq_plot", "pq_table"), ("acc_plot", "acc_table"), ("end_plot", "end_table"))
 HELD = tuple(name for part in HELD_PARTS for name in part)
-DRAWING = "Drawing the round…"
-
-
-def run_on_page(*values, stops: list | None = None):
-    """The page's Run: `run_generation`'s updates, the finished run's `HELD` outputs kept in the
-    `held` state for `release_held`, the events after (the API's /generate sends all at once)."""
-    for update in run_generation(*values, stops=stops):
-        if "pq_plot" in update:   # the finished run (streamed updates carry no step viewer)
-            update = dict(hold_figures(update), status=DRAWING)
-        yield update
 
 
 def hold_figures(update: dict) -> dict:
-    """`update` with its `HELD` outputs moved into the `held` state, for `release_held`. A round
-    opened on the page draws its three step figures one at a time too: drawn with the text and
-    the timeline in one update, they held the main thread for 0.56-0.99 s a round."""
+    """`update` with its `HELD` outputs moved into the `held` state, for `release_held`."""
     out = {name: value for name, value in update.items() if name not in HELD}
     return dict(out, held={name: update[name] for name in HELD if name in update})
 

@@ -94,7 +94,6 @@ def _controls(v) -> None:
                                  label="Drafter", elem_id="drafter")
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
-                v.api_btn = gr.Button("Run (API)", visible=False)   # the API's /generate: every output at once
                 v.api_step_btn = gr.Button("Show step (API)", visible=False)   # the API's /show_step
                 v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
                 v.skip_adjustment = gr.Checkbox(
@@ -207,10 +206,6 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         for update in handlers.run_generation(*values[:-1], stops=values[-1]):
             yield _named(v, update)
 
-    def run_on_page(*values):   # the same, the step figures held for the event after (`handlers.run_on_page`)
-        for update in handlers.run_on_page(*values[:-1], stops=values[-1]):
-            yield _named(v, update)
-
     # The API names /generate's parameters after the function's: the controls' names, not param_0..
     # (`client.predict(prompt=..., seed=..., api_name="/generate")`).
     run.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -223,11 +218,8 @@ def _wire_run(demo: gr.Blocks, v) -> None:
     controls, main_out = _all(v, RunRequest.names()), _all(v, MAIN_OUTPUTS)
     run_event = dict(inputs=[*controls, v.stops], show_progress="full",
                      show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
-    v.api_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate")
-    # The page: Run, then the held step figures, one an event (a browser task each), the last status last.
-    on_page = dict(fn=run_on_page, outputs=[*main_out, v.held], **run_event, api_name=False)
-
-    ran = [_with_held_parts(v, v.run_btn.click(**on_page)), _with_held_parts(v, v.prompt.submit(**on_page)),
+    ran = [v.run_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate"),
+           v.prompt.submit(fn=run, outputs=main_out, **run_event, api_name=False),
            demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])]
     restore.keep_links(v, runs=ran)   # the run's link, for the address bar
     v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
@@ -246,7 +238,7 @@ def _wire_run(demo: gr.Blocks, v) -> None:
 
 def _with_held_parts(v, event):
     """After `event`, the held step figures (`handlers.HELD_PARTS`), one event each: a browser
-    task each, the last status last."""
+    task each."""
     for part, names in enumerate(handlers.HELD_PARTS):
         event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
                               _all(v, [*names, "held"]), api_name=False, **QUIET)
