@@ -75,3 +75,15 @@ def test_a_moved_slider_captures_nothing_and_every_step_is_graphed(pairs):
     speculative_generate(pairs["graphs"], PROMPT, RunSettings(gamma=4, max_new_tokens=40, seed=1))
     check = graphs_in_use(pairs["graphs"])
     assert check["ok"], check["result"]
+
+
+def test_a_large_vocabulary_is_sampled_inside_captured_steps():
+    """`gpu-check --shapes` in small: Qwen2.5's shapes (151,936 ids) cut to two layers, on the graph
+    engine: top-p's sort over the full row and the trace's reduction run inside captured steps, and
+    no capture fails."""
+    from specdec.bench import shapes
+    (row,) = shapes.run_shapes("cuda", torch.float32, "graphs", ["qwen2.5"], [1, 2, 5], repeats=5, tokens=24,
+                               log=lambda m: None, layers=2)
+    assert row["costs"]["engine"] == "cuda graphs" and row["sampled_run"]["engine"] == "cuda graphs"
+    assert row["sampled_run"]["tokens"] == 24
+    assert row["graphs"]["ok"], row["graphs"]["result"]

@@ -67,3 +67,43 @@ def test_exactness_runs_traced_multi_round_runs_on_the_graph_path_and_quick_says
     exact, control = exactness(pair, 40, control=False, prompt=[1, 2, 3])
     assert control["skipped"] and "SKIPPED" in control["result"]
     assert "40 traced runs" in exact["result"] and pair._engine.graphs and not pair._engine.failures
+
+
+# ---------------------------------------------------------------- gpu-check --shapes
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M", "SmolLM2-360M", "SmolLM2-1.7B", "Qwen2.5-0.5B", "Qwen2.5-1.5B"])
+def test_each_shape_is_the_model_it_names(name):
+    """Built on the meta device (no memory), a shape has its model's published parameter count to
+    the card's own precision (4 significant figures: a wrong width, depth, head count or vocabulary
+    moves it by far more)."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec.bench import shapes
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(shapes.config(name))
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(shapes.PARAMS[name], rel=5e-4)
+    assert model.config.vocab_size in (49152, 151936)
+
+
+def test_shapes_time_each_pair_through_the_engine_and_run_it_sampled():
+    """The whole `--shapes` path on the static engine, cut to one layer a model (the full-vocabulary
+    head and top-p's sort over 49,152 ids stay): costs for every width, one traced T = 1 top-p run
+    on the engine, and the graph check (graphs not asked for on a CPU)."""
+    from specdec.bench import shapes
+
+    rows = shapes.run_shapes("cpu", torch.float32, "static", ["smollm2"], [1, 2, 5], repeats=2, tokens=6,
+                             log=lambda m: None, layers=1)
+    (row,) = rows
+    costs = row["costs"]
+    assert costs["engine"] == "static cache" and set(costs["target_ms_by_width"]) == {1, 2, 5}
+    assert all(ms > 0 for ms in costs["target_ms_by_width"].values()) and costs["c"] > 0
+    assert row["sampled_run"] == {"tokens": 6, "rounds": row["sampled_run"]["rounds"], "engine": "static cache"}
+    assert row["describe"]["vocab_size"] == 49152 and row["describe"]["target_layers"] == 1
+    assert row["graphs"]["ok"] and "not asked for" in row["graphs"]["result"]
+
+
+def test_shapes_refuses_an_unknown_pair_by_name(capsys):
+    assert main(["gpu-check", "--device", "cpu", "--shapes", "llama-70b"]) == 2
+    err = capsys.readouterr().err
+    assert "llama-70b" in err and "smollm2-1.7b" in err

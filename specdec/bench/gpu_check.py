@@ -54,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/gpu-check", help="folder for results.json (default runs/gpu-check)")
     p.add_argument("--save-profile", action="store_true",
                    help="add the measured costs to assets/bench/cost-profiles.json (the speed explorer's curves)")
+    p.add_argument("--shapes", nargs="*", default=None, metavar="PAIR",
+                   help="instead of the checks: time random-weight models shaped like the hub presets through the "
+                        "engine, offline (pairs: smollm2, qwen2.5, smollm2-1.7b; default all three)")
+    p.add_argument("--repeats", type=int, default=50, help="with --shapes: timed calls per width (default 50)")
 
 
 NO_CUDA = ("no CUDA device here (torch {torch} sees none): gpu-check proves things about a GPU. Run it on a "
@@ -66,6 +70,8 @@ def run(args) -> int:
     device = args.device or "cuda"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(NO_CUDA.format(torch=torch.__version__))
+    if args.shapes is not None:
+        return run_shapes(args, device)
     samples, tokens = (200, 24) if args.quick else (args.samples, args.tokens)
     pair = load_pair(device=device, dtype=args.dtype, engine=args.engine)
     reference = load_pair(device=device, dtype=args.dtype, engine="eager")
@@ -93,6 +99,40 @@ def run(args) -> int:
                                  "width, sampling and the verify step included)")
         print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
     return 0 if all(c["ok"] for c in report["checks"]) else 1
+
+
+def run_shapes(args, device: str) -> int:
+    """`--shapes`: each pair's costs on the engine (graphs on CUDA by default), one sampled run on
+    it, and the graph check; profiles saved with `--save-profile`. Exit 1 when graphs were asked
+    for (or expected) and a pair ran without them."""
+    from ..models import pick_device, pick_engine
+    from . import profiles, shapes
+
+    keys = args.shapes or list(shapes.PAIRS)
+    unknown = [k for k in keys if k not in shapes.PAIRS]
+    if unknown:
+        raise ValueError(f"unknown shape pair {', '.join(unknown)}: choose from {', '.join(shapes.PAIRS)}")
+    device, dtype = pick_device(device, args.dtype)
+    engine = pick_engine(args.engine, device)
+    machine = _machine(device)
+    print(f"{machine['name']}  torch {torch.__version__}  dtype {str(dtype).replace('torch.', '')}  engine {engine}  "
+          f"(random weights, the presets' shapes; {args.repeats} timed calls a width)", flush=True)
+    rows = shapes.run_shapes(device, dtype, engine, keys, [1, 2, 3, 4, 5, 6, 7, 9], args.repeats,
+                             24 if args.quick else args.tokens, log=lambda m: print(m, flush=True))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "shapes.json").write_text(json.dumps({"machine": machine, "pairs": rows}, indent=1, default=str),
+                                     encoding="utf-8")
+    print(f"wrote {out / 'shapes.json'}")
+    if args.save_profile:
+        for r in rows:
+            source = (f"python -m specdec gpu-check --shapes {r['key']} (torch {torch.__version__}; random weights "
+                      f"with the shapes of {r['label'].replace(' shapes', '')}: {r['why']}; median of "
+                      f"{args.repeats} timed calls a width, sampling and the verify step included)")
+            entry = profiles.profile(r["costs"], r["describe"], machine["name"], source,
+                                     name=f"{machine['name']}, {r['label']}, {r['costs']['engine']}")
+            print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
+    return 0 if all(r["graphs"]["ok"] for r in rows) else 1
 
 
 def _machine(device: str) -> dict:
