@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -200,12 +199,13 @@ def test_a_run_past_its_time_limit_stops_between_forwards_and_says_why(monkeypat
     from specdec.app.api import RunRequest
 
     stops = _capture_stops(monkeypatch)
-    monkeypatch.setattr(limits, "REQUEST_SECONDS", 0.3)
-    t0 = time.perf_counter()
+    # A limit every machine passes during the prompt's forward (a GPU decodes 240 tokens in well
+    # under a second), so the stop, not the machine's speed, decides where the run ends.
+    monkeypatch.setattr(limits, "REQUEST_SECONDS", 0.001)
     updates = []
-    with pytest.raises(gr.Error, match=r"time limit of 0.3 s \(SPECDEC_REQUEST_SECONDS\)") as err:
+    with pytest.raises(gr.Error, match=r"time limit of 0.001 s \(SPECDEC_REQUEST_SECONDS\)") as err:
         updates.extend(handlers.run_generation(*RunRequest(max_new_tokens=240, gamma=1).values()))
-    assert stops[0].reason == "time limit" and time.perf_counter() - t0 < 30
+    assert stops[0].reason == "time limit"
     # the status line, which said "Decoding…" (or "Loading…"), now says what the error says
     assert updates[0]["status"].endswith("…") and updates[-1] == {"status": handlers.failed_status(err.value.message)}
 
