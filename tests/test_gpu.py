@@ -82,8 +82,10 @@ def test_a_large_vocabulary_is_sampled_inside_captured_steps():
     engine: top-p's sort over the full row and the trace's reduction run inside captured steps, and
     no capture fails."""
     from specdec.bench import shapes
+    from specdec.bench.gpu_check import graphs_in_use
+
     (row,) = shapes.run_shapes("cuda", torch.float32, "graphs", ["qwen2.5"], [1, 2, 5], repeats=5, tokens=24,
-                               log=lambda m: None, layers=2)
+                               graphs_check=graphs_in_use, log=lambda m: None, layers=2)
     assert row["costs"]["engine"] == "cuda graphs" and row["sampled_run"]["engine"] == "cuda graphs"
     assert row["sampled_run"]["tokens"] == 24
     assert row["graphs"]["ok"], row["graphs"]["result"]

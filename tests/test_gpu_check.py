@@ -93,7 +93,7 @@ def test_shapes_time_each_pair_through_the_engine_and_run_it_sampled():
     from specdec.bench import shapes
 
     rows = shapes.run_shapes("cpu", torch.float32, "static", ["smollm2"], [1, 2, 5], repeats=2, tokens=6,
-                             log=lambda m: None, layers=1)
+                             graphs_check=graphs_in_use, log=lambda m: None, layers=1)
     (row,) = rows
     costs = row["costs"]
     assert costs["engine"] == "static cache" and set(costs["target_ms_by_width"]) == {1, 2, 5}

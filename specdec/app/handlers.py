@@ -155,9 +155,30 @@ def _stream(prompt, preset, settings, stop):
         now = time.monotonic()
         with_timeline = drawn is None or now - drawn >= TIMELINE_EVERY   # the first round's at once
         drawn = now if with_timeline else drawn
-        yield views.streamed(f"Round {len(gen.rounds)} · {gen.stats.new_tokens}/{settings.max_new_tokens} "
-                             "tokens…", gen, timeline=with_timeline)
+        yield _streamed_view(f"Round {len(gen.rounds)} · {gen.stats.new_tokens}/{settings.max_new_tokens} "
+                             "tokens…", gen, with_timeline)
     raise AssertionError("the decoding stream ended without a result")   # pragma: no cover
+
+
+_STREAMED: OrderedDict = OrderedDict()   # (id(run so far), status, timeline) -> (that run, its streamed view)
+STREAMED_VIEWS = 4
+
+
+def _streamed_view(status: str, gen: Generation, timeline: bool) -> dict:
+    """`views.streamed`, built once for the riders of one flight who read the same progress (the
+    same snapshot object): a class of thirty on one link built thirty timelines a progress update
+    before (py-spy: 29 % of the server's samples, against 10 % for the decode)."""
+    key = (id(gen), status, timeline)
+    with _VIEWS_LOCK:
+        hit = _STREAMED.get(key)
+        if hit is not None and hit[0] is gen:
+            return dict(hit[1])
+    view = views.streamed(status, gen, timeline=timeline)
+    with _VIEWS_LOCK:
+        _STREAMED[key] = (gen, view)
+        while len(_STREAMED) > STREAMED_VIEWS:
+            _STREAMED.popitem(last=False)
+    return dict(view)
 
 
 TIMELINE_EVERY = 1.0   # seconds between two timelines sent while a run streams

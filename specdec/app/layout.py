@@ -21,6 +21,7 @@ from ..settings import DRAFTERS
 from ..trace import MAX_NOTE
 from . import charts, handlers, limits, restore, step_charts
 from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
+from .encoded import encoded
 from .glossary import GLOSSARY
 from .lab_tab import build_lab_tab
 from .serving import DECODE
@@ -204,7 +205,7 @@ def _wire_run(demo: gr.Blocks, v) -> None:
     """Run (button, Enter, a link on page load) streams into the page; Stop cancels it."""
     def run(*values):   # the RunRequest's values, then the visitor's stops (a state: not in the API)
         for update in handlers.run_generation(*values[:-1], stops=values[-1]):
-            yield _named(v, update)
+            yield _named(v, encoded(update))   # a class's shared figures, encoded once
 
     # The API names /generate's parameters after the function's: the controls' names, not param_0..
     # (`client.predict(prompt=..., seed=..., api_name="/generate")`).
@@ -213,7 +214,7 @@ def _wire_run(demo: gr.Blocks, v) -> None:
 
     def follow_link(stops, request: gr.Request):
         for update in handlers.open_link(request, stops):
-            yield _named(v, update)
+            yield _named(v, encoded(update))
 
     controls, main_out = _all(v, RunRequest.names()), _all(v, MAIN_OUTPUTS)
     run_event = dict(inputs=[*controls, v.stops], show_progress="full",

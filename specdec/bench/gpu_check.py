@@ -118,7 +118,7 @@ def run_shapes(args, device: str) -> int:
     print(f"{machine['name']}  torch {torch.__version__}  dtype {str(dtype).replace('torch.', '')}  engine {engine}  "
           f"(random weights, the presets' shapes; {args.repeats} timed calls a width)", flush=True)
     rows = shapes.run_shapes(device, dtype, engine, keys, [1, 2, 3, 4, 5, 6, 7, 9], args.repeats,
-                             24 if args.quick else args.tokens, log=lambda m: print(m, flush=True))
+                             24 if args.quick else args.tokens, graphs_in_use, log=lambda m: print(m, flush=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "shapes.json").write_text(json.dumps({"machine": machine, "pairs": rows}, indent=1, default=str),

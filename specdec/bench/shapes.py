@@ -134,11 +134,10 @@ def sampled_run(pair, tokens: int) -> dict:
 
 
 def run_shapes(device: str, dtype: torch.dtype, engine: str, keys: list[str], widths: list[int], repeats: int,
-               tokens: int, log=print, layers: int | None = None) -> list[dict]:
-    """Each pair in `keys`, built, timed, run once sampled, and freed before the next (`layers`
-    cuts every model's depth: the tests' way to run this on a CPU in seconds)."""
-    from .gpu_check import graphs_in_use
-
+               tokens: int, graphs_check, log=print, layers: int | None = None) -> list[dict]:
+    """Each pair in `keys`, built, timed, run once sampled, checked by `graphs_check(pair)` (gpu-check's
+    `graphs_in_use`) and freed before the next (`layers` cuts every model's depth: the tests' way to
+    run this on a CPU in seconds)."""
     out = []
     for key in keys:
         started = time.perf_counter()
@@ -147,7 +146,7 @@ def run_shapes(device: str, dtype: torch.dtype, engine: str, keys: list[str], wi
             f"{pair.describe()['draft_params'] / 1e6:.0f}M parameters, vocabulary {pair.vocab_size})")
         costs = measure(pair, widths, repeats)
         run = sampled_run(pair, tokens)
-        graphs = graphs_in_use(pair)
+        graphs = graphs_check(pair)
         out.append({"key": key, "label": pair.label, "why": PAIRS[key].why, "describe": pair.describe(),
                     "costs": costs, "sampled_run": run, "graphs": graphs,
                     "seconds": round(time.perf_counter() - started, 1)})
