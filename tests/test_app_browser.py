@@ -116,8 +116,27 @@ def round_number(page) -> int:
     return int(float(page.locator("#round input[type=number]").first.input_value()))
 
 
+# Every chart on the page that has data has drawn it, and the count of drawn marks held still over
+# half a second: Plotly draws axes first and marks later, and on a loaded machine a screenshot taken
+# once the data arrived caught a timeline with no marks and a p/q chart with no q bars.
+DRAWN = """() => new Promise(done => {
+    const marks = () => [...document.querySelectorAll('.js-plotly-plot')]
+        .map(gd => (gd.data || []).some(t => (t.x || t.y || []).length)
+            ? gd.querySelectorAll('.point, .js-line').length : -1);
+    const first = marks();
+    if (first.some(n => n === 0)) return done(false);
+    setTimeout(() => requestAnimationFrame(() => done(JSON.stringify(marks()) === JSON.stringify(first))), 500);
+})"""
+
+
+def wait_drawn(page) -> None:
+    page.wait_for_function(DRAWN, timeout=60_000, polling=250)
+
+
 def shot(page, path: Path, top: str, bottom: str) -> None:
-    """Screenshot of the page from element `top` to element `bottom` (for the README), to `path`."""
+    """Screenshot of the page from element `top` to element `bottom` (for the README), to `path`,
+    once every chart has drawn its marks."""
+    wait_drawn(page)
     page.evaluate("() => window.scrollTo(0, 0)")
     a = page.locator(top).first.bounding_box()
     b = page.locator(bottom).first.bounding_box()

@@ -11,6 +11,8 @@ import re
 
 import pytest
 
+from test_app_browser import wait_drawn
+
 TIMEOUT = 120_000   # ms: the CPU is shared
 RULES = ["exact", "skip_adjustment", "accept_all", "greedy_match"]
 
@@ -101,6 +103,7 @@ def test_lab_preset_run_and_take_from_decode_run(page, screenshots):
     run_lab(page)
     assert rule_traces(page, "lab-histogram") == RULES
     page.locator("#lab-intro").scroll_into_view_if_needed()
+    wait_drawn(page)
     page.screenshot(path=str(screenshots / "lab.png"), full_page=True)
     assert page.console_errors == []
 
