@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gradio as gr
 import plotly.graph_objects as go
+import pytest
 
 from specdec.app import encoded, handlers, views
 
@@ -26,18 +27,61 @@ def test_a_figure_sent_thirty_times_is_encoded_once_as_gradio_would(monkeypatch)
     assert sent[0]["status"] == "Done" and sent[0]["timeline"] == gr.Plot().postprocess(other)
 
 
-def test_a_new_figure_at_an_old_figures_id_is_encoded_afresh():
-    fig = figure(7)
-    stale = encoded.PlotData(type="plotly", plot="{}")
-    encoded._TABLE[id(fig)] = (lambda: None, stale)   # what a figure gone and its id reused leaves
-    assert encoded.plot_data(fig) != stale and encoded.plot_data(fig) == gr.Plot().postprocess(fig)
+def test_thirty_askers_at_once_build_one_value_and_the_others_wait_for_it():
+    """The first asker builds; the other 29, asking while it builds, wait and get its value (a
+    check-then-build cache let all thirty build: the class's final view, thirty times)."""
+    import threading
+    import time
+
+    from specdec.app.once import Once
+
+    table, owner, builds = Once(4), figure(3), []
+    start = threading.Barrier(30)
+
+    def build():
+        builds.append(1)
+        time.sleep(0.2)   # a build that takes a while: every asker arrives during it
+        return {"view": len(builds)}
+
+    got = []
+
+    def ask():
+        start.wait()
+        got.append(table.get(owner, "final", build))
+
+    threads = [threading.Thread(target=ask) for _ in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(got) == 30 and all(g is got[0] for g in got)
+
+
+def test_a_new_owner_at_an_old_owners_id_is_built_afresh_and_a_failed_build_is_not_kept():
+    from specdec.app.once import Once
+
+    table = Once(4)
+    first = figure(1)
+    assert table.get(first, "k", lambda: "first's") == "first's"
+    key = id(first)
+    del first   # its id may now be reused; the entry's weak reference is dead either way
+    other = figure(2)
+    table._table[(id(other), "k")] = table._table.pop((key, "k"))   # as if `other` took the old id
+    assert table.get(other, "k", lambda: "other's") == "other's"
+
+    def fail():
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        table.get(other, "j", fail)
+    assert table.get(other, "j", lambda: "built") == "built"
 
 
 def test_the_table_is_bounded():
     figs = [figure(i) for i in range(encoded.KEPT + 5)]
     for f in figs:
         encoded.plot_data(f)
-    assert len(encoded._TABLE) == encoded.KEPT
+    assert len(encoded._ENCODINGS) == encoded.KEPT
 
 
 def test_riders_of_one_flight_share_one_streamed_view_per_snapshot(bundled, monkeypatch):

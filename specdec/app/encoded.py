@@ -8,22 +8,19 @@ requests: building and encoding the streamed views was 29 % of the server's samp
 for the decode itself.
 
 `encoded(update)` hands Gradio the figure already encoded (`PlotData`, which `postprocess` passes
-through unchanged: the bytes sent are Gradio's own). The encodings are kept by figure, for as long
-as the figure lives (a weak reference), in a bounded table.
+through unchanged: the bytes sent are Gradio's own). The encodings are kept by figure in a bounded
+table (`once.Once`).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
-
 import plotly.graph_objects as go
 from gradio.components.plot import PlotData
 
+from .once import Once
+
 KEPT = 32   # encodings kept: a final view has 5 figures, a streamed update 1; a few runs at once
-_TABLE: OrderedDict = OrderedDict()   # id(figure) -> (weak reference to it, its PlotData)
-_LOCK = threading.Lock()
+_ENCODINGS = Once(KEPT)
 
 
 def encoded(update: dict) -> dict:
@@ -32,16 +29,6 @@ def encoded(update: dict) -> dict:
 
 
 def plot_data(figure: go.Figure) -> PlotData:
-    """What `gr.Plot.postprocess(figure)` returns, computed once for this figure object."""
-    key = id(figure)
-    with _LOCK:
-        hit = _TABLE.get(key)
-        if hit is not None and hit[0]() is figure:   # the same object, not a new one at a reused id
-            _TABLE.move_to_end(key)
-            return hit[1]
-    data = PlotData(type="plotly", plot=figure.to_json())   # outside the lock: encoding takes a while
-    with _LOCK:
-        _TABLE[key] = (weakref.ref(figure), data)
-        while len(_TABLE) > KEPT:
-            _TABLE.popitem(last=False)
-    return data
+    """What `gr.Plot.postprocess(figure)` returns, computed once for this figure object (by its
+    first asker; a class's other riders wait for it rather than encode it too)."""
+    return _ENCODINGS.get(figure, "plotly", lambda: PlotData(type="plotly", plot=figure.to_json()))

@@ -8,9 +8,7 @@ decoding in `runs`.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from collections import OrderedDict
 from contextlib import contextmanager
 
 import gradio as gr
@@ -22,6 +20,7 @@ from ..validate import load_trace, read_trace_file
 from . import charts, housekeeping, limits, runs, views
 from .api import RunRequest, parse_link
 from .messages import error, user_message
+from .once import Once
 from .pairs import get_pair, is_loaded
 
 # ---------------------------------------------------------------- a run
@@ -86,31 +85,18 @@ def _run_generation(*values, stops: list | None = None):
         yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed)
 
 
-_VIEWS: OrderedDict = OrderedDict()   # (id(run), from the cache) -> (run, its final view); the run kept alive
 # A 64-token run's final view holds 12.5 MB of Python objects (tracemalloc; its figures). A class
 # on one link needs one; two cover a cached and a fresh answer of one run. Eight held ~100 MB.
 SHARED_VIEWS = 2
+_VIEWS = Once(SHARED_VIEWS)   # (run, from the cache) -> its final view
 
 
 def _shared_view(gen: Generation, cached: bool) -> dict:
     """The finished run's view, built once for every request that got the same run (riders of one
-    flight, cache hits): thirty students on one link cost one view, not thirty. Views are pure
-    values that Gradio only reads; the last `SHARED_VIEWS` are kept."""
-    key = (id(gen), cached)
-    with _VIEWS_LOCK:
-        hit = _VIEWS.get(key)
-        if hit is not None and hit[0] is gen:
-            _VIEWS.move_to_end(key)
-            return dict(hit[1])
-    view = views.final_view(gen, None, status=views.done_status(gen, None, cached=cached))
-    with _VIEWS_LOCK:
-        _VIEWS[key] = (gen, view)
-        while len(_VIEWS) > SHARED_VIEWS:
-            _VIEWS.popitem(last=False)
-    return dict(view)
-
-
-_VIEWS_LOCK = threading.Lock()
+    flight, cache hits): thirty students on one link cost one view, not thirty, and the riders who
+    ask while it is built wait for it. Views are pure values that Gradio only reads."""
+    return dict(_VIEWS.get(gen, cached, lambda: views.final_view(
+        gen, None, status=views.done_status(gen, None, cached=cached))))
 
 
 @contextmanager
@@ -160,25 +146,15 @@ def _stream(prompt, preset, settings, stop):
     raise AssertionError("the decoding stream ended without a result")   # pragma: no cover
 
 
-_STREAMED: OrderedDict = OrderedDict()   # (id(run so far), status, timeline) -> (that run, its streamed view)
 STREAMED_VIEWS = 4
+_STREAMED = Once(STREAMED_VIEWS)   # (run so far, status, timeline) -> its streamed view
 
 
 def _streamed_view(status: str, gen: Generation, timeline: bool) -> dict:
     """`views.streamed`, built once for the riders of one flight who read the same progress (the
     same snapshot object): a class of thirty on one link built thirty timelines a progress update
     before (py-spy: 29 % of the server's samples, against 10 % for the decode)."""
-    key = (id(gen), status, timeline)
-    with _VIEWS_LOCK:
-        hit = _STREAMED.get(key)
-        if hit is not None and hit[0] is gen:
-            return dict(hit[1])
-    view = views.streamed(status, gen, timeline=timeline)
-    with _VIEWS_LOCK:
-        _STREAMED[key] = (gen, view)
-        while len(_STREAMED) > STREAMED_VIEWS:
-            _STREAMED.popitem(last=False)
-    return dict(view)
+    return dict(_STREAMED.get(gen, (status, timeline), lambda: views.streamed(status, gen, timeline=timeline)))
 
 
 TIMELINE_EVERY = 1.0   # seconds between two timelines sent while a run streams
