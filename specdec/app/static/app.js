@@ -14,6 +14,24 @@
     });
   };
   setInterval(hook, 700);
+  // Plotly sizes a chart to its container when it draws, and on a window resize. A chart drawn while
+  // hidden (another tab, a closed accordion) gets Plotly's default 700 px, and one hidden during a
+  // resize keeps its old width: the speed explorer came back at 700 of 1216 px after a Decode run,
+  // and the Decode charts overflowed their 704 px boxes after a narrowing. Whenever a chart's box
+  // changes size (shown, or resized), it is fitted again.
+  const fit = new ResizeObserver((entries) => {
+    for (const entry of entries) {
+      const gd = entry.target;
+      const svg = gd.querySelector('.main-svg');
+      const width = gd.getBoundingClientRect().width;
+      if (!svg || !gd._fullLayout || !window.Plotly || width < 10) continue;
+      if (Math.abs(svg.getBoundingClientRect().width - width) > 2) window.Plotly.Plots.resize(gd);
+    }
+  });
+  const watched = new WeakSet();
+  setInterval(() => document.querySelectorAll('.js-plotly-plot').forEach((gd) => {
+    if (!watched.has(gd)) { watched.add(gd); fit.observe(gd); }
+  }), 700);
   // The run in view survives a reload: the server writes its link (settings and seed) into
   // #run-link after each run; with the round in view it goes into the address bar, which a reload
   // (or a dropped connection's reload) opens again. '-' is an imported trace: no link, so the
