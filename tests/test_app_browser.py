@@ -133,16 +133,30 @@ def wait_drawn(page) -> None:
     page.wait_for_function(DRAWN, timeout=60_000, polling=250)
 
 
+def still_shot(page, path, clip: dict | None = None) -> None:
+    """A picture of the whole page (or `clip` of it) with every chart drawn. A full-page screenshot
+    makes the browser lay the page out at its full height, which fires a resize: Plotly redraws its
+    responsive charts, and the picture caught them half drawn (an empty "where the time went").
+    So the window itself is made as tall as the page, the charts settle, the picture is taken
+    inside the window, and the window goes back to its size."""
+    size = page.viewport_size
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    page.set_viewport_size({"width": size["width"], "height": max(size["height"], height)})
+    wait_drawn(page)
+    page.screenshot(path=str(path), clip=clip, full_page=False)
+    page.set_viewport_size(size)
+    wait_drawn(page)
+
+
 def shot(page, path: Path, top: str, bottom: str) -> None:
     """Screenshot of the page from element `top` to element `bottom` (for the README), to `path`,
     once every chart has drawn its marks."""
-    wait_drawn(page)
     page.evaluate("() => window.scrollTo(0, 0)")
+    wait_drawn(page)
     a = page.locator(top).first.bounding_box()
     b = page.locator(bottom).first.bounding_box()
     y0 = max(0, a["y"] - 10)
-    page.screenshot(path=str(path), full_page=True,
-                    clip={"x": 0, "y": y0, "width": 1400, "height": b["y"] + b["height"] + 10 - y0})
+    still_shot(page, path, {"x": 0, "y": y0, "width": 1400, "height": b["y"] + b["height"] + 10 - y0})
 
 
 @contextmanager

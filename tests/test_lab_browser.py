@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from test_app_browser import wait_drawn
+from test_app_browser import still_shot
 
 TIMEOUT = 120_000   # ms: the CPU is shared
 RULES = ["exact", "skip_adjustment", "accept_all", "greedy_match"]
@@ -103,8 +103,7 @@ def test_lab_preset_run_and_take_from_decode_run(page, screenshots):
     run_lab(page)
     assert rule_traces(page, "lab-histogram") == RULES
     page.locator("#lab-intro").scroll_into_view_if_needed()
-    wait_drawn(page)
-    page.screenshot(path=str(screenshots / "lab.png"), full_page=True)
+    still_shot(page, screenshots / "lab.png")
     assert page.console_errors == []
 
 

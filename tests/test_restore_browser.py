@@ -5,14 +5,13 @@ browser against `python app.py`."""
 from __future__ import annotations
 
 from specdec import RunSettings, speculative_generate
-from test_app_browser import RUN_TIMEOUT, round_number, run, wait_done, wait_drawn
+from test_app_browser import RUN_TIMEOUT, round_number, run, wait_done
 
 PROMPT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
 
 
 def shot(page, path: str) -> None:
     """The run and the step viewer's head, from the status line to the round's caption."""
-    wait_drawn(page)
     page.evaluate("() => window.scrollTo(0, 0)")
     a = page.locator("#run-status").first.bounding_box()
     b = page.locator("#round-caption").first.bounding_box()
