@@ -73,16 +73,16 @@ def test_exactness_runs_traced_multi_round_runs_on_the_graph_path_and_quick_says
 
 @pytest.mark.parametrize("name", ["SmolLM2-135M", "SmolLM2-360M", "SmolLM2-1.7B", "Qwen2.5-0.5B", "Qwen2.5-1.5B"])
 def test_each_shape_is_the_model_it_names(name):
-    """Built on the meta device (no memory), a shape has its model's published parameter count to
-    the card's own precision (4 significant figures: a wrong width, depth, head count or vocabulary
-    moves it by far more)."""
+    """Built on the meta device (no memory), a shape has its model's stated parameter count (the
+    name's or the card's 2-3 significant figures) within 1 %. Measured: 134.5M, 361.8M, 1,711M,
+    494M, 1,544M. A wrong MLP width or key-value head count moves it by 10-20 %."""
     from transformers import AutoModelForCausalLM
 
     from specdec.bench import shapes
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(shapes.config(name))
-    assert sum(p.numel() for p in model.parameters()) == pytest.approx(shapes.PARAMS[name], rel=5e-4)
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(shapes.PARAMS[name], rel=0.01)
     assert model.config.vocab_size in (49152, 151936)
 
 

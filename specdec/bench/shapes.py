@@ -47,10 +47,11 @@ SHAPES: dict[str, dict] = {
 }
 CONTEXT = 512   # positions a timing needs (prompt + the widest verify), with room to spare
 
-# Published parameter counts (the model names' own figures, from each hub card), for the test
-# that a shape is the model it names.
-PARAMS = {"SmolLM2-135M": 134.5e6, "SmolLM2-360M": 361.8e6, "SmolLM2-1.7B": 1.711e9,
-          "Qwen2.5-0.5B": 0.494e9, "Qwen2.5-1.5B": 1.544e9}
+# Parameter counts as the models' names and hub cards state them (Qwen's cards: 0.49B and 1.54B),
+# to 2-3 significant figures, for the test that a shape is the model it names (within 1 %: a wrong
+# width, depth or head count moves the count by far more).
+PARAMS = {"SmolLM2-135M": 135e6, "SmolLM2-360M": 360e6, "SmolLM2-1.7B": 1.7e9,
+          "Qwen2.5-0.5B": 0.49e9, "Qwen2.5-1.5B": 1.54e9}
 
 
 @dataclass(frozen=True)
