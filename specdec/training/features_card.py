@@ -137,6 +137,8 @@ thread(s) of a machine shared with other work; seed {cfg['seed']}. β per drafti
 target samples (validation-work prompts; β = Σ min(p, q), what the acceptance test accepts there):
 
 {_history(info)}
+{info.get('note', '')}
+
 ## As a drafter (measured by `python -m specdec card --features`)
 
 α at γ = 4 over the cards' {len(measure.PROMPTS)} prompts x {len(measure.SEEDS)} seeds, 64 new tokens,
