@@ -44,7 +44,7 @@ def build_app() -> gr.Blocks:
         v.selection = gr.State((None, None))  # (round_index, position_index) shown in the step viewer
         v.stops = gr.State([])                # the visitor's running requests' stops (for the Stop button)
         v.speed_run = gr.State(None)          # the current run as a point for the speed explorer (speed.RunPoint)
-        v.held = gr.State(None)               # a finished run's step figures, for the event after Run (`handlers.HELD`)
+        v.held = gr.State(None)               # an opened round's step figures, for the events after (`handlers.HELD`)
         gr.Markdown(INTRO)
         with gr.Accordion("Glossary: γ, α, β, TV, c, v", open=False, elem_id="glossary"):   # from every tab
             gr.Markdown(GLOSSARY, latex_delimiters=[])

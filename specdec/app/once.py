@@ -58,7 +58,3 @@ class Once:
 
     def __len__(self) -> int:
         return len(self._table)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._table.clear()
