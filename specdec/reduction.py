@@ -8,7 +8,10 @@ engine runs it inside a captured verify step and copies only this summary (O(gam
 O(gamma x V)) in the round's one copy. The eager decoder calls the same function on its CPU rows,
 so both paths record a Round from the same numbers by construction.
 
-Tie rule for "top n": by value, then the lower id (a stable descending sort), on every device.
+Tie rule for "top n": by value, then the lower id (what a stable descending sort gives), on every
+device. `top_ids` gets it from `torch.topk` on a key without ties, not from a sort: a stable sort of
+a row is O(V log V) and cost 1.0 ms a round at V = 2,048 and 24 ms at 49,152 on this project's CPU,
+where topk on the key costs 0.06 and 0.9 ms (measured, 5 rows, 1 thread).
 """
 
 from __future__ import annotations
@@ -29,11 +32,35 @@ def candidates(vocab: int, n: int) -> int:
     return 2 * min(n, vocab) + 1
 
 
+def top_ids(x: torch.Tensor, k: int) -> torch.Tensor:
+    """[R, k] ids of each row's k largest values of x ([R, V], values >= 0), by the tie rule.
+
+    The key is x * (1 - id * 2^-s) in float64, with s = 25 + ceil(log2 V) (at most 51): distinct
+    float32 values differ by a factor of at least 1 + 2^-24, and the key moves each by less than
+    2^-25, so their order stands; equal values are separated by at least 2^-51 relative, two
+    float64 roundings' worth, so the lower id comes first. Zeros get -(id + 1) * 2^-900 instead:
+    below every positive key (the smallest float32 is 2^-149) and ordered by id, and far below half
+    an ulp of any positive key, so adding it to all entries leaves those unchanged. Shapes depend
+    on (R, V, k) only, so a captured graph can run it.
+    """
+    v = x.shape[1]
+    s = 25 + max(1, (v - 1).bit_length())
+    if s > 51:
+        raise ValueError(f"top_ids: a vocabulary of {v} exceeds 2^26 ids")
+    return torch.topk(tie_free_key(x, s), k, dim=1).indices
+
+
+def tie_free_key(x: torch.Tensor, s: int) -> torch.Tensor:
+    """x * (1 - id * 2^-s) - (id + 1) * 2^-900, in float64 (see `top_ids` for why s matters)."""
+    ids = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
+    return x.double().mul_(ids.mul(-(2.0 ** -s)).add_(1)).add_(ids.add(1).mul_(-(2.0 ** -900)))
+
+
 def _summarize(rows: list[torch.Tensor], p: torch.Tensor, q: torch.Tensor, extra: torch.Tensor,
                n: int) -> torch.Tensor:
     """[R, W] float64 for rows [R, V]: candidates from rows[0] and rows[1], ordered by the tie rule."""
     k = min(n, p.shape[1])
-    tops = [torch.sort(x, dim=1, descending=True, stable=True).indices[:, :k] for x in rows[:2]]
+    tops = [top_ids(x, k) for x in rows[:2]]
     extra = extra.reshape(-1, 1).long()
     cand = torch.cat([*tops, extra], 1)
     # A token is a candidate only with mass there; the extra token always is.

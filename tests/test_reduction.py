@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from specdec.reduction import parse, round_summary
+from specdec.reduction import parse, round_summary, tie_free_key, top_ids
 from specdec.trace import order_kept
 
 
@@ -72,3 +72,35 @@ def test_the_reference_catches_a_wrong_tie_rule():
     (ids, *_), = order_kept(end_row.cand, end_row.valid, end_row.values)
     assert ids == [0, 1, 3]   # the top 2 by the lower id, and the drawn token
     assert ids != sorted({*_top(x, 2, low_first=False), 3})
+
+
+def test_top_ids_follow_the_tie_rule_at_float32_s_finest_differences():
+    """top_ids (topk on a tie-free key) against a stable descending sort, on rows built to break a
+    careless key: runs of equal values, zeros, neighbouring float32 values (one ulp apart) at the
+    top, at the cut and in the subnormals, and vocabularies up to Qwen's 151,936 ids."""
+    gen = torch.Generator().manual_seed(3)
+    for vocab in (5, 2048, 49152, 151936):
+        x = _grid(gen, 4, vocab)
+        top = float(x[1].max())
+        x[1, -40:] = top                                              # ties at the top, high ids
+        x[1, :3] = torch.nextafter(torch.tensor(top), torch.tensor(0.0))   # one ulp below, low ids
+        tiny = torch.tensor(2.0 ** -149)                              # float32's smallest subnormal
+        x[2, :] = 0
+        x[2, -3:] = tiny
+        x[2, :2] = torch.nextafter(tiny, torch.tensor(1.0))
+        x[3, :] = 0                                                   # a row of zeros: ids only
+        for k in sorted({1, min(20, vocab), min(41, vocab)}):
+            want = torch.sort(x, dim=1, descending=True, stable=True).indices[:, :k]
+            assert torch.equal(top_ids(x, k), want), (vocab, k)
+
+
+def test_top_ids_negative_control_a_key_with_too_coarse_an_id_term_breaks_the_tie_rule():
+    """The key's id term must stay under float32's finest step: at s = 20 (where top_ids takes 36
+    for 2,048 ids) it pushes high-id top values below low-id values one ulp under them, and the
+    row of the test above would fail."""
+    x = torch.zeros(1, 2048)
+    x[0, -40:] = 0.5
+    x[0, :3] = torch.nextafter(torch.tensor(0.5), torch.tensor(0.0))
+    want = torch.sort(x, dim=1, descending=True, stable=True).indices[:, :20]
+    assert torch.equal(torch.sort(tie_free_key(x, 36), dim=1, descending=True).indices[:, :20], want)
+    assert not torch.equal(torch.sort(tie_free_key(x, 20), dim=1, descending=True).indices[:, :20], want)
