@@ -19,6 +19,7 @@ from specdec.bench.contenders import (
     HF_GENERATE,
     HF_LOOKUP,
     SPECDEC_AR,
+    SPECDEC_FEATURES,
     SPECDEC_MODEL,
     SPECDEC_NGRAM,
     Contender,
@@ -129,6 +130,9 @@ def test_every_contender_once_per_temperature_and_gamma():
     lineup = contenders.contenders([1, 2], [0.0, 1.0])
     assert len(lineup) == 2 * (2 + 5 * 2) and len(set(lineup)) == len(lineup)   # 5 speculative kinds, one untraced
     assert Contender(SPECDEC_AR, 0.0) in lineup and Contender(HF_LOOKUP, 1.0, 2) in lineup
+    assert not any(c.kind == SPECDEC_FEATURES for c in lineup)   # no features weights said: no features runs
+    with_features = contenders.contenders([1, 2], [0.0, 1.0], features=True)
+    assert len(with_features) == 2 * (2 + 6 * 2) and Contender(SPECDEC_FEATURES, 1.0, 2) in with_features
 
 
 def test_rotation_runs_everyone_once_per_pass_from_different_starts():
@@ -175,12 +179,12 @@ COSTS = {"draft_step_ms": 1.0, "target_step_ms": 4.0, "c": 0.25,
 
 
 def _record(kind, t, gamma, seconds, tokens=12, widths=None, target_forwards=None, draft_forwards=0,
-            accepted=0, tested=0, prompt=0):
+            accepted=0, tested=0, prompt=0, drafted=0, draft_seconds=0.0):
     widths = widths or {"1": tokens - 1}
     return dict(kind=kind, temperature=t, gamma=gamma, prompt=prompt, seed=0, seconds=seconds,
                 new_tokens=tokens, target_forwards=target_forwards or 1 + sum(widths.values()),
                 draft_forwards=draft_forwards, prefill_width=10, target_widths=widths,
-                accepted=accepted, tested=tested, max_new_tokens=12)
+                accepted=accepted, tested=tested, max_new_tokens=12, drafted=drafted, draft_seconds=draft_seconds)
 
 
 def _hand_made_results():
@@ -191,6 +195,10 @@ def _hand_made_results():
         # 8 of 10 tested drafts accepted.
         _record(SPECDEC_MODEL, 0.0, 3, 0.06, widths={"4": 3}, draft_forwards=12, accepted=8, tested=10),
         _record(HF_ASSISTED, 0.0, 3, 0.08, widths={"4": 3}, draft_forwards=12),
+        # The features drafter: 12 drafts in 6 ms of drafting (0.5 ms a draft: c = 0.125, from its
+        # own runs, not from the draft model's step).
+        _record(SPECDEC_FEATURES, 0.0, 3, 0.07, widths={"4": 3}, draft_forwards=12, accepted=9, tested=10,
+                drafted=12, draft_seconds=0.006),
         _record(SPECDEC_NGRAM, 0.0, 3, 0.10, widths={"1": 5, "4": 2}, accepted=4, tested=6),
         _record(HF_LOOKUP, 0.0, 3, 0.12, widths={"1": 5, "4": 2}),
     ]
@@ -255,6 +263,17 @@ def test_rows_by_hand():
     assert any("1.4x" in k and v["met"] == (model["speedup"] >= 1.4) for k, v in goals.items())
     assert any("assisted" in k and v["met"] for k, v in goals.items())          # 0.75 <= 0.8
 
+    features = rows[SPECDEC_FEATURES]
+    assert features["c"] == pytest.approx(0.125) and features["alpha"] == pytest.approx(0.9)
+    assert features["predicted"] == pytest.approx(3 * 4.0 / (3 * 0.5 + 5.0))
+    assert features["over_transformers"] == pytest.approx(0.07 / 0.08)
+    assert best["specdec_features"]["kind"] == SPECDEC_FEATURES
+    assert goals["features drafter at T=0, best gamma >= 2.5x the faster target-alone loop"] == dict(
+        goal="features drafter at T=0, best gamma >= 2.5x the faster target-alone loop",
+        value=pytest.approx((12 / 0.07) / ar["tok_s"]), met=False)
+    over = goals["features drafter time / assisted time <= 0.7 at every gamma and T"]
+    assert over["value"] == pytest.approx(0.875) and not over["met"]
+
 
 def test_assisted_rows_that_did_not_draft_gamma_are_flagged():
     row = dict(gamma=3, runs=1, target_widths={"4": 10, "2": 1, "1": 1})
@@ -316,6 +335,8 @@ def test_speedup_figure_from_hand_made_results():
     fig = speedup_figure(results)
     traces = {(t.meta["kind"], t.meta["series"]): t for t in fig.data}
     assert set(traces) == {(SPECDEC_MODEL, "measured"), (SPECDEC_MODEL, "predicted"), (SPECDEC_MODEL, "leviathan"),
+                           (SPECDEC_FEATURES, "measured"), (SPECDEC_FEATURES, "predicted"),
+                           (SPECDEC_FEATURES, "leviathan"),
                            (SPECDEC_NGRAM, "measured"), (SPECDEC_NGRAM, "predicted"),
                            (HF_ASSISTED, "measured"), (HF_LOOKUP, "measured")}
     rows = {r["kind"]: r for r in results["rows"]}
@@ -323,8 +344,9 @@ def test_speedup_figure_from_hand_made_results():
     assert list(traces[(SPECDEC_MODEL, "measured")].customdata) == [3]           # gamma (x is nudged)
     assert abs(traces[(SPECDEC_MODEL, "measured")].x[0] - 3) < 0.25
     assert list(traces[(SPECDEC_MODEL, "predicted")].y) == [pytest.approx(rows[SPECDEC_MODEL]["predicted"])]
-    measured = [traces[(k, "measured")] for k in (SPECDEC_MODEL, SPECDEC_NGRAM, HF_ASSISTED, HF_LOOKUP)]
-    assert len({t.line.color for t in measured}) == 4 and len({t.marker.symbol for t in measured}) == 4
+    measured = [traces[(k, "measured")] for k in (SPECDEC_MODEL, SPECDEC_FEATURES, SPECDEC_NGRAM, HF_ASSISTED,
+                                                  HF_LOOKUP)]
+    assert len({t.line.color for t in measured}) == 5 and len({t.marker.symbol for t in measured}) == 5
     assert {t.line.dash for t in fig.data} == {"solid", "dash", "dot"}
     assert "1x = specdec autoregressive" in fig.layout.annotations[0].text
 
@@ -337,7 +359,7 @@ def test_speedup_figure_has_one_panel_per_temperature():
     fig = speedup_figure(results)
     assert {t.meta["temperature"] for t in fig.data} == {0.0, 1.0}
     assert len(fig.layout.annotations) == 2
-    assert sum(t.showlegend is not False for t in fig.data) == 7          # each series once in the legend
+    assert sum(t.showlegend is not False for t in fig.data) == 10         # each series once in the legend
 
 
 # ---------------------------------------------------------------- on the bundled pair
@@ -369,13 +391,15 @@ def test_quick_bench_on_the_bundled_pair(tmp_path):
     assert results["schema"] == "specdec.bench"
     settings = results["settings"]
     assert settings["threads"] == 1
+    assert settings["features"]   # the bundled target has features weights: the features drafter runs
     expected = {(c.kind, c.temperature, c.gamma)
-                for c in contenders.contenders(settings["gammas"], settings["temperatures"])}
+                for c in contenders.contenders(settings["gammas"], settings["temperatures"], features=True)}
     assert {(r["kind"], r["temperature"], r["gamma"]) for r in results["rows"]} == expected
     for row in results["rows"]:
         assert row["tok_s"] > 0 and row["speedup"] > 0 and row["predicted"] > 0
-        if row["kind"] == SPECDEC_MODEL:
+        if row["kind"] in (SPECDEC_MODEL, SPECDEC_FEATURES):
             assert 0 <= row["alpha"] <= 1 and row["leviathan"] > 0 and row["over_transformers"] > 0
+            assert 0 < row["c"] < 1
     greedy = results["greedy"]
     assert greedy["checked"] and greedy["agree"] and not greedy["mismatches"]
     assert greedy["compared"] == len([c for c in expected if c[1] == 0]) - 1   # all but the reference

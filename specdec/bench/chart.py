@@ -17,6 +17,7 @@ from ..looks import PALETTE
 
 STYLE = {   # kind -> colour, marker (tells the series apart in greyscale too), x nudge (error bars apart)
     "specdec_model": dict(color=PALETTE["blue"], symbol="circle", nudge=-0.15),
+    "specdec_features": dict(color=PALETTE["purple"], symbol="star", nudge=-0.10),
     "specdec_ngram": dict(color=PALETTE["vermillion"], symbol="square", nudge=-0.05),
     "hf_assisted": dict(color=PALETTE["green"], symbol="diamond", nudge=0.05),
     "hf_lookup": dict(color=PALETTE["orange"], symbol="triangle-up", nudge=0.15),
@@ -28,7 +29,8 @@ SERIES = {  # series -> row key, line dash, marker variant, legend suffix
 }
 # Which kinds get which predicted series: only specdec's runs report α, and Leviathan's closed form
 # assumes gamma drafts every round, which an n-gram lookup (often shorter, or none) does not do.
-PREDICTED_KINDS = {"predicted": ("specdec_model", "specdec_ngram"), "leviathan": ("specdec_model",)}
+PREDICTED_KINDS = {"predicted": ("specdec_model", "specdec_features", "specdec_ngram"),
+                   "leviathan": ("specdec_model", "specdec_features")}
 
 
 def speedup_figure(results: dict) -> go.Figure:

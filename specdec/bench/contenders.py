@@ -23,12 +23,13 @@ from ..settings import RunSettings
 class Kind:
     label: str
     family: str                 # specdec | transformers
-    drafter: str | None         # model | ngram | None (the target alone)
+    drafter: str | None         # model | features | ngram | None (the target alone)
     counterpart: str | None     # the transformers kind a specdec kind is compared with
 
 
 SPECDEC_AR, HF_GENERATE = "specdec_ar", "hf_generate"
 SPECDEC_MODEL, SPECDEC_NGRAM = "specdec_model", "specdec_ngram"
+SPECDEC_FEATURES = "specdec_features"   # the drafter that reads the target's features (EAGLE-style)
 SPECDEC_UNTRACED = "specdec_model_untraced"   # the same run recording no trace: what tracing costs
 HF_ASSISTED, HF_LOOKUP = "hf_assisted", "hf_lookup"
 KINDS = {
@@ -36,12 +37,15 @@ KINDS = {
     HF_GENERATE: Kind("transformers generate", "transformers", None, None),
     SPECDEC_MODEL: Kind("specdec + draft model", "specdec", "model", HF_ASSISTED),
     SPECDEC_UNTRACED: Kind("specdec + draft model, no trace", "specdec", "model", None),
+    # transformers has no features drafter: its time per token is set against assisted generation
+    # with the distilled draft model at the same gamma (issue 28's comparison).
+    SPECDEC_FEATURES: Kind("specdec + features drafter", "specdec", "features", HF_ASSISTED),
     SPECDEC_NGRAM: Kind("specdec + n-gram", "specdec", "ngram", HF_LOOKUP),
     HF_ASSISTED: Kind("transformers assisted", "transformers", "model", None),
     HF_LOOKUP: Kind("transformers prompt lookup", "transformers", "ngram", None),
 }
 BASELINES = (SPECDEC_AR, HF_GENERATE)
-SPECULATIVE = (SPECDEC_MODEL, SPECDEC_UNTRACED, SPECDEC_NGRAM, HF_ASSISTED, HF_LOOKUP)
+SPECULATIVE = (SPECDEC_MODEL, SPECDEC_UNTRACED, SPECDEC_FEATURES, SPECDEC_NGRAM, HF_ASSISTED, HF_LOOKUP)
 
 
 @dataclass(frozen=True)
@@ -55,12 +59,14 @@ class Contender:
         return KINDS[self.kind].label
 
 
-def contenders(gammas: list[int], temperatures: list[float]) -> list[Contender]:
-    """Every contender, in table order: per T, the two baselines then each speculative kind over gamma."""
+def contenders(gammas: list[int], temperatures: list[float], features: bool = False) -> list[Contender]:
+    """Every contender, in table order: per T, the two baselines then each speculative kind over
+    gamma. The features drafter runs only where its weights for the pair's target exist (`features`)."""
+    kinds = [k for k in SPECULATIVE if features or k != SPECDEC_FEATURES]
     out = []
     for t in temperatures:
         out += [Contender(k, t) for k in BASELINES]
-        out += [Contender(k, t, g) for k in SPECULATIVE for g in gammas]
+        out += [Contender(k, t, g) for k in kinds for g in gammas]
     return out
 
 
@@ -145,6 +151,8 @@ class Run:
     draft_forwards: int
     accepted: int = 0           # specdec only: drafts accepted / tested (alpha)
     tested: int = 0
+    drafted: int = 0            # specdec only: drafts made, and the seconds spent making them
+    draft_seconds: float = 0.0  # (the features drafter's c comes from these: it has no model to time alone)
 
     def record(self) -> dict:
         """The JSON form (token ids left out; the greedy check has used them)."""
@@ -156,7 +164,8 @@ class Run:
                     seconds=self.seconds, new_tokens=len(self.token_ids),
                     target_forwards=len(self.target_widths), draft_forwards=self.draft_forwards,
                     prefill_width=self.target_widths[0] if self.target_widths else 0,
-                    target_widths=widths, accepted=self.accepted, tested=self.tested)
+                    target_widths=widths, accepted=self.accepted, tested=self.tested, drafted=self.drafted,
+                    draft_seconds=self.draft_seconds)
 
 
 def _widths_of(gen) -> list[int]:
@@ -170,7 +179,8 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
                   counter: ForwardCounter, prompt_index: int = 0) -> Run:
     """Run one contender once, timed from call to return (each library's whole API call)."""
     kind, t = contender.kind, contender.temperature
-    accepted = tested = 0
+    accepted = tested = drafted = 0
+    draft_seconds = 0.0
     counter.reset()
     if KINDS[kind].family == "specdec":
         settings = RunSettings(gamma=contender.gamma or 1, max_new_tokens=max_new_tokens, seed=seed,
@@ -183,6 +193,9 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
         seconds = time.perf_counter() - start
         tokens = list(gen.token_ids)
         accepted, tested = gen.stats.accepted, gen.stats.tested
+        drafted, draft_seconds = gen.stats.drafted, gen.stats.draft_seconds
+        if KINDS[kind].drafter == "features":   # its net is no model the hooks see: its own count
+            counter.draft_forwards = gen.stats.draft_forwards
         if not counter.target_widths:   # a CUDA graph's replay calls no forward hook: widths from the run
             counter.target_widths = [len(prompt_ids)] + _widths_of(gen)
             counter.draft_forwards = gen.stats.draft_forwards
@@ -202,5 +215,5 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
             seconds = time.perf_counter() - start
         tokens = out[0, len(prompt_ids):].tolist()
     return Run(contender, prompt_index, seed, seconds, tokens, list(counter.target_widths),
-               counter.draft_forwards, accepted, tested)
+               counter.draft_forwards, accepted, tested, drafted, draft_seconds)
 
