@@ -363,11 +363,13 @@ def test_result_carries_what_charts_and_tables_show():
     assert lab.run(["a", "b"], [2, 2], [1, 3], 100, seed=0).notes[0].startswith("p summed to 4")
 
 
-def test_take_from_run_is_exact_on_real_runs(bundled):
+@pytest.mark.parametrize("drafter", ["model", "features"])
+def test_take_from_run_is_exact_on_real_runs(bundled, drafter):
     """From a real trace, the lab's table has the position's beta (computed at decode time on the
     model's full rows), and the exact rule's closed form on it reproduces the stored p, both to
     float32 rounding: the stored rows come from a float32 softmax over the whole vocabulary (they
     add up to 1 only to that rounding), and the closed form runs in float32 over the lab's rows.
+    With either drafter that has a q of its own (the draft model, the features drafter).
     The negative control: the skip rule's closed form misses p by far more than that bound."""
     from specdec import SamplingConfig, speculative_generate
     from specdec.sampling import Rule
@@ -375,7 +377,7 @@ def test_take_from_run_is_exact_on_real_runs(bundled):
     vocab = bundled.target.config.vocab_size   # 2,048 for the bundled pair
     checked, skip_miss = 0, 0.0
     for temperature, top_k in ((0.7, 0), (1.0, 0), (1.3, 40)):
-        settings = RunSettings(gamma=4, max_new_tokens=32, seed=1,
+        settings = RunSettings(gamma=4, max_new_tokens=32, seed=1, drafter=drafter,
                                sampling=SamplingConfig(temperature=temperature, top_k=top_k))
         gen = speculative_generate(bundled, "KING LEAR.\nBlow, winds,", settings)
         for r, i in lab.drafted_positions(gen):

@@ -4,6 +4,7 @@ bundled pair (default settings: γ 4, T 1, seed 0; then T = 0, and the adjustmen
 
 from __future__ import annotations
 
+import html
 import math
 import re
 
@@ -12,7 +13,7 @@ import pytest
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.app import charts, step_charts, views
-from specdec.looks import TAIL_LABELS
+from specdec.looks import TAIL_LABELS, token_label
 from specdec.outcomes import Ending, Status
 
 PROMPT = "To be, or not to be"
@@ -236,3 +237,22 @@ def test_a_round_opened_on_the_page_sends_its_step_figures_after_the_text_and_ti
     shown = {**{k: v for k, v in first.items() if k != "held"}, **{k: v for p in parts for k, v in p.items()
                                                                     if k != "held"}}
     assert shown.keys() == whole.keys() and all(shown[k] is whole[k] for k in whole)
+
+
+def test_a_features_round_says_and_draws_where_q_came_from(bundled, run):
+    """With the features drafter, each round's caption names the target feature and the token the
+    drafter read (the sentence) and draws them (the picture, boxes in reading order); the first
+    round drafted nothing and says why; a draft-model run has neither."""
+    gen = speculative_generate(bundled, PROMPT, settings(drafter="features", max_new_tokens=24))
+    first = views.round_caption(gen, 0)
+    assert "nowhere yet" in first and "q-source" not in first
+    r = next(i for i, rnd in enumerate(gen.rounds) if rnd.positions)
+    context = gen.prompt_ids + gen.token_ids[:gen.rounds[r].start]
+    caption = views.round_caption(gen, r)
+    assert f"hidden state at position {len(context) - 2}" in caption
+    picture = caption[caption.index('<div class="q-source"'):]
+    assert f"h<sub>{len(context) - 2}</sub>" in picture
+    assert html.escape(token_label(gen, context[-1])) in picture and "q for draft 1" in picture
+    assert picture.index("target's feature") < picture.index("embedding of") < picture.index("drafter's layer") \
+        < picture.index("output head") < picture.index("q for draft 1")
+    assert "q-source" not in views.round_caption(run, 1) and "Where q came from" not in views.round_caption(run, 1)

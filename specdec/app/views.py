@@ -7,13 +7,14 @@ position_index)`, both 0-based (position_index is None for a round that drafted 
 
 from __future__ import annotations
 
+import html
 import json
 
 import gradio as gr
 import pandas as pd
 
 from ..decoding import STOPPED
-from ..looks import LOOKS, token_label
+from ..looks import LOOKS, PALETTE, token_label
 from ..outcomes import Ending
 from ..speed import expected_tokens_per_round, run_point, speedup
 from ..trace import Generation
@@ -89,7 +90,7 @@ def round_caption(gen: Generation, r: int) -> str:
     if rnd.ending is Ending.RESIDUAL and rnd.n_accepted < len(rnd.positions):
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
     if gen.settings.drafter == "features":
-        caption += "\n\n" + where_q_came_from(gen, rnd)
+        caption += "\n\n" + where_q_came_from(gen, rnd) + q_source_picture(gen, rnd)
     return caption
 
 
@@ -106,6 +107,29 @@ def where_q_came_from(gen: Generation, rnd) -> str:
             f"{before}, computed by the previous round's verify forward: no extra target forward), plus the "
             f"embedding of {last}, the token just drawn, through the drafter's one layer and the target's own "
             "output head. Drafts 2 onward read the drafter's own predicted feature instead.")
+
+
+def q_source_picture(gen: Generation, rnd) -> str:
+    """The sentence above as a small block picture: the target's feature and the drawn token's
+    embedding go into the drafter's layer, then the target's output head, and out comes q. Its
+    boxes are words in reading order (Gradio's sanitiser keeps no aria attributes, so a screen
+    reader reads them as one line: "target's feature h 11 (after You) + embedding of ... → ...");
+    the two inputs differ by line style and word, not by colour alone. '' where nothing was drafted."""
+    if not rnd.positions:
+        return ""
+    context = gen.prompt_ids + gen.token_ids[:rnd.start]
+    before = html.escape(token_label(gen, context[-2]))
+    last = html.escape(token_label(gen, context[-1]))
+    box = "border:{} {};border-radius:6px;padding:2px 8px;white-space:nowrap"
+    target, drawn, net, out = (box.format("2px solid", PALETTE["blue"]), box.format("2px dashed", PALETTE["orange"]),
+                               box.format("2px solid", PALETTE["grey"]), box.format("4px double", PALETTE["green"]))
+    parts = [(target, f"target's feature h<sub>{len(context) - 2}</sub> (after {before})"), (None, "+"),
+             (drawn, f"embedding of {last} (just drawn)"), (None, "→"), (net, "drafter's layer"), (None, "→"),
+             (net, "target's output head"), (None, "→"), (out, "q for draft 1")]
+    spans = "".join(f'<span style="{style}">{text}</span>' if style else f"<span>{text}</span>"
+                    for style, text in parts)
+    return ('\n\n<div class="q-source" style="display:flex;flex-wrap:wrap;align-items:center;'
+            f'gap:6px;margin-top:4px">{spans}</div>')
 
 
 def why_no_residual(gen: Generation, pos) -> str:
