@@ -194,3 +194,26 @@ def test_the_rates_chart_labels_its_log_axis_1_2_5_around_the_data():
     assert all({round(t / 10 ** math.floor(math.log10(t)), 9)} <= {1, 2, 5} for t in ticks)
     assert list(fig.layout.yaxis.ticktext) == [f"{t:g}" for t in ticks]
     assert log_ticks(65, 1400) == [50, 100, 200, 500, 1000, 2000]
+
+
+def test_the_features_drafter_s_card_is_a_profile_with_its_measured_c_and_alpha(tmp_path):
+    """The speed explorer carries the features drafter's costs and α as its model card measured
+    them (issue 28): c is its time per draft over the target's step, read from the card's file;
+    a card that cannot be read gives no profile, and no error."""
+    import json
+
+    from specdec.app import speed_tab
+
+    card = json.loads(speed_tab.FEATURES_MEASUREMENTS.read_text())
+    row = next(r for r in card["acceptance"] if r["drafter"] == "features" and r["temperature"] == 1.0)
+    prof = speed_tab.features_card_profile()
+    # the same float64 division the card made, on numbers JSON carries exactly: equal, not close
+    assert prof.c == row["draft_ms_per_draft"] / card["cost"]["target_step_ms"] == row["c"]
+    assert f"α {row['alpha']:.2f}" in prof.name and prof.verify(card["cost"]["gamma"]) is not None
+    profiles, _ = speed_tab.all_profiles(None)
+    assert profiles[-1].name == prof.name
+    out = speed_tab.explore(None, prof.name, 4, row["alpha"], None)
+    assert out["c"] == round(prof.c, 3) and prof.name in out["profile"]["choices"]
+    assert speed_tab.features_card_profile(tmp_path / "missing.json") is None
+    (tmp_path / "bad.json").write_text('{"cost": {}}')
+    assert speed_tab.features_card_profile(tmp_path / "bad.json") is None

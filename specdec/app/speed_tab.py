@@ -17,11 +17,14 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
+from ..features import FOLDER
+from ..models import ASSETS
 from ..speed import CostProfile, RunPoint, alpha_band, profiles_from_json
 from . import speed_charts
 from .charts import md_text
 
 PROFILES_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
+FEATURES_MEASUREMENTS = ASSETS / FOLDER / "measurements.json"   # the features drafter's model card
 OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "note"]
 DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
 
@@ -52,10 +55,35 @@ def load_profiles(path: Path = PROFILES_FILE) -> tuple[list[CostProfile], str]:
         return [], f"The committed cost profiles ({path.name}) could not be read: {err}."
 
 
+def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | None:
+    """The features drafter's costs as its model card measured them (`python -m specdec card
+    --features`, read at each request like the committed profiles): the target's step and verify,
+    and the drafter's own time per draft at T = 1, with that card's α in the name. None where the
+    pair ships no features drafter or its measurements cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cost = data["cost"]
+        row = next(r for r in data["acceptance"] if r["drafter"] == "features" and r["temperature"] == 1.0)
+        return CostProfile(
+            name=f"this CPU, features drafter (its card: α {row['alpha']:.2f} at T = 1)",
+            where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
+            when="with the features drafter's model card", device="cpu", dtype="float32", engine="eager",
+            target_step_ms=cost["target_step_ms"], draft_step_ms=row["draft_ms_per_draft"],
+            verify_ms_by_width={cost["gamma"] + 1: cost["verify_ms"]},
+            source=(f"python -m specdec card --features ({path.parent.name}/{path.name}): a target step and a "
+                    f"verify over {cost['gamma'] + 1} tokens timed alone; the draft step is the features drafter's "
+                    f"time per draft over the card's {row['tested']}-draft runs (8 prompts x 3 seeds, T = 1, "
+                    f"γ {row['gamma']}), where α = {row['alpha']:.3f}"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+
+
 def all_profiles(point: RunPoint | None, path: Path = PROFILES_FILE) -> tuple[list[CostProfile], str]:
+    """This run's profiles, the committed ones, and the features drafter's card's."""
     committed, problem = load_profiles(path)
     run = [p for p in (point.whole_loop, point.forwards_only) if p is not None] if point is not None else []
-    return run + committed, problem
+    card = features_card_profile()
+    return run + committed + ([card] if card is not None else []), problem
 
 
 def _number(value, default: float, lo: float, hi: float) -> float:

@@ -183,7 +183,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     widths = list(range(1, max(cfg.gammas) + 2))
     # The cost contexts grow by one token a step: keep them inside the models' context.
     steps = cfg.cost_steps if not limit else max(1, min(cfg.cost_steps, limit - len(prompt_ids[0]) - len(widths) - 4))
-    lineup = contenders(cfg.gammas, cfg.temperatures, fx.available(pair))
+    lineup = contenders(cfg.gammas, cfg.temperatures, features := fx.available(pair))   # where its weights exist
     passes = [(r, i, s) for r in range(cfg.repeats) for i in range(len(cfg.prompts)) for s in cfg.seeds]
     # Cost steps before each pass (spread over the run, like the runs they predict).
     steps_before = [steps * (k + 1) // len(passes) - steps * k // len(passes) for k in range(len(passes))]
@@ -236,10 +236,9 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     return {
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "settings": dict(gammas=cfg.gammas, temperatures=cfg.temperatures, max_new_tokens=cfg.max_new_tokens,
-                         features=fx.available(pair),
                          prompts=cfg.prompts, seeds=cfg.seeds, repeats=cfg.repeats, threads=torch.get_num_threads(),
                          quick=cfg.quick, cost_steps=steps, top_k=0, top_p=1.0, eos_token_id=pair.eos_token_id,
-                         stop="every contender stops at the pair's EOS id or after max_new_tokens"),
+                         features=features, stop="every contender stops at the pair's EOS id or after max_new_tokens"),
         "pair": pair.describe(),
         "versions": _versions(),
         "costs": {**costs, "target_ms_by_width": {str(w): ms for w, ms in costs["target_ms_by_width"].items()}},
