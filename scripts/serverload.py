@@ -124,7 +124,11 @@ def _start_server(env: dict | None, folder: Path | None, timeout: float, argv: l
 
 
 def stop_server(server: Server) -> None:
-    """Terminate (Gradio takes a few seconds), then kill; remove the folder if we made it."""
+    """Terminate (Gradio takes a few seconds), then kill; remove the folder if we made it. A server
+    that had already exited on its own died: its log's tail goes to stderr first, for the report."""
+    if server.proc.poll() is not None and server.log.exists():
+        sys.stderr.write(f"the server had exited on its own (code {server.proc.returncode}); its log ends:\n"
+                         f"{server.log.read_text(errors='replace')[-4000:]}\n")
     if server.proc.poll() is None:
         server.proc.terminate()
         try:
