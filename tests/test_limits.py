@@ -14,6 +14,7 @@ import torch
 from specdec import RunSettings, lab, speculative_generate
 from specdec.app import limits, messages, serving
 from specdec.cli import main
+from specdec.trace import Generation
 
 gr = pytest.importorskip("gradio")
 
@@ -100,6 +101,35 @@ def test_the_max_new_tokens_slider_leaves_what_the_prompt_leaves_and_a_run_of_it
     # hub pairs (their tokenizer not here without a download) keep the context's own limit
     hub = handlers.max_new_for("gpt2", prompt, 64)
     assert hub["maximum"] == limits.max_new_tokens_for(context_of("gpt2")) and "Up to" in hub["info"]
+
+
+def test_a_link_asking_for_more_than_its_prompt_leaves_runs_with_what_is_left(bundled):
+    """A shared link (?prompt=...&n=...) whose n exceeds the room its prompt leaves is lowered to
+    the slider's maximum and runs, and the status says so: it was refused at Run before. A link
+    that fits is left as it is."""
+    from specdec.app import handlers
+    from specdec.app.api import parse_link
+    from specdec.app.runs import request_stop
+
+    context = bundled.context_length
+    prompt = "To be, or not to be"
+    room = context - len(bundled.encode(prompt)[1])
+    fields, _ = parse_link({"prompt": prompt, "n": str(context), "seed": "3"})
+    fitted, said = handlers.fit_link(fields)
+    assert fitted["max_new_tokens"] == room and fitted["seed"] == 3
+    assert said == (f"(The link asked for {context} new tokens; its prompt takes {context - room} of the pair's "
+                    f"{context} tokens, so it ran with {room}.)")
+    ok, _ = parse_link({"prompt": prompt, "n": "16"})
+    assert handlers.fit_link(ok) == (ok, "")
+
+    class Request:   # what Gradio hands open_link on page load
+        query_params = {"prompt": prompt, "n": str(room + 5), "seed": "3", "t": "0"}
+
+    updates = list(handlers.open_link(Request(), [request_stop()]))
+    assert updates[0]["max_new_tokens"] == room   # the form shows what will run
+    done = [u for u in updates if isinstance(u.get("run_state"), Generation)][-1]
+    assert done["run_state"].settings.max_new_tokens == room and str(done["status"]).startswith("Done")
+    assert updates[-1]["status"].endswith(f"so it ran with {room}.)")
 
 
 def test_prompts_over_the_token_limit_are_refused_where_requests_enter(bundled, monkeypatch):

@@ -199,13 +199,33 @@ def open_link(request: gr.Request, stops: list | None = None):
         yield dict(status=gr.skip())
         return
     fields, round_number = parsed
+    fields, lowered = fit_link(fields)
     yield dict(fields)                              # the form shows the link's settings
     last = {}
     for update in run_generation(*RunRequest().with_(**fields).values(), stops=stops):
         last = update
         yield update
+    if lowered and isinstance(last.get("run_state"), Generation):
+        yield dict(status=f"{last['status']} {lowered}")
     if round_number is not None and isinstance(last.get("run_state"), Generation):
         yield views.show_step(last["run_state"], round_number, None)
+
+
+def fit_link(fields: dict) -> tuple[dict, str]:
+    """A link's max new tokens lowered to what its prompt leaves in the pair's context (the
+    slider's own maximum, `max_new_for`), and a sentence saying so ('' when it fit or cannot be
+    known without a download): a link made on another pair or before a prompt edit still runs."""
+    request = RunRequest().with_(**fields)
+    context, used = context_of(request.preset), prompt_tokens(request.preset, request.prompt)
+    asked = fields.get("max_new_tokens")
+    if context is None or used is None or not isinstance(asked, int) or context - used < 1:
+        return fields, ""   # unknown, not a number, or no room at all: Run says what is wrong
+    most = limits.max_new_tokens_after(context, used)
+    if asked <= most:
+        return fields, ""
+    why = (f"its prompt takes {used} of the pair's {context} tokens" if most == context - used
+           else f"this server allows {most} (SPECDEC_MAX_NEW_TOKENS)")
+    return {**fields, "max_new_tokens": most}, f"(The link asked for {asked} new tokens; {why}, so it ran with {most}.)"
 
 
 # ---------------------------------------------------------------- traces in and out
