@@ -2,9 +2,9 @@
 
 The soak (test_server.py) asks its server for this after each run's garbage collection. Resident
 size (RSS) is the wrong signal for a leak there: glibc keeps freed chunks it cannot give back
-whole (fragmentation), so RSS rose 0.11 MB a run over a 120-run soak of the bundled pair while
-the bytes still allocated rose 0.007 MB a run (measured with this probe: the arenas' free space
-grew 14.7 -> 22.7 MB). A leak keeps its bytes allocated, so it shows here at full size.
+whole (fragmentation). Over a 120-run soak of the bundled pair, RSS rose 0.11 MB a run while
+malloc's bytes in use rose 0.007 MB a run after a one-time step, and the arenas' free space grew
+from 14.7 to 22.7 MB. A leak keeps its bytes allocated, so it shows here at full size.
 
 Two allocators hand out a CPython process's memory, and both are counted:
 - glibc's malloc (mallinfo2: bytes in use in its arenas, plus its mmapped chunks): C extensions,
