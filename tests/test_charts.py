@@ -256,3 +256,24 @@ def test_the_metrics_say_where_a_run_ran_and_what_half_precision_gives_up(gen):
     text = charts.metrics_markdown(half)
     assert "cuda, bfloat16, cuda graphs engine" in text
     assert "Half precision" in text and "not token for token" in text
+
+
+def test_relaid_gives_the_layout_update_layout_gives():
+    """`charts.relaid` (one layout assignment, cheaper) against Plotly's own update_layout called
+    once per update: nested dicts merged key by key, lists replaced, later updates winning, and
+    the default template kept, on a plain figure and on a make_subplots grid."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    updates = [dict(height=300, margin=dict(l=10, r=5), title=dict(text="a", font=dict(size=13)),
+                    xaxis=dict(type="category", tickvals=["x", "y"], title=dict(text="t")),
+                    annotations=[dict(text="one", x=0, y=0)]),
+               dict(margin=dict(l=20), title=dict(x=0), yaxis2=dict(type="log"), barmode="group",
+                    annotations=[dict(text="two", x=1, y=1)], updatemenus=[dict(type="buttons")])]
+    for make in (lambda: go.Figure(go.Bar(x=[1], y=[2])),
+                 lambda: make_subplots(rows=1, cols=2, shared_yaxes=True).add_trace(go.Bar(x=[1], y=[2]),
+                                                                                     row=1, col=2)):
+        plotly_way = make()
+        for u in updates:
+            plotly_way.update_layout(u)
+        assert charts.relaid(make(), *updates).to_plotly_json() == plotly_way.to_plotly_json()
