@@ -137,6 +137,28 @@ def test_riders_of_one_flight_get_the_same_run_and_a_rider_who_stops_leaves_the_
     assert flights.CACHE.get(flights.key_of(PROMPT, BUNDLED, settings)) is None
 
 
+def test_a_crowd_gets_its_updates_less_often_in_proportion():
+    """Up to CROWD riders, EVERY; past them the interval grows with the crowd, so the server sends
+    about CROWD / EVERY updates a second however many follow; `crowd` counts every flight's riders."""
+    assert flights.pace(0.3, 1) == flights.pace(0.3, flights.CROWD) == 0.3
+    assert flights.pace(0.3, 30) == pytest.approx(0.3 * 30 / flights.CROWD)
+    assert 30 / flights.pace(0.3, 30) == pytest.approx(flights.CROWD / 0.3)   # the server's rate stays put
+    before = flights.crowd()
+    a, b = flights.Flight(("a",), StopSignal()), flights.Flight(("b",), StopSignal())
+    with flights._FLIGHTS_LOCK:
+        flights._FLIGHTS.update({a.key: a, b.key: b})
+    try:
+        for f, n in ((a, 3), (b, 2)):
+            for _ in range(n):
+                f.board()
+        assert flights.crowd() - before == 5
+        a.leave()
+        assert flights.crowd() - before == 4
+    finally:
+        with flights._FLIGHTS_LOCK:
+            del flights._FLIGHTS[a.key], flights._FLIGHTS[b.key]
+
+
 # ---------------------------------------------------------------- a class against a real server
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ Each flight decodes in a thread of its own and writes its messages (`runs.Waitin
 `runs.RoundDone`, then `runs.RunDone` or `runs.RunFailed`) into its log; each rider reads the log
 at its own pace (`Flight.follow`), only the latest round when several came since it last looked,
 and at most a few times a second (`EVERY`): the page draws what the rider sends, and a page
-redrawn after every round of a fast decoder falls seconds behind it.
+redrawn after every round of a fast decoder falls seconds behind it. With more than `CROWD`
+riders on the server, each one's updates come less often, in proportion (`crowd`).
 
 A rider's Stop ends its own request with what was decoded so far; the flight stops (at its next
 forward) when no rider is left. The flight's stop carries the time limit (SPECDEC_REQUEST_SECONDS).
@@ -38,10 +39,15 @@ from ..trace import Generation
 from . import budget, limits
 from .device_queue import LeftTheLine
 
-__all__ = ["Flight", "Line", "LINE", "RunCache", "CACHE", "EVERY", "key_of", "flight_for", "land", "riding", "stats",
-           "stopped", "left_the_line"]
+__all__ = ["Flight", "Line", "LINE", "RunCache", "CACHE", "CROWD", "EVERY", "crowd", "pace", "key_of", "flight_for",
+           "land", "riding", "stats", "stopped", "left_the_line"]
 
 EVERY = 0.3   # seconds between two streamed updates of a rider (the first round and the end go at once)
+# Riders the server streams to at that rate. Past them, every rider's interval grows with the crowd
+# (30 riders: 2.25 s), places in the line included: each update is a whole Gradio response per
+# rider, and a crowd's updates took the CPU its decodes needed (py-spy, 30 distinct runs: the
+# streamed views and the HTTP side together near a quarter of the server's samples).
+CROWD = 4
 
 
 # ---------------------------------------------------------------- what makes a run the same run
@@ -244,7 +250,8 @@ class Flight:
             listeners.append(self._wake)
         try:
             while True:
-                due_in = 0.0 if shown_at is None else shown_at + every - time.monotonic()
+                gap = pace(every, crowd())
+                due_in = 0.0 if shown_at is None else shown_at + gap - time.monotonic()
                 end, progress, version = self._next(seen, due_in)
                 if end is not None:
                     yield end
@@ -256,7 +263,8 @@ class Flight:
                         return
                     continue
                 fresh = version != seen
-                if fresh and (shown_at is None or time.monotonic() - shown_at >= every or not _is_round(progress)):
+                if fresh and (shown_at is None or time.monotonic() - shown_at >= gap
+                              or (gap <= every and not _is_round(progress))):   # a place: at once, uncrowded
                     seen, shown_at = version, time.monotonic()
                     yield progress
         finally:
@@ -285,6 +293,17 @@ def stopped(gen: Generation, stop) -> Generation:
 _FLIGHTS: dict[tuple, Flight] = {}
 _FLIGHTS_LOCK = threading.Lock()
 stats = {"decodes": 0, "joined": 0, "cached": 0}   # since the process started (tests, the load script)
+
+
+def pace(every: float, riders: int) -> float:
+    """Seconds between two updates of a rider when `riders` follow flights on this server."""
+    return every * max(1.0, riders / CROWD)
+
+
+def crowd() -> int:
+    """Riders following a flight now, all flights together (queued ones included)."""
+    with _FLIGHTS_LOCK:
+        return sum(f.riders for f in _FLIGHTS.values())
 
 
 def flight_for(key: tuple, start, make_stop) -> tuple[Flight, bool]:
