@@ -292,19 +292,26 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
 
 def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
     """Stop sets the run's stop on the server: the decoder ends at its next forward and the page
-    shows the rounds so far. (The page clicks Stop itself, every 250 ms from just after Run: on a
-    loaded machine the browser falls seconds behind the stream, so a test's click would come late.)
-    It clicks until the status line's own "Stopped:" or "Done:": Gradio's progress tracker inside
-    the status shows a bare "Done" when any event on it completes (the page's load event), and a
-    page that stopped clicking at that word let the run finish (2 of 6 runs under load)."""
+    shows the rounds so far. (The page clicks Stop itself, every 250 ms from just after Run and at
+    each change of the status line: on a loaded machine the browser falls seconds behind the
+    stream, so a test's click would come late.) It clicks until the status line's own "Stopped:" or
+    "Done:": Gradio's progress tracker inside the status shows a bare "Done" when any event on it
+    completes (the page's load event), and a page that stopped clicking at that word let the run
+    finish (2 of 6 runs under load). Run is clicked once the fresh page is idle: in a full CI run
+    the page's first tick came 3.8 s after Run, when the 2.5 s decode had ended on the server."""
     page.wait_for_selector("#run")
     set_number(page, "max-new", 240)
     set_number(page, "gamma", 1)
-    page.evaluate("""() => { window.__ticks = []; document.querySelector('#run').click();
-        const timer = setInterval(() => { const s = document.querySelector('#run-status').innerText;
-            window.__ticks.push(s.replace(/\\s+/g, ' ').slice(0, 40));
-            if (/Stopped:|Done:/.test(s)) clearInterval(timer); else document.querySelector('#stop').click(); },
-            250); }""")
+    settle(page)
+    page.evaluate("""() => { window.__ticks = [];
+        const status = document.querySelector('#run-status'), stop = document.querySelector('#stop');
+        const tick = (why) => { const s = status.innerText;
+            window.__ticks.push(why + ' ' + s.replace(/\\s+/g, ' ').slice(0, 40));
+            if (/Stopped:|Done:/.test(s)) { clearInterval(timer); seen.disconnect(); } else stop.click(); };
+        const seen = new MutationObserver(() => tick('changed'));   // the moment the stream shows
+        seen.observe(status, {childList: true, subtree: true, characterData: true});
+        const timer = setInterval(() => tick('timer'), 250);
+        document.querySelector('#run').click(); }""")
     page.wait_for_function("() => /Stopped:|Done:/.test(document.querySelector('#run-status').innerText)",
                            timeout=RUN_TIMEOUT)
     status = page.locator("#run-status").inner_text()
@@ -315,6 +322,13 @@ def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
     page.locator("#run").click()
     wait_done(page)
     assert page.console_errors == []
+
+
+def settle(page) -> None:
+    """Wait until the page's main thread is idle (a fresh page still draws its charts and runs
+    its load events): `requestIdleCallback`, twice, at most 15 s each."""
+    for _ in range(2):
+        page.evaluate("() => new Promise(done => requestIdleCallback(() => done(), {timeout: 15000}))")
 
 
 def test_timeline_click_opens_round(page):
