@@ -28,6 +28,7 @@ from .charts import (
     Q_COLOUR,
     empty_figure,
     fixed,
+    merged_layout,
     plotly_text,
     relaid,
     show_token,
@@ -155,7 +156,6 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
             x=tails, y=d.buckets(), name=name, legendgroup=name, offsetgroup=name, showlegend=False,
             marker=dict(color=colour, pattern=dict(shape=shape)),
             hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>", xaxis="x2", yaxis="y2"))
-    fig = go.Figure(data=traces, layout=_pq_panels())
     values = pos.p.probs + pos.q.probs + pos.p.buckets() + pos.q.buckets()
     log = _needs_log(values, [pos.p_draft, pos.q_draft])
     buttons = _scale_buttons(log, ("yaxis", "yaxis2"), values)
@@ -164,12 +164,12 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
     title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b><br>"
              f"p(x) = {sig3(pos.p_draft)}, q(x) = {sig3(pos.q_draft)}, β = Σ min(p, q) = {pos.beta:.3f}")
     pointer = _pointer(labels, drafted, f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}")
-    return relaid(fig, dict(
+    return go.Figure(data=traces, layout=merged_layout(_pq_panels(), dict(
         yaxis=dict(scale, title=dict(text="probability")), yaxis2=scale,
         xaxis=dict(_category_axis(labels), title=dict(text="top tokens", font=dict(size=11))),
         xaxis2=dict(_category_axis(tails), title=dict(text="rest of the<br>vocabulary", font=dict(size=11))),
         annotations=[pointer]),
-        _frame(title, 2, 470), dict(barmode="group", updatemenus=buttons))
+        _frame(title, 2, 470), dict(barmode="group", updatemenus=buttons)))
 
 
 def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
