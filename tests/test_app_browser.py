@@ -36,8 +36,25 @@ def wait_plot(page, elem_id: str, names: list[str]) -> None:
 
 
 def wait_done(page) -> None:
+    """Until the status line says the run ended: its own "Done:" or "Imported", not the bare "Done"
+    that Gradio's progress tracker shows there when any event on it completes (the page's load)."""
     page.wait_for_function("() => { const s = document.querySelector('#run-status');"
-                           " return s && /Done|Imported/.test(s.innerText); }", timeout=RUN_TIMEOUT)
+                           " return s && /Done:|Imported/.test(s.innerText); }", timeout=RUN_TIMEOUT)
+
+
+# Whether the page showed the run while it streamed: the status line at "Round k" with the text
+# and the timeline already drawn. Looked at after every change of the page (a MutationObserver
+# runs after each task that changed it), not at animation frames: on a loaded machine the browser
+# may draw no frame between two updates of the stream. `window.__statuses`: the status lines seen.
+WATCH_STREAM = """() => { window.__streamed = false; window.__statuses = [];
+  const status = document.querySelector('#run-status');
+  const look = () => { const s = status.innerText, gd = document.querySelector('#timeline .js-plotly-plot');
+    if (window.__statuses[window.__statuses.length - 1] !== s) window.__statuses.push(s);
+    if (/Round \\d+/.test(s) && gd && gd.data && gd.data.length > 0
+        && document.querySelectorAll('#token-text .tok[data-round]').length > 0) {
+      window.__streamed = true; seen.disconnect(); } };
+  const seen = new MutationObserver(look);
+  seen.observe(document.body, {childList: true, subtree: true, characterData: true}); }"""
 
 
 def set_number(page, elem_id: str, value) -> None:
@@ -211,15 +228,13 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     # server) comes whole from its cache: no "Round k" on the status line, ever.
     set_number(page, "seed", DEFAULT_RUN_SEED)
     page.evaluate(ANNOUNCEMENTS)
+    settle(page)   # a fresh page busy drawing when Run is clicked reads the whole stream at once, late
+    page.evaluate(WATCH_STREAM)
     page.locator("#run").click()
-    # While it streams, the text and the timeline are already there (the progress sits on the status line).
-    page.wait_for_function(
-        """() => { const s = document.querySelector('#run-status');
-            const gd = document.querySelector('#timeline .js-plotly-plot');
-            return s && /Round \\d+/.test(s.innerText) && gd && gd.data && gd.data.length > 0
-                && document.querySelectorAll('#token-text .tok[data-round]').length > 0; }""", timeout=RUN_TIMEOUT)
-    assert page.locator("#timeline .js-plotly-plot").is_visible()
     wait_done(page)
+    # While it streamed, the text and the timeline were already there (the progress on the status line).
+    assert page.evaluate("() => window.__streamed"), page.evaluate("() => window.__statuses")
+    assert page.locator("#timeline .js-plotly-plot").is_visible()
     # The one-line result is in view after the click, at the top of a 1000 px window, not below the fold.
     status_box = page.locator("#run-status").bounding_box()
     assert status_box["y"] + status_box["height"] <= 1000 and "α = " in page.locator("#run-status").inner_text()

@@ -15,6 +15,7 @@ from test_app_browser import (
     plot_data,
     plot_title,
     set_number,
+    settle,
     wait_done,
     wait_plot,
 )
@@ -49,6 +50,7 @@ def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, browser, a
     page.locator("#prompt textarea").fill(PROMPT)
     set_number(page, "max-new", 120)
     set_number(page, "seed", SEED)
+    settle(page)   # a fresh page busy drawing when Run is clicked may read the whole stream at once
     page.evaluate(WATCH_STATUS)
     page.locator("#run").click()
     wait_done(page)
