@@ -217,3 +217,17 @@ def test_generate_takes_its_parameters_by_the_controls_names(server):
     assert params == RunRequest.names()
     out = client.predict(prompt="HAMLET:", max_new_tokens=5, seed=9, api_name="/generate")
     assert str(out[0]).startswith("Done: 5 tokens")
+
+
+@pytest.mark.slow
+def test_the_benchmarks_lean_visitor_is_served_as_a_page_is(server):
+    """`specdec bench-app --browser` measures a class with lean clients of Gradio's queue protocol
+    (`app_browser.visit`): one is served a decoded run, and told of a bad request."""
+    from specdec.bench.app_browser import Endpoint, visit
+
+    endpoint = Endpoint(server)
+    before = flights.stats["decodes"]
+    assert visit(endpoint, RunRequest(max_new_tokens=5, seed=6001).values()) > 0
+    assert flights.stats["decodes"] - before == 1
+    with pytest.raises(RuntimeError, match="prompt is empty"):
+        visit(endpoint, RunRequest(prompt=" ", max_new_tokens=5).values())

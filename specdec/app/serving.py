@@ -18,7 +18,8 @@ What `configure` sets, each from `limits` (one environment variable each):
 - the byte budget (`budget`, SPECDEC_SESSION_BYTES): kept after every request that changes a
   visitor's state, and a visitor whose state was released (to keep it, or because their
   connection dropped) is told so, with what to do, at their next action (a warning on the page);
-- outputs a handler leaves out sent without Gradio rebuilding each one (`skips`).
+- outputs a handler leaves out sent without Gradio rebuilding each one (`skips`);
+- a new visitor's session copied from a template, not built from every component (`sessions`).
 
 The time limit (SPECDEC_REQUEST_SECONDS) is not here: each decoding request carries a stop with a
 deadline (`runs.request_stop`), which the decoder checks between forwards.
@@ -36,6 +37,7 @@ import gradio as gr
 from ..checks import number
 from . import budget, housekeeping, limits
 from .messages import error
+from .sessions import quick_sessions
 from .skips import skip_left_out
 
 __all__ = ["configure", "launch_options", "CheckedSlider", "CheckedNumber", "harden_inputs", "BUSY", "DECODE",
@@ -191,6 +193,7 @@ def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
 
     demo.unload(release_visitor)
     skip_left_out(demo)
+    quick_sessions(demo)
     _watch_sessions(demo)
     if housekeeping_thread:
         demo.specdec_housekeeper = housekeeping.start(demo)

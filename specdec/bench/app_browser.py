@@ -9,8 +9,13 @@ A real server (`python app.py` of a checkout, on a free loopback port) and Debia
   its own, so no cache can answer it: the page decodes every one.
 - the longest freeze: the longest task on the page's main thread while a run streams and ends,
   and when a round opens (Chromium's `longtask` entries).
-- a class: 30 visitors (gradio_client) sending the same request at once, the slowest against one
-  visitor alone; then 30 different requests at once, the last against one decode.
+- a class: 30 visitors sending the same request at once, the slowest against one visitor alone;
+  then 30 different requests at once, the last against one decode. A visitor is a lean client of
+  Gradio's queue protocol (`visit`: join, then read the event stream to the end), as a student's
+  browser is on the server's side. gradio_client, which the figures used until 2026-11, spends
+  about 70 ms of CPU per request in its own threads (polling, heartbeats); thirty of them in one
+  process on the server's 2 cores took as much CPU as the server did, and they measured themselves
+  (`--gradio-client` measures with it still, for comparison).
 
 `--app-root` points at another checkout (e.g. a worktree of an older commit), so the same command
 measures the code before and after a change, in one run of this machine. The figures are ratios
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -191,31 +197,100 @@ def decoder_seconds(sizes: list[int], repeats: int, seed: int) -> dict:
     return out
 
 
-def class_figures(url: str, size: int, seed: int) -> dict:
-    """One visitor alone, then `size` identical and `size` distinct requests at once (64 tokens each):
-    seconds from the send to each result."""
-    from gradio_client import Client
+class Endpoint:
+    """The server's /generate as Gradio's queue takes it: its event's index and where its inputs
+    hold a session state (the visitor's list of running requests), which a request sends empty."""
 
+    def __init__(self, url: str, api_name: str = "generate"):
+        import json
+
+        with urllib.request.urlopen(url + "config", timeout=30) as r:
+            config = json.load(r)
+        kinds = {c["id"]: c["type"] for c in config["components"]}
+        dep = next(d for d in config["dependencies"] if d.get("api_name") == api_name)
+        self.url, self.fn_index = url + config.get("api_prefix", "/gradio_api").strip("/") + "/", dep["id"]
+        self.states = [i for i, component in enumerate(dep["inputs"]) if kinds[component] == "state"]
+
+    def data(self, values: list) -> list:
+        data = list(values)
+        for i in self.states:
+            data.insert(i, None)
+        return data
+
+
+def visit(endpoint: Endpoint, values: list) -> float:
+    """One visitor's request, as a page sends it: join the queue (a session of its own), then read
+    the event stream until the run's last message. Seconds until then; raises when refused or failed.
+    The standard library's HTTP client: on a loopback server it costs next to no CPU (httpx makes a
+    TLS context per client, 20-40 ms here, even for plain HTTP)."""
+    import http.client
+    import json
+    import uuid
+
+    session = uuid.uuid4().hex
+    where = urllib.parse.urlsplit(endpoint.url)
+    t0 = time.perf_counter()
+    join = http.client.HTTPConnection(where.hostname, where.port, timeout=300)
+    events = http.client.HTTPConnection(where.hostname, where.port, timeout=300)
+    try:
+        body = json.dumps({"data": endpoint.data(values), "fn_index": endpoint.fn_index, "session_hash": session,
+                           "event_data": None, "trigger_id": None})
+        join.request("POST", where.path + "queue/join", body, {"Content-Type": "application/json"})
+        joined = join.getresponse()
+        if joined.status != 200:
+            raise RuntimeError(f"queue/join answered {joined.status}: {joined.read()[:120]!r}")
+        event = json.loads(joined.read())["event_id"]
+        events.request("GET", where.path + "queue/data?" + urllib.parse.urlencode({"session_hash": session}))
+        stream = events.getresponse()
+        for line in iter(stream.readline, b""):
+            if not line.startswith(b"data:"):
+                continue
+            message = json.loads(line[5:])
+            if message.get("event_id") == event and message.get("msg") == "process_completed":
+                if not message.get("success"):
+                    raise RuntimeError(str(message.get("output", {}).get("error"))[:120])
+                return time.perf_counter() - t0
+    finally:
+        join.close()
+        events.close()
+    raise RuntimeError("the event stream ended before the run did")
+
+
+def class_figures(url: str, size: int, seed: int, gradio_client: bool = False) -> dict:
+    """One visitor alone, then `size` identical and `size` distinct requests at once (64 tokens each):
+    seconds from the send to each result. `gradio_client`: the visitors are gradio_client Clients."""
     from ..app.api import RunRequest
 
-    clients = [Client(url, verbose=False) for _ in range(size)]
+    if gradio_client:
+        from gradio_client import Client
+
+        clients = [Client(url, verbose=False) for _ in range(size)]
+
+        def request(k, values):
+            clients[k].predict(*values, api_name="/generate")
+    else:
+        endpoint = Endpoint(url)
+
+        def request(k, values):
+            visit(endpoint, values)
 
     def send(pair):
         """Seconds until the result; None when the request failed (refused, or it timed out)."""
-        client, request = pair
+        k, run = pair
         t0 = time.perf_counter()
         try:
-            client.predict(*request.values(), api_name="/generate")
+            request(k, run.values())
         except Exception as err:   # a refused or timed-out request is counted, not fatal
             print(f"    a request failed: {type(err).__name__}: {str(err)[:120]}", flush=True)
             return None
         return time.perf_counter() - t0
 
-    alone = send((clients[0], RunRequest(seed=seed)))
+    alone = send((0, RunRequest(seed=seed)))
     with ThreadPoolExecutor(size) as pool:
-        same = list(pool.map(send, [(c, RunRequest(seed=seed + 1)) for c in clients]))
-        distinct = list(pool.map(send, [(c, RunRequest(seed=seed + 2 + k)) for k, c in enumerate(clients)]))
-    return dict(alone=alone, same=same, distinct=distinct)
+        same = list(pool.map(send, [(k, RunRequest(seed=seed + 1)) for k in range(size)]))
+        distinct = list(pool.map(send, [(k, RunRequest(seed=seed + 2 + k)) for k in range(size)]))
+    return dict(alone=alone, same=same, distinct=distinct,
+                clients="gradio_client" if gradio_client else "lean clients of Gradio's queue protocol")
 
 
 # ---------------------------------------------------------------- the command
@@ -236,7 +311,8 @@ def run(args) -> int:
         decoder = decoder_seconds(sizes, repeats, seed)
         print_page(sizes, page, decoder)
         if args.class_size:
-            print_class(class_figures(url, args.class_size, seed + 5000), statistics.median(decoder[64]))
+            print_class(class_figures(url, args.class_size, seed + 5000, args.gradio_client),
+                        statistics.median(decoder[64]))
     finally:
         stop_server(proc)
     return 0
@@ -255,6 +331,7 @@ def print_page(sizes: list[int], page: dict, decoder: dict) -> None:
 
 def print_class(crowd: dict, one: float) -> None:
     alone, n = crowd["alone"], len(crowd["same"])
+    print(f"  a class of {n} ({crowd['clients']}):")
     print(f"  one visitor alone (64 tokens): {alone:.2f} s" if alone else "  one visitor alone: failed")
     for name, times, unit, per in (("identical", crowd["same"], "one visitor alone", alone),
                                    ("distinct", crowd["distinct"], f"one decode ({one:.3f} s)", one)):

@@ -87,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --browser: the checkout whose app.py to serve (default: this one)")
     parser.add_argument("--class-size", type=int, default=30,
                         help="with --browser: visitors sending requests at once (0: skip the class)")
+    parser.add_argument("--gradio-client", action="store_true",
+                        help="with --browser: the class's visitors are gradio_client Clients (heavier on this "
+                             "machine's CPU) instead of lean clients of Gradio's queue protocol")
 
 
 def run(args: argparse.Namespace) -> int:
