@@ -288,6 +288,10 @@ class LoadResult:
 
 RETRY_WORDS = ("queue is full", "try again")
 NO_RUN_CACHE = {"SPECDEC_RUN_CACHE_BYTES": "0"}   # a server that keeps no finished run: every request decodes
+# A server whose runs all decode in its own threads (no worker processes, `specdec.app.workers`): the
+# tests of its lines, limits and memory, where each of two workers would cost ~6 s of CPU to start
+# and hold the decodes' memory outside the process they measure. The browser tests' server has them.
+THREADS_ONLY = {"SPECDEC_DECODE_PROCESSES": "0"}
 HOLD_TOKENS = 200   # the run the clients find decoding (`load(hold_tokens=)`): seconds, on any machine
 FROM_THE_CACHE = "From the cache"   # how a status says the run was not decoded for this request (`views.CACHED`)
 

@@ -84,7 +84,8 @@ def main(tmp_path_factory):
     settled = tmp_path_factory.mktemp("settled") / "count"
     server = serverload.start_server(
         {"SPECDEC_MAX_UPLOAD_MB": "1", "SPECDEC_FILE_MAX_AGE_SECONDS": "2", "SPECDEC_CLEAN_EVERY_SECONDS": "1",
-         "HF_HUB_CACHE": str(cache), SETTLED_ENV: str(settled), **serverload.NO_RUN_CACHE},
+         "HF_HUB_CACHE": str(cache), SETTLED_ENV: str(settled), **serverload.NO_RUN_CACHE,
+         **serverload.THREADS_ONLY},
         argv=[__import__("sys").executable, "-c", LAUNCHER])
     server.settled = settled   # where the launcher counts its settles (see `settle`)
     yield server

@@ -31,7 +31,7 @@ EXPORT_AGE = 600   # seconds
 def budgeted():
     server = serverload.start_server({"SPECDEC_SESSION_BYTES": str(BUDGET_MB * 1_000_000), "SPECDEC_MAX_UPLOAD_MB": "6",
                                       "SPECDEC_FILE_MAX_AGE_SECONDS": str(EXPORT_AGE),
-                                      "SPECDEC_CLEAN_EVERY_SECONDS": "1"})
+                                      "SPECDEC_CLEAN_EVERY_SECONDS": "1", **serverload.THREADS_ONLY})
     yield server
     server.stop()
 

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow   # every test here talks to a server of its own
 
 @pytest.fixture(scope="module")
 def small():
-    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8", "SPECDEC_REQUEST_SECONDS": "1"})
+    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8", "SPECDEC_REQUEST_SECONDS": "1",
+                                      **serverload.THREADS_ONLY})
     yield server
     server.stop()
 
@@ -30,7 +31,7 @@ def small():
 def burst():
     """A queue of 8 and the default time limit: the burst is judged on queueing alone (with a
     1-second limit, a queued run on a loaded machine could also be stopped for its time)."""
-    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8"})
+    server = serverload.start_server({"SPECDEC_QUEUE_SIZE": "8", **serverload.THREADS_ONLY})
     yield server
     server.stop()
 
@@ -38,7 +39,7 @@ def burst():
 @pytest.fixture(scope="module")
 def queued():
     server = serverload.start_server({"SPECDEC_SERIALISE_DEVICE": "1", "SPECDEC_DECODE_CONCURRENCY": "8",
-                                      "SPECDEC_CONCURRENCY": "8", **serverload.NO_RUN_CACHE})
+                                      "SPECDEC_CONCURRENCY": "8", **serverload.NO_RUN_CACHE, **serverload.THREADS_ONLY})
     yield server
     server.stop()
 
@@ -79,7 +80,7 @@ def test_eight_clients_on_the_gpu_take_turns_and_get_what_they_would_alone():
     """The same on a GPU machine, where runs take turns without being asked (not run here: the
     machine this was written on has no GPU)."""
     server = serverload.start_server({"SPECDEC_DECODE_CONCURRENCY": "8", "SPECDEC_CONCURRENCY": "8",
-                                      **serverload.NO_RUN_CACHE})
+                                      **serverload.NO_RUN_CACHE, **serverload.THREADS_ONLY})
     try:
         res = serverload.load(server, clients=8, max_new_tokens=64, log=lambda *_: None,
                               hold_tokens=serverload.HOLD_TOKENS)

@@ -26,6 +26,9 @@ and check a request with `check_run`, `check_prompt_tokens`, and an import with 
 | SPECDEC_CONCURRENCY          | 4         | requests of one kind served at once (Gradio's default concurrency)   |
 | SPECDEC_DECODE_CONCURRENCY   | 2         | decodes at once (`flights.LINE`; the requests wait there, told their |
 |                              |           | place, and share a decode when they ask for the same run)            |
+| SPECDEC_DECODE_PROCESSES     | 2         | worker processes that decode the bundled pair's runs on a CPU        |
+|                              |           | (`workers`: two decode at once on two cores, where threads share one |
+|                              |           | GIL); each holds ~0.4 GB. 0: every run decodes in a server thread    |
 | SPECDEC_REQUEST_SECONDS      | 120       | seconds one decoding run may take before it is stopped               |
 | SPECDEC_MAX_PAIRS            | 2         | model pairs held in memory (least recently used evicted first; the   |
 |                              |           | bundled pair is pinned and counts as one)                            |
@@ -64,7 +67,8 @@ from ..validate import ImportLimits
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
-           "DECODE_CONCURRENCY", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS", "SESSION_IDLE_SECONDS",
+           "DECODE_CONCURRENCY", "DECODE_PROCESSES", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS",
+           "SESSION_IDLE_SECONDS",
            "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "SESSION_BYTES", "SERIALISE_DEVICE",
            "max_new_tokens_for", "max_new_tokens_after", "describe", "check_run", "check_prompt_tokens",
            "check_lab_samples", "import_limits"]
@@ -96,6 +100,7 @@ MAX_LAB_SAMPLES: int = _read("SPECDEC_MAX_LAB_SAMPLES", 1_000_000, 1, 100_000_00
 QUEUE_SIZE: int = _read("SPECDEC_QUEUE_SIZE", 32, 1, 100_000)
 CONCURRENCY: int = _read("SPECDEC_CONCURRENCY", 4, 1, 1024)
 DECODE_CONCURRENCY: int = _read("SPECDEC_DECODE_CONCURRENCY", 2, 1, 1024)
+DECODE_PROCESSES: int = _read("SPECDEC_DECODE_PROCESSES", 2, 0, 64)
 REQUEST_SECONDS: float = _read("SPECDEC_REQUEST_SECONDS", 120, 1, 86_400, whole=False)
 MAX_PAIRS: int = _read("SPECDEC_MAX_PAIRS", 2, 1, 64)
 MAX_SESSIONS: int = _read("SPECDEC_MAX_SESSIONS", 100, 1, 1_000_000)
@@ -180,6 +185,7 @@ def describe() -> dict[str, int | float]:
             "SPECDEC_MAX_UPLOAD_MB": MAX_UPLOAD_MB, "SPECDEC_MAX_JSON_DEPTH": MAX_JSON_DEPTH,
             "SPECDEC_MAX_LAB_SAMPLES": MAX_LAB_SAMPLES, "SPECDEC_QUEUE_SIZE": QUEUE_SIZE,
             "SPECDEC_CONCURRENCY": CONCURRENCY, "SPECDEC_DECODE_CONCURRENCY": DECODE_CONCURRENCY,
+            "SPECDEC_DECODE_PROCESSES": DECODE_PROCESSES,
             "SPECDEC_REQUEST_SECONDS": REQUEST_SECONDS, "SPECDEC_MAX_PAIRS": MAX_PAIRS,
             "SPECDEC_MAX_SESSIONS": MAX_SESSIONS, "SPECDEC_SESSION_IDLE_SECONDS": SESSION_IDLE_SECONDS,
             "SPECDEC_FILE_MAX_AGE_SECONDS": FILE_MAX_AGE_SECONDS,

@@ -26,7 +26,7 @@ from ..measure import compare_with_target
 from ..sampling import Rule
 from ..settings import RunSettings
 from ..trace import Generation
-from . import device_queue, flights, limits
+from . import device_queue, flights, limits, workers
 from .api import DEFAULT_PROMPT
 from .pairs import get_pair
 
@@ -140,8 +140,8 @@ def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
             limits.check_prompt_tokens(len(pair.encode(prompt)[1]))
             with flights.LINE.slot(stop, lambda ahead, s: flight.put(Waiting(ahead, pair.device, s))), \
                     device_queue.turn(pair.device, stop, on_wait=lambda ahead: flight.put(Waiting(ahead, pair.device))):
-                gen = speculative_generate(pair, prompt, settings, stop=stop,
-                                           on_round=lambda _round, so_far: flight.put(RoundDone(_snapshot(so_far))))
+                gen = workers.decode(preset, pair, prompt, settings, stop,   # a worker process's, when one is free
+                                     on_round=lambda _round, so_far: flight.put(RoundDone(_snapshot(so_far))))
             flights.land(flight, RunDone(gen), gen)
         except Exception as err:   # reported to the riders by the page's generator
             flights.land(flight, RunFailed(err))
@@ -190,8 +190,10 @@ def _notice(device):
 
 def warm_up(pair) -> None:
     """Run both decoders once on a loaded pair (a few tokens): the first request then pays no
-    one-time start-up cost, so its timings, and the speedup the page shows, are fair."""
+    one-time start-up cost, so its timings, and the speedup the page shows, are fair. Then the
+    worker processes start (`workers`, on a CPU), in the background."""
     with device_queue.turn(pair.device):
         for drafter in drafters_for(pair):
             speculative_generate(pair, DEFAULT_PROMPT, RunSettings(gamma=4, max_new_tokens=8, drafter=drafter))
         autoregressive_generate(pair, DEFAULT_PROMPT, RunSettings(max_new_tokens=8))
+    workers.start(pair)

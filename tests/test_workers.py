@@ -1,0 +1,106 @@
+"""A run decoded in a worker process (specdec/app/workers.py) is the library's own run: the same
+tokens, rounds and numbers, streamed round by round; a Stop and the time limit reach it between
+forwards; an error comes back as itself; a worker whose server is gone exits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specdec import RunSettings, speculative_generate
+from specdec.app import workers
+from specdec.decoding import STOPPED, TIME_LIMIT, StopSignal
+
+PROMPT = "KING RICHARD:\nNow is the winter"
+TIMES = ("draft_seconds", "verify_seconds", "wall_seconds")
+
+
+def without_times(gen) -> dict:
+    """A run as data, its measured times left out (they differ between any two runs)."""
+    d = gen.to_dict()
+    for r in d["rounds"]:
+        for name in TIMES:
+            r.pop(name, None)
+    for name in TIMES:
+        d["stats"].pop(name, None)
+    d["models"].pop("engine", None)
+    return d
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = workers.Worker()
+    assert w.wait_ready(240), "the worker did not load its pair"
+    yield w
+    w.close()
+
+
+def test_a_run_decoded_in_a_worker_is_the_librarys_run_streamed_round_by_round(worker, bundled):
+    settings = RunSettings(gamma=4, max_new_tokens=40, seed=31)
+    seen = []
+    gen = worker.decode(PROMPT, settings, StopSignal(), on_round=lambda r, so_far: seen.append(
+        (r.index, len(so_far.rounds), list(so_far.token_ids), so_far.text)))
+    alone = speculative_generate(bundled, PROMPT, settings)
+    assert without_times(gen) == without_times(alone)
+    assert [i for i, _, _, _ in seen] == list(range(len(alone.rounds)))       # every round, in order
+    assert all(n == i + 1 for i, n, _, _ in seen)                             # the run so far grows by one
+    assert seen[-1][2] == alone.token_ids and seen[-1][3] == alone.text       # and ends as the run
+    # a second run on the same worker: nothing of the first is left in it
+    again = worker.decode(PROMPT, settings.with_(seed=32), StopSignal())
+    assert without_times(again) == without_times(speculative_generate(bundled, PROMPT, settings.with_(seed=32)))
+
+
+def test_a_stop_set_on_the_server_ends_the_workers_run_between_forwards(worker):
+    stop = StopSignal()
+    rounds = []
+
+    def on_round(r, _so_far):
+        rounds.append(r.index)
+        if r.index == 1:
+            stop.set()
+
+    gen = worker.decode(PROMPT, RunSettings(gamma=2, max_new_tokens=200, seed=5), stop, on_round)
+    assert gen.stats.stopped == STOPPED
+    assert 2 <= len(gen.rounds) < 100 and gen.stats.new_tokens < 200
+    # negative control: the next run on the worker is not stopped by that stop
+    assert worker.decode(PROMPT, RunSettings(gamma=2, max_new_tokens=8, seed=5), StopSignal()).stats.stopped != STOPPED
+
+
+def test_the_time_limit_travels_with_the_run(worker):
+    stop = StopSignal(seconds=0.0)   # already past: the worker stops before its first forward
+    time.sleep(0.01)
+    gen = worker.decode(PROMPT, RunSettings(gamma=4, max_new_tokens=50, seed=1), stop)
+    assert gen.stats.stopped == TIME_LIMIT and gen.stats.new_tokens == 0
+
+
+def test_an_error_in_the_worker_is_raised_on_the_server(worker):
+    too_long = RunSettings(gamma=4, max_new_tokens=100_000, seed=1)   # past the pair's context
+    with pytest.raises(Exception) as err:
+        worker.decode(PROMPT, too_long, StopSignal())
+    assert "context" in str(err.value) or "tokens" in str(err.value)
+    assert worker.proc.poll() is None   # and the worker goes on serving
+    assert worker.decode(PROMPT, RunSettings(gamma=4, max_new_tokens=4, seed=2), StopSignal()).stats.new_tokens == 4
+
+
+def test_a_worker_exits_when_its_server_is_gone():
+    w = workers.Worker()
+    assert w.wait_ready(240)
+    w.jobs.close()   # what the server's end of the pipe does when the server dies
+    assert w.proc.wait(timeout=30) == 0
+
+
+def test_the_delta_rebuilds_the_run_from_what_is_new(bundled):
+    """The server's copy of a streamed run, built from the deltas, is the run at every round."""
+    sent, rebuilt = workers._Sent(), []
+    state = {"gen": None}
+
+    def on_round(_r, so_far):
+        state["gen"] = workers._apply(state["gen"], sent.delta(so_far))
+        rebuilt.append((list(state["gen"].token_ids), dict(state["gen"].token_text), len(state["gen"].rounds)))
+        assert state["gen"] is not so_far
+
+    gen = speculative_generate(bundled, PROMPT, RunSettings(gamma=3, max_new_tokens=20, seed=9), on_round=on_round)
+    assert rebuilt[-1][0] == gen.token_ids and rebuilt[-1][2] == len(gen.rounds)
+    assert all(k in rebuilt[-1][1] for k in gen.token_ids)
+    assert state["gen"].text == gen.text and state["gen"].stats.new_tokens == gen.stats.new_tokens
