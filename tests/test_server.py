@@ -46,12 +46,13 @@ SETTLED_ENV = "SPECDEC_TEST_SETTLED"   # a file the launcher counts its settles 
 LAUNCHER = f"""
 import runpy, torch
 import specdec.app.runs as runs
+import specdec.app.workers as workers   # a streamed run decodes through `workers.decode` (here: in a thread)
 real = runs.speculative_generate
 def faulty(pair, prompt, *args, **kwargs):
     if prompt == {OOM_PROMPT!r}:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
     return real(pair, prompt, *args, **kwargs)
-runs.speculative_generate = faulty
+runs.speculative_generate = workers.speculative_generate = faulty
 import ctypes, gc, json, os, signal, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from heldmem import held_mb
