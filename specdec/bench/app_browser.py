@@ -101,11 +101,40 @@ def start_server(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
+                    wait_idle(proc.pid)
                     return proc, url
         except OSError:
             time.sleep(0.5)
     proc.kill()
     raise RuntimeError(f"app.py in {root} did not serve within 180 s")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by a process and its children (Linux's /proc; 0 where there is none)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{p}/task").iterdir():   # a child belongs to the thread that started it
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def wait_idle(pid: int, seconds: float = 120) -> None:
+    """Until the server has finished starting: its page answers before its pair is warm and its
+    decoding workers (`specdec.app.workers`) have loaded, and a page timed meanwhile shares the
+    cores with them. Idle: under 0.1 s of CPU in a second, the server and its children together."""
+    deadline, last = time.time() + seconds, cpu_seconds(pid)
+    while time.time() < deadline:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        if now - last < 0.1:
+            return
+        last = now
 
 
 def stop_server(proc: subprocess.Popen) -> None:
