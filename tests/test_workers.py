@@ -104,3 +104,47 @@ def test_the_delta_rebuilds_the_run_from_what_is_new(bundled):
     assert rebuilt[-1][0] == gen.token_ids and rebuilt[-1][2] == len(gen.rounds)
     assert all(k in rebuilt[-1][1] for k in gen.token_ids)
     assert state["gen"].text == gen.text and state["gen"].stats.new_tokens == gen.stats.new_tokens
+
+
+def test_a_worker_whose_server_dies_mid_run_stops_and_exits(tmp_path):
+    """A server killed while its worker decodes a long run: the worker is gone soon after (it stops
+    at its next forward, `_Stop`, and exits at the end of its pipe), never left decoding for no one."""
+    import os
+    import subprocess
+    import sys
+
+    server = tmp_path / "server.py"
+    server.write_text(
+        "import os, sys\n"
+        "from specdec import RunSettings\n"
+        "from specdec.app import workers\n"
+        "w = workers.Worker()\n"
+        "assert w.wait_ready(240)\n"
+        "w.jobs.send((1, 'To be', RunSettings(gamma=1, max_new_tokens=240, seed=1), None))\n"
+        "assert w.out.poll(60)   # its first round: the run is under way\n"
+        "print(w.proc.pid, flush=True)\n"
+        "os._exit(0)   # the server dies without a word\n")
+    out = subprocess.run([sys.executable, str(server)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    pid = int(out.stdout.split()[0])
+    deadline = time.time() + 30
+    while time.time() < deadline and os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid):
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}") or "Z" in _state(pid), "the worker decodes on for no one"
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_a_workers_stop_is_set_when_its_server_is_gone(monkeypatch):
+    import os
+
+    read, _write = __import__("multiprocessing").Pipe(duplex=False)
+    stop = workers._Stop(read, job=1, seconds=None)
+    assert not stop.is_set()                                  # its server is there: the run goes on
+    monkeypatch.setattr(os, "getppid", lambda: stop.server + 1)   # as after the server died (a new parent)
+    assert stop.is_set() and stop.reason == STOPPED

@@ -8,8 +8,9 @@ same rounds, and the finished run goes into the cache, where a later visitor fin
 (the page says so). Only whole runs are kept: a stopped run, a run past the time limit or a
 failure is not.
 
-Each flight decodes in a thread of its own and writes its messages (`runs.Waiting`,
-`runs.RoundDone`, then `runs.RunDone` or `runs.RunFailed`) into its log; each rider reads the log
+Each flight decodes in a thread of its own (the decode itself in a worker process when one is
+free: `workers`) and writes its messages (`runs.Waiting`, `runs.RoundDone`, then `runs.RunDone`
+or `runs.RunFailed`) into its log; each rider reads the log
 at its own pace (`Flight.follow`), only the latest round when several came since it last looked,
 and at most a few times a second (`EVERY`): the page draws what the rider sends, and a page
 redrawn after every round of a fast decoder falls seconds behind it. With more than `CROWD`

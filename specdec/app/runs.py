@@ -131,7 +131,8 @@ def _leave_with(progress, stop) -> Message:
 
 
 def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
-    """Decode a flight's run in a thread of its own, writing its messages into the flight."""
+    """Decode a flight's run in a thread of its own (which hands the decode to a free worker
+    process, `workers.decode`), writing its messages into the flight."""
     stop = flight.stop
 
     def work():

@@ -10,12 +10,13 @@ then decodes the runs it is sent, one at a time, with the library's own `specula
 (the same code, seed and one torch thread: the same run, token for token). After each round it
 writes back what is new (`_Delta`: rounds, tokens, their texts, the stats), then the whole run,
 or the error. A request's Stop reaches it through a pipe of its own, looked at between forwards
-(a poll, never a wait); the time limit travels as the seconds left, and the worker keeps it.
+(a poll, never a wait); the time limit travels as the seconds left, and the worker keeps it. A
+worker whose server dies stops its run at the next forward and exits at the end of its pipe.
 
 Only the bundled pair on a CPU goes to a worker: a hub pair would be loaded in each worker (its
 memory twice over), and a GPU's runs take turns on the device anyway (`device_queue`). While no
 worker is free or ready (the server has just started, or SPECDEC_DECODE_PROCESSES is 0), a run
-decodes in its thread, as before. A worker whose server dies reads the end of its pipe and exits.
+decodes in its thread, as before.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class _Stop:
     def __init__(self, pipe: Connection, job: int, seconds: float | None):
         self.pipe, self.job, self.reason = pipe, job, None
         self.deadline = time.monotonic() + seconds if seconds is not None else None
+        self.server = os.getppid()
 
     def set(self, reason: str = STOPPED) -> None:
         self.reason = self.reason or reason
@@ -102,6 +104,8 @@ class _Stop:
                 self.reason = reason
         if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
             self.reason = TIME_LIMIT
+        if self.reason is None and os.getppid() != self.server:   # the server died mid-run: no one to send it to
+            self.reason = STOPPED
         return self.reason is not None
 
 
