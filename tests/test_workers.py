@@ -12,6 +12,8 @@ from specdec import RunSettings, speculative_generate
 from specdec.app import workers
 from specdec.decoding import STOPPED, TIME_LIMIT, StopSignal
 
+pytestmark = pytest.mark.slow   # each worker is a process of its own: ~8 s to load and warm up
+
 PROMPT = "KING RICHARD:\nNow is the winter"
 TIMES = ("draft_seconds", "verify_seconds", "wall_seconds")
 
