@@ -150,3 +150,29 @@ def test_a_workers_stop_is_set_when_its_server_is_gone(monkeypatch):
     assert not stop.is_set()                                  # its server is there: the run goes on
     monkeypatch.setattr(os, "getppid", lambda: stop.server + 1)   # as after the server died (a new parent)
     assert stop.is_set() and stop.reason == STOPPED
+
+
+def test_a_worker_that_died_while_free_is_replaced_and_the_run_decodes_in_its_thread(bundled):
+    """A worker killed between runs: the next run is not lost (it decodes in the request's thread)
+    and another worker starts in its place."""
+    pool = workers.Pool()
+    dead = workers.Worker()
+    assert dead.wait_ready(240)
+    dead.proc.kill()
+    dead.proc.wait(timeout=30)
+    pool.workers.append(dead)
+    pool._free.put(dead)
+    assert pool.take() is None and dead not in pool.workers and pool.started == 1
+    try:
+        settings = RunSettings(gamma=4, max_new_tokens=8, seed=3)
+        gen = workers.decode("bundled", bundled, PROMPT, settings, StopSignal())   # no free worker: here
+        assert gen.token_ids == speculative_generate(bundled, PROMPT, settings).token_ids
+        deadline = time.time() + 240
+        while pool.ready() == 0 and time.time() < deadline:   # the replacement loads and warms up
+            time.sleep(0.2)
+        fresh = pool.take()
+        assert fresh is not None and fresh is not dead
+        assert fresh.decode(PROMPT, settings, StopSignal()).token_ids == gen.token_ids
+    finally:
+        for w in pool.workers:
+            w.close()

@@ -7,7 +7,7 @@ a 64-token run alone; 0.40 and 0.46 s with two at once). A class of 30 distinct 
 
 A worker is `python -m specdec.app.workers`: it loads the bundled pair once, as the server does,
 then decodes the runs it is sent, one at a time, with the library's own `speculative_generate`
-(the same code, seed and one torch thread: the same run, token for token). After each round it
+(the same code, seed and torch threads as the server: the same run, token for token). After each round it
 writes back what is new (`_Delta`: rounds, tokens, their texts, the stats), then the whole run,
 or the error. A request's Stop reaches it through a pipe of its own, looked at between forwards
 (a poll, never a wait); the time limit travels as the seconds left, and the worker keeps it. A
@@ -113,7 +113,7 @@ def serve(jobs: Connection, out: Connection, stops: Connection) -> None:
     """A worker's life: load the bundled pair, say "ready", decode each job sent until the server goes."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))   # as app.py sets the server's
     pair = _load()
     _warm_up(pair)
     out.send(("ready", None))
@@ -180,7 +180,9 @@ class Worker:
         # The worker imports this very checkout of specdec, wherever the server was started from.
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "SPECDEC_DECODE_PROCESSES": "0", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+        # A worker decodes on the CPU only (`decode` sends it nothing else): on a machine with CUDA
+        # it must not pick the GPU, where its pair would differ from the server's CPU pair.
+        env = {**os.environ, "SPECDEC_DECODE_PROCESSES": "0", "PYTHONPATH": path, "SPECDEC_DEVICE": "cpu"}
         self.proc = subprocess.Popen([sys.executable, "-m", "specdec.app.workers", str(job_r), str(out_w), str(stop_r)],
                                      pass_fds=(job_r, out_w, stop_r), env=env, stdin=subprocess.DEVNULL)
         for fd in (job_r, out_w, stop_r):
@@ -257,18 +259,28 @@ class Pool:
             threading.Thread(target=bring_up, daemon=True, name="specdec-worker-start").start()
 
     def take(self) -> Worker | None:
-        try:
-            return self._free.get_nowait()
-        except queue.Empty:
-            return None
+        """A free worker that is alive, or None (the run then decodes in its own thread)."""
+        while True:
+            try:
+                worker = self._free.get_nowait()
+            except queue.Empty:
+                return None
+            if worker.proc.poll() is None:
+                return worker
+            self._replace(worker)   # it died while it waited
 
     def give_back(self, worker: Worker) -> None:
         if worker.proc.poll() is None:
             self._free.put(worker)
-        else:   # it died: another takes its place
-            worker.close()
+        else:
+            self._replace(worker)
+
+    def _replace(self, worker: Worker) -> None:
+        """A dead worker closed, and another started in its place."""
+        worker.close()
+        if worker in self.workers:
             self.workers.remove(worker)
-            self.start(1)
+        self.start(1)
 
     def ready(self) -> int:
         return self._free.qsize()
