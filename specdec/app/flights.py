@@ -10,11 +10,11 @@ failure is not.
 
 Each flight decodes in a thread of its own (the decode itself in a worker process when one is
 free: `workers`) and writes its messages (`runs.Waiting`, `runs.RoundDone`, then `runs.RunDone`
-or `runs.RunFailed`) into its log; each rider reads the log
-at its own pace (`Flight.follow`), only the latest round when several came since it last looked,
-and at most a few times a second (`EVERY`): the page draws what the rider sends, and a page
-redrawn after every round of a fast decoder falls seconds behind it. With more than `CROWD`
-riders on the server, each one's updates come less often, in proportion (`crowd`).
+or `runs.RunFailed`) into its log; each rider reads the log at its own pace (`Flight.follow`),
+only the latest round when several came since it last looked, and at most a few times a second
+(`EVERY`): the page draws what the rider sends, and a page redrawn after every round of a fast
+decoder falls seconds behind it. With more than `CROWD` riders on the server, each one's updates
+come less often, in proportion (`crowd`).
 
 A rider's Stop ends its own request with what was decoded so far; the flight stops (at its next
 forward) when no rider is left. The flight's stop carries the time limit (SPECDEC_REQUEST_SECONDS).

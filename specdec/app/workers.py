@@ -32,7 +32,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from ..decoding import STOPPED, TIME_LIMIT, speculative_generate
+from ..decoding import STOPPED, StopSignal, speculative_generate
 from ..models import BUNDLED
 from ..trace import Generation
 from . import limits
@@ -85,28 +85,23 @@ def _apply(gen: Generation | None, delta: _Delta) -> Generation:
 
 # ---------------------------------------------------------------- the worker's side
 
-class _Stop:
-    """A run's stop inside a worker (`decoding.StopSignal`'s interface): set when the server
-    writes this run's number and a reason into the stop pipe, or at the run's deadline."""
+class _Stop(StopSignal):
+    """A run's stop inside a worker: the library's `StopSignal` (its deadline, the time limit),
+    also set when the server writes this run's number and a reason into the stop pipe, or when
+    the server is gone (the worker's parent changed)."""
 
     def __init__(self, pipe: Connection, job: int, seconds: float | None):
-        self.pipe, self.job, self.reason = pipe, job, None
-        self.deadline = time.monotonic() + seconds if seconds is not None else None
-        self.server = os.getppid()
-
-    def set(self, reason: str = STOPPED) -> None:
-        self.reason = self.reason or reason
+        super().__init__(seconds)
+        self.pipe, self.job, self.server = pipe, job, os.getppid()
 
     def is_set(self) -> bool:
-        while self.reason is None and self.pipe.poll():
+        while self.pipe.poll():
             job, reason = self.pipe.recv()
             if job == self.job:   # a stop sent for an earlier run, after it ended, is dropped
-                self.reason = reason
-        if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
-            self.reason = TIME_LIMIT
-        if self.reason is None and os.getppid() != self.server:   # the server died mid-run: no one to send it to
-            self.reason = STOPPED
-        return self.reason is not None
+                self.set(reason)
+        if os.getppid() != self.server:   # the server died mid-run: no one to send the run to
+            self.set(STOPPED)
+        return super().is_set()
 
 
 def serve(jobs: Connection, out: Connection, stops: Connection) -> None:
