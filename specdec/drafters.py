@@ -45,12 +45,13 @@ class KVCache:
         Feeds the model only the tokens the cache lacks, after cropping the cache to the
         longest common prefix (tokens rejected in an earlier round are dropped here).
         """
-        return self.forward_features(context, extra, features=False)[0]
+        return self.forward_features(context, extra, layers=None)[0]
 
-    def forward_features(self, context: list[int], extra: list[int], features: bool = True):
-        """(logits [len(extra) + 1, V], the fed positions' features [n, d] or None, the first fed
-        position): `forward`, plus the model's post-norm last hidden state at every position it fed
-        (what the `features` drafter reads; see `specdec.features.forward_with_features`)."""
+    def forward_features(self, context: list[int], extra: list[int], layers: tuple[int, ...] | None = ()):
+        """(logits [len(extra) + 1, V], the fed positions' feature rows [n, d * (1 + len(layers))] or
+        None, the first fed position): `forward`, plus the model's post-norm last hidden state (and
+        its residual stream after each of `layers`) at every position it fed: what the `features`
+        drafter reads (see `specdec.features.forward_with_features`). `layers` None: no rows."""
         tokens = context + extra
         keep = common_prefix(self.ids, tokens)
         keep = min(keep, len(tokens) - len(extra) - 1)   # always feed context[-1] to get its logits
@@ -60,8 +61,8 @@ class KVCache:
         feed = tokens[keep:]
         device = next(self.model.parameters()).device
         ids = torch.tensor([feed], device=device)
-        if features:
-            logits, hidden = fx.forward_with_features(self.model, ids, self.cache)
+        if layers is not None:
+            logits, hidden = fx.forward_with_features(self.model, ids, self.cache, layers)
             hidden = hidden[0]
         else:
             logits, hidden = self.model(ids, past_key_values=self.cache, use_cache=True).logits, None
@@ -166,15 +167,15 @@ class FeaturesDrafter:
         self.embed = target.get_input_embeddings()
         self.norm = target.get_decoder().norm
         self.head = target.get_output_embeddings()
-        self.feats = torch.zeros(0, net.config.hidden_size, device=self.embed.weight.device)   # at positions 0, 1, ...
+        self.feats = torch.zeros(0, net.row_width, device=self.embed.weight.device)   # the target's rows at 0, 1, ...
         self.cache = DynamicCache(config=net.config)
         self.ids: list[int] = []   # x_{i+1} of each cached element
         self.forwards = 0
         self.last_source: dict | None = None   # where the latest drafts' q came from (the trace's sentence)
 
     def observe(self, start: int, rows: torch.Tensor) -> None:
-        """The target's features at positions start, start + 1, ... (rows [n, d]): what a verify
-        forward computed for the positions the round kept."""
+        """The target's feature rows at positions start, start + 1, ... ([n, net.row_width]): what a
+        verify forward computed for the positions the round kept."""
         self.feats = torch.cat([self.feats[:start], rows.detach().to(self.feats.device, self.feats.dtype)])
 
     def _catch_up(self, context: list[int]) -> torch.Tensor:
@@ -185,7 +186,7 @@ class FeaturesDrafter:
         device = self.feats.device
         pos = torch.arange(keep, len(want), device=device)[None]
         embeds = self.embed(torch.tensor([want[keep:]], device=self.embed.weight.device))
-        out = self.net(self.feats[keep:len(want)][None].to(embeds.dtype), embeds, pos,
+        out = self.net(self.net.fused(self.feats[keep:len(want)][None].to(embeds.dtype)), embeds, pos,
                        fx.causal_mask(len(want) - keep, keep, device), self.cache)
         self.ids = want
         return out[0, -1]

@@ -32,8 +32,9 @@ from torch import nn
 FOLDER = "specdec-features"   # beside specdec-target in a pair's folder
 
 
-def layer_config(target_config, intermediate_size: int | None = None):
-    """The drafter layer's LlamaConfig: the target's width, heads and rotary settings, one layer."""
+def layer_config(target_config, intermediate_size: int | None = None, feature_layers: tuple[int, ...] = ()):
+    """The drafter layer's LlamaConfig: the target's width, heads and rotary settings, one layer;
+    `feature_layers`: the target's middle layers it fuses (`FeatureNet.fused`), none by default."""
     from transformers import LlamaConfig
 
     t = target_config
@@ -45,6 +46,11 @@ def layer_config(target_config, intermediate_size: int | None = None):
                          rope_parameters=getattr(t, "rope_parameters", None), vocab_size=t.vocab_size,
                          attention_bias=False, mlp_bias=False)
     config._attn_implementation = "sdpa"   # takes the boolean masks below (eager attention would add them)
+    if feature_layers:
+        if not all(0 < i < t.num_hidden_layers for i in feature_layers):
+            raise ValueError(f"feature layers must lie among the target's 1..{t.num_hidden_layers - 1}, "
+                             f"got {feature_layers}")
+        config.feature_layers = list(feature_layers)
     return config
 
 
@@ -60,6 +66,30 @@ class FeatureNet(nn.Module):
         self.fc = nn.Linear(2 * d, d, bias=False)
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
         self.rotary = LlamaRotaryEmbedding(config)
+        # EAGLE-3's fusion: the target's residual stream after some middle layers (`feature_layers`,
+        # counted from 1) holds what its last layer has already turned into a next-token guess (the
+        # token itself, its syntax). Each is RMS-normalised without weights (the residual stream's
+        # scale grows with depth) and mapped onto the post-norm feature, starting at zero: a fused
+        # drafter begins exactly as the drafter without them. Nets saved before have none.
+        self.feature_layers = tuple(getattr(config, "feature_layers", None) or ())
+        if self.feature_layers:
+            self.fuse = nn.Linear(len(self.feature_layers) * d, d, bias=False)
+            nn.init.zeros_(self.fuse.weight)
+
+    @property
+    def row_width(self) -> int:
+        """How wide a row of the target's features is for this net: the post-norm feature, then
+        one residual row per fused layer (`target_rows`)."""
+        return self.config.hidden_size * (1 + len(self.feature_layers))
+
+    def fused(self, rows: torch.Tensor) -> torch.Tensor:
+        """The feature [.., d] an exact element reads, from the target's rows [.., row_width]."""
+        if not self.feature_layers:
+            return rows
+        d = self.config.hidden_size
+        mids = rows[..., d:].unflatten(-1, (len(self.feature_layers), d))
+        mids = mids * torch.rsqrt(mids.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps)
+        return rows[..., :d] + self.fuse(mids.flatten(-2))
 
     def forward(self, feats: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 cache=None) -> torch.Tensor:
@@ -79,12 +109,24 @@ def causal_mask(n_new: int, n_cached: int, device=None) -> torch.Tensor:
     return (k <= q)[None, None]
 
 
-def forward_with_features(model, ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logits, features) [B, n, V] and [B, n, d] of a Llama-like causal LM in one forward: its base
-    model's last hidden state (after the final norm) and the output head applied to it, which is
-    what `model(...)` computes for such models (a test checks it against `model(...).logits`)."""
-    hidden = model.get_decoder()(ids, past_key_values=cache, use_cache=True).last_hidden_state
-    return model.get_output_embeddings()(hidden), hidden
+def forward_with_features(model, ids: torch.Tensor, cache, layers: tuple[int, ...] = ()
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, rows) [B, n, V] and [B, n, d * (1 + len(layers))] of a Llama-like causal LM in one
+    forward: its base model's last hidden state (after the final norm; the output head applied to
+    it is what `model(...)` computes for such models, a test checks it against `model(...).logits`),
+    then the residual stream after each of `layers` (counted from 1): what a net with those
+    `feature_layers` reads (`target_rows`)."""
+    out = model.get_decoder()(ids, past_key_values=cache, use_cache=True, output_hidden_states=bool(layers))
+    hidden = out.last_hidden_state
+    return model.get_output_embeddings()(hidden), target_rows(hidden, out.hidden_states, layers)
+
+
+def target_rows(hidden: torch.Tensor, hidden_states, layers: tuple[int, ...]) -> torch.Tensor:
+    """The post-norm last hidden state, then the residual stream after each of `layers`
+    (transformers' `hidden_states[i]` is the output of layer i; its last entry is post-norm)."""
+    if not layers:
+        return hidden
+    return torch.cat([hidden, *(hidden_states[i] for i in layers)], -1)
 
 
 def crop_to(cache, length: int) -> None:
@@ -126,6 +168,10 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
     if config.hidden_size != target.config.hidden_size:
         raise ValueError(f"the features drafter in {Path(folder).name} reads {config.hidden_size}-wide features, "
                          f"but this target's are {target.config.hidden_size} wide")
+    layers = getattr(config, "feature_layers", None) or []
+    if not all(0 < i < target.config.num_hidden_layers for i in layers):
+        raise ValueError(f"the features drafter in {Path(folder).name} reads the target's layers {layers}, "
+                         f"but this target has {target.config.num_hidden_layers}")
     net = FeatureNet(config)
     state = load_file(Path(folder) / "model.safetensors")
     net.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)

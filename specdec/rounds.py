@@ -57,16 +57,18 @@ class TargetScorer:
     """The target's forward in an eager round: the uncached context and the drafts in one pass, as
     p rows [len(drafts) + 1, V] (row i scores the token after i drafts)."""
 
-    def __init__(self, pair, features: bool = False):
+    def __init__(self, pair, features: tuple[int, ...] | None = None):
         self.cache = KVCache(pair.target)
         self.vocab_size = pair.vocab_size
         self.forwards = 0
-        self.features = features   # keep the fed positions' features (for the `features` drafter)
-        self.fed: tuple[int, torch.Tensor] | None = None   # (first fed position, features [n, d])
+        # Not None: keep the fed positions' feature rows, with the residual stream after these
+        # layers (for the `features` drafter: `FeatureNet.feature_layers`).
+        self.features = features
+        self.fed: tuple[int, torch.Tensor] | None = None   # (first fed position, rows [n, row width])
 
     def probs(self, context: list[int], drafts: list[int], sampling: SamplingConfig) -> torch.Tensor:
         logits, hidden, start = self.cache.forward_features(context, drafts, self.features)
-        self.fed = (start, hidden) if self.features else None
+        self.fed = (start, hidden) if self.features is not None else None
         self.forwards += 1
         return logits_to_probs(align_logits(logits, self.vocab_size), sampling)
 
@@ -79,7 +81,8 @@ class EagerRounds:
     def __init__(self, pair, settings: RunSettings):
         self.device = pair.device
         self.drafter = make_drafter(settings.drafter, pair)
-        self.target = TargetScorer(pair, features=hasattr(self.drafter, "observe"))
+        net = getattr(self.drafter, "net", None)   # the features drafter's: it reads the verify's rows
+        self.target = TargetScorer(pair, features=net.feature_layers if net is not None else None)
 
     @property
     def target_forwards(self) -> int:

@@ -20,20 +20,27 @@ from tiny import tiny_pair
 EPS = torch.finfo(torch.float32).eps
 
 
-def random_net(target, seed: int = 0, scale: float = 1.0) -> fx.FeatureNet:
+def random_net(target, seed: int = 0, scale: float = 1.0, layers: tuple[int, ...] = ()) -> fx.FeatureNet:
+    """`layers`: the target's middle layers the net fuses, with a random (not zero) fusion."""
     torch.manual_seed(seed)
-    net = fx.FeatureNet(fx.layer_config(target.config))
+    net = fx.FeatureNet(fx.layer_config(target.config, feature_layers=layers))
     with torch.no_grad():
+        if layers:
+            net.fuse.weight.normal_(0, 0.5 / net.fuse.weight.shape[1] ** 0.5)
         for p in net.parameters():
             p.mul_(scale)
     return net.eval()
 
 
-def features_pair(pair, seed: int = 0) -> ModelPair:
+def features_pair(pair, seed: int = 0, layers: tuple[int, ...] = ()) -> ModelPair:
     """A pair sharing `pair`'s models (never modifying a shared fixture) with a random drafter."""
     new = ModelPair(pair.tokenizer, pair.target, pair.draft, pair.target_name, pair.draft_name)
-    new.feature_net = random_net(pair.target, seed)
+    new.feature_net = random_net(pair.target, seed, layers=layers)
     return new
+
+
+# A fused net's tests run on the tiny target (2 layers: its one middle layer) and the bundled one.
+FUSED = [(), (1,)]
 
 
 def test_forward_with_features_gives_the_models_own_logits():
@@ -56,15 +63,16 @@ def test_the_unroll_mask_is_what_drafting_step_j_sees():
     assert not m[:4, 4:].any()
 
 
-def test_training_unroll_equals_drafting_step_by_step():
+@pytest.mark.parametrize("layers", FUSED)
+def test_training_unroll_equals_drafting_step_by_step(layers):
     """The features of steps 1..3 in training's unrolled pass equal the drafter's at test time,
     fed the same tokens (so what training optimises is what drafting runs)."""
     pair = tiny_pair(vocab=16, seed=1)
-    net = random_net(pair.target, seed=4)
+    net = random_net(pair.target, seed=4, layers=layers)
     ids = torch.randint(0, 16, (1, 14), generator=torch.Generator().manual_seed(0))
     c = 8   # the drafter's context: ids[:c]; drafts ids[c], ids[c + 1] are fed back as at test time
     with torch.no_grad():
-        _, feats = fx.forward_with_features(pair.target, ids, None)
+        _, feats = fx.forward_with_features(pair.target, ids, None, layers)
         outs = unrolled_outputs(net, pair.target, ids, feats, 3)
         d = FeaturesDrafter(net, pair.target, 16)
         d.observe(0, feats[0, :c - 1])
@@ -80,9 +88,10 @@ def test_training_unroll_equals_drafting_step_by_step():
         assert (s - outs[j][0, c - 2 + j]).abs().max() <= 64 * EPS * scale, f"step {j + 1}"
 
 
+@pytest.mark.parametrize("layers", FUSED)
 @pytest.mark.parametrize("gamma", [1, 3, 8])
-def test_greedy_equals_target_generate_tiny(gamma):
-    pair = features_pair(tiny_pair(vocab=16, seed=1))
+def test_greedy_equals_target_generate_tiny(gamma, layers):
+    pair = features_pair(tiny_pair(vocab=16, seed=1), layers=layers)
     ref = pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=30, min_new_tokens=30)
     gen = speculative_generate(pair, PROMPT, RunSettings(gamma=gamma, max_new_tokens=30, drafter="features",
                                                          sampling=SamplingConfig(temperature=0)))
@@ -91,9 +100,9 @@ def test_greedy_equals_target_generate_tiny(gamma):
     assert gen.rounds[0].positions == []   # the first round has no features yet: it is the prefill
 
 
-@pytest.mark.parametrize("gamma", [1, 4])
-def test_greedy_equals_target_generate_bundled(bundled, gamma):
-    pair = features_pair(bundled)
+@pytest.mark.parametrize("gamma, layers", [(1, ()), (4, ()), (4, (4, 8, 12))])
+def test_greedy_equals_target_generate_bundled(bundled, gamma, layers):
+    pair = features_pair(bundled, layers=layers)
     prompt = "KING HENRY.\nNow, lords, the day is ours; the French are fled,"
     ids = bundled.tokenizer(prompt, return_tensors="pt")["input_ids"]
     ref = bundled.target.generate(ids, do_sample=False, max_new_tokens=40)
@@ -102,10 +111,11 @@ def test_greedy_equals_target_generate_bundled(bundled, gamma):
     assert gen.token_ids == ref[0, ids.shape[1]:].tolist()
 
 
-def test_after_rejections_the_cache_and_q_equal_a_fresh_drafters():
+@pytest.mark.parametrize("layers", FUSED)
+def test_after_rejections_the_cache_and_q_equal_a_fresh_drafters(layers):
     """Run rounds with rejections (a random drafter at T = 1), then compare the drafter with a fresh
     one that saw only the final context and the target's uncached features: same cache, same q."""
-    pair = features_pair(tiny_pair(vocab=16, seed=2), seed=5)
+    pair = features_pair(tiny_pair(vocab=16, seed=2), seed=5, layers=layers)
     settings = RunSettings(gamma=4, max_new_tokens=40, drafter="features", sampling=SamplingConfig(temperature=1.0))
     rounds = EagerRounds(pair, settings)
     context, generator, rejected = list(PROMPT), torch.Generator().manual_seed(0), 0
@@ -116,7 +126,7 @@ def test_after_rejections_the_cache_and_q_equal_a_fresh_drafters():
     assert rejected >= 2
     used = rounds.drafter
     with torch.no_grad():
-        _, feats = fx.forward_with_features(pair.target, torch.tensor([context]), None)
+        _, feats = fx.forward_with_features(pair.target, torch.tensor([context]), None, layers)
     fresh = FeaturesDrafter(pair.feature_net, pair.target, 16)
     fresh.observe(0, feats[0, :-1])
     assert (used.feats - fresh.feats).abs().max() <= 64 * EPS * feats.abs().max()
@@ -152,13 +162,46 @@ def test_a_pair_without_weights_gets_a_clear_message():
         speculative_generate(pair, PROMPT, RunSettings(drafter="features", max_new_tokens=4))
 
 
-def test_saved_weights_load_back_in_half_precision(tmp_path):
+@pytest.mark.parametrize("layers", FUSED)
+def test_saved_weights_load_back_in_half_precision(tmp_path, layers):
     pair = tiny_pair(vocab=16, seed=1)
-    net = random_net(pair.target, seed=2)
+    net = random_net(pair.target, seed=2, layers=layers)
     fx.save(net, tmp_path / fx.FOLDER)
     back = fx.load(tmp_path / fx.FOLDER, pair.target)
+    assert back.feature_layers == layers
     for (k, a), (_, b) in zip(net.state_dict().items(), back.state_dict().items()):
         assert b.equal(a.half().float()), k
+
+
+def test_a_fusion_at_zero_drafts_exactly_as_the_net_without_it():
+    """Why a fused net can start from a trained one: with the fusion at zero (its initialisation)
+    it gives the same drafts and q, whatever the middle layers hold."""
+    pair = tiny_pair(vocab=16, seed=3)
+    plain = random_net(pair.target, seed=6)
+    fused = fx.FeatureNet(fx.layer_config(pair.target.config, feature_layers=(1,))).eval()
+    assert not fused.fuse.weight.any()
+    fused.load_state_dict(plain.state_dict(), strict=False)
+    sampling = SamplingConfig(temperature=1.0)
+    out = {}
+    for name, net in (("plain", plain), ("fused", fused)):
+        d = FeaturesDrafter(net, pair.target, 16)
+        with torch.no_grad():
+            _, rows = fx.forward_with_features(pair.target, torch.tensor([PROMPT]), None, net.feature_layers)
+        d.observe(0, rows[0, :-1])
+        out[name] = d.propose(PROMPT, 4, sampling, torch.Generator().manual_seed(2))
+    assert out["plain"][0] == out["fused"][0]
+    assert out["plain"][1].equal(out["fused"][1])
+
+
+def test_a_net_reading_a_layer_the_target_lacks_is_refused(tmp_path):
+    pair = tiny_pair(vocab=16, seed=1)
+    with pytest.raises(ValueError, match="feature layers must lie among the target's 1..1"):
+        fx.layer_config(pair.target.config, feature_layers=(2,))
+    net = random_net(pair.target, seed=2, layers=(1,))
+    net.config.feature_layers = [5]
+    fx.save(net, tmp_path / fx.FOLDER)
+    with pytest.raises(ValueError, match="reads the target's layers"):
+        fx.load(tmp_path / fx.FOLDER, pair.target)
 
 
 # ---------------------------------------------------------------- the law of the output
@@ -200,8 +243,11 @@ def joint_setup():
 
 
 @pytest.mark.slow
-def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup):
+@pytest.mark.parametrize("layers", FUSED)
+def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup, layers):
     pair, sampling, joint = joint_setup
+    if layers:   # the same target (so the same exact joint), a drafter fusing its middle layer
+        pair = features_pair(pair, seed=1, layers=layers)
     settings = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features")
     spec = [speculative_generate(pair, PROMPT, settings.with_(seed=s)) for s in range(RUNS)]
     assert all(len(g.rounds[1].positions) == 2 for g in spec)   # tokens 2 and 3 came out of a drafting round

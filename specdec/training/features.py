@@ -57,6 +57,8 @@ class FeaturesConfig:
     eval_every: int = 250
     checkpoint_every: int = 100
     threads: int | None = 1
+    feature_layers: tuple[int, ...] = ()   # the target's middle layers the net fuses (EAGLE-3), none by default
+    init_from: str | None = None   # a saved features drafter to start from (its fusion, if new, starts at zero)
 
 
 # ---------------------------------------------------------------- the pool
@@ -107,6 +109,32 @@ def draw_pool(target, text_ids, counts, cfg: FeaturesConfig, seed: int, path: Pa
     return {k: torch.cat([p[k] for p in parts]) for k in ("ids", "feats", "starts", "temps")}
 
 
+@torch.no_grad()
+def layer_rows(target, pool: dict, layers: tuple[int, ...], path: Path, batch: int = 128) -> torch.Tensor:
+    """The residual stream after each of `layers` at every pool position [N, L, len(layers) * d]
+    (float16: a pool of 15,000 sequences stays near a gigabyte), from one teacher-forced forward
+    over the pool's tokens (the same positions sampling computed), saved beside the pool."""
+    if path.exists():
+        saved = torch.load(path)
+        if saved["layers"] == list(layers) and len(saved["rows"]) == len(pool["ids"]):
+            return saved["rows"]
+    ids = pool["ids"]
+    rows = torch.empty(*ids.shape, len(layers) * target.config.hidden_size, dtype=torch.float16)
+    for a in range(0, len(ids), batch):
+        out = target.get_decoder()(ids[a:a + batch], output_hidden_states=True)
+        rows[a:a + batch] = torch.cat([out.hidden_states[i] for i in layers], -1).half()
+    torch.save({"layers": list(layers), "rows": rows}, path)
+    return rows
+
+
+def rows_of(batch: dict) -> torch.Tensor:
+    """What the net reads of the target at each position: the post-norm feature, then the fused
+    layers' rows when the pool has them (`FeatureNet.row_width`)."""
+    if "layer_rows" not in batch:
+        return batch["feats"]
+    return torch.cat([batch["feats"], batch["layer_rows"].float()], -1)
+
+
 # ---------------------------------------------------------------- the unrolled drafter
 
 def unroll_mask(n: int, k: int) -> torch.Tensor:
@@ -124,8 +152,9 @@ def unroll_mask(n: int, k: int) -> torch.Tensor:
 
 def unrolled_outputs(net, target, ids: torch.Tensor, feats: torch.Tensor, k: int):
     """The drafter's features [B, n, d] at each of k drafting steps (n = L - 1 elements; element i
-    predicts token i + 2), as at test time (see `unroll_mask`). Each step's keys and values stay in a
-    cache (gradients flow through it), so step j computes only its own n elements."""
+    predicts token i + 2), as at test time (see `unroll_mask`); `feats`: the target's rows
+    (`rows_of`). Each step's keys and values stay in a cache (gradients flow through it), so step j
+    computes only its own n elements."""
     from transformers import DynamicCache
 
     b, length, _ = feats.shape
@@ -135,7 +164,7 @@ def unrolled_outputs(net, target, ids: torch.Tensor, feats: torch.Tensor, k: int
     pos = torch.arange(n)[None].expand(b, -1)
     mask = unroll_mask(n, k)
     cache = DynamicCache(config=net.config)
-    step_in, outs = feats[:, :-1], []
+    step_in, outs = net.fused(feats[:, :-1]), []
     for j in range(1, k + 1):
         y = net(step_in, embeds, pos, mask[..., (j - 1) * n:j * n, :j * n], cache)
         g = norm(y)
@@ -156,7 +185,7 @@ def losses(net, target, batch: dict, cfg: FeaturesConfig) -> tuple[torch.Tensor,
     head = target.get_output_embeddings()
     p_logits = head(feats[:, 1:])
     total, per_step = 0.0, []
-    outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+    outs = unrolled_outputs(net, target, ids, rows_of(batch), cfg.unroll)
     for g, m in zip(outs, step_masks(starts, ids.shape[1], cfg.unroll)):
         parts = divergences(head(g), p_logits, temps)
         reg = F.smooth_l1_loss(g, feats[:, 1:], reduction="none").mean(-1)
@@ -174,9 +203,10 @@ def evaluate(net, target, pool: dict, cfg: FeaturesConfig, batch: int = 16) -> d
     head = target.get_output_embeddings()
     sums: dict[str, list[float]] = {}
     for a in range(0, len(pool["ids"]), batch):
-        ids, feats, starts, temps = (pool[k][a:a + batch] for k in ("ids", "feats", "starts", "temps"))
+        part = {k: v[a:a + batch] for k, v in pool.items()}
+        ids, feats, starts, temps = (part[k] for k in ("ids", "feats", "starts", "temps"))
         p_logits = head(feats[:, 1:]).float()
-        outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+        outs = unrolled_outputs(net, target, ids, rows_of(part), cfg.unroll)
         for j, (g, m) in enumerate(zip(outs, step_masks(starts, ids.shape[1], cfg.unroll)), 1):
             q_logits = head(g).float()
             for greedy in (False, True):
@@ -290,9 +320,18 @@ def train_features(source: Path, out: Path, cfg: FeaturesConfig, log=print, prog
         bar = tqdm(total=sum(counts), desc=f"sampling the target ({name})", unit="seq", disable=not progress)
         pools[name] = draw_pool(target, text_ids, counts, cfg, seed, work / f"pool-{name}.pt", log, bar)
         bar.close()
+        if cfg.feature_layers:
+            pools[name]["layer_rows"] = layer_rows(target, pools[name], tuple(cfg.feature_layers),
+                                                   work / f"pool-{name}-layers.pt")
     sample_seconds = time.perf_counter() - t_start
     torch.manual_seed(cfg.seed)
-    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size))
+    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, tuple(cfg.feature_layers)))
+    if cfg.init_from:   # its layer and fc; a fusion it lacks starts at zero (the same drafter)
+        from safetensors.torch import load_file
+
+        start = {k: v.float() for k, v in load_file(Path(cfg.init_from) / "model.safetensors").items()}
+        left = net.load_state_dict(start, strict=False)
+        log(f"started from {cfg.init_from}; new: {sorted(k for k in left.missing_keys if not k.startswith('rotary.'))}")
     state = train_net(net, target, pools, cfg, work / "checkpoint.pt", log, progress)
     info = {"config": asdict(cfg), "source": "the bundled target (assets/models/specdec-target)",
             "params": sum(p.numel() for p in net.parameters()), "history": state["history"],
@@ -300,7 +339,9 @@ def train_features(source: Path, out: Path, cfg: FeaturesConfig, log=print, prog
             "sample_seconds": round(sample_seconds, 1), "threads": torch.get_num_threads(),
             "pool_sequences": int(len(pools["train"]["ids"])), "torch": torch.__version__}
     folder = out / fx.FOLDER
-    fx.save(net.eval(), folder, {"target": "specdec-target", "feature": "post-norm last hidden state"})
+    feature = "post-norm last hidden state" + (f", fused with the residual stream after layers "
+                                               f"{list(cfg.feature_layers)}" if cfg.feature_layers else "")
+    fx.save(net.eval(), folder, {"target": "specdec-target", "feature": feature})
     (folder / "training.json").write_text(json.dumps(info, indent=2))
     log(f"done: {state['step']} steps in {state['elapsed'] / 60:.1f} min; " + ", ".join(
         f"{k} {v}" for k, v in state["history"][-1].items()) + f"; saved to {folder}")
