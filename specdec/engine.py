@@ -32,7 +32,7 @@ import torch
 from .drafters import align_logits
 from .reduction import round_summary
 from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
-from .static_cache import Graphed, StaticModel, unsupported
+from .static_cache import Graphed, StaticFeatureNet, StaticModel, unsupported
 from .trace import TOP_N
 
 MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
@@ -79,6 +79,28 @@ class _Slots:
         self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
         self.numbers = DeviceSampling(dev)   # temperature, k, p: graph inputs, so a slider move captures nothing
         self.graphs: dict[tuple, Graphed] = {}
+        self.features: _FeatureSlots | None = None   # made by the first run with the features drafter
+
+
+class _FeatureSlots:
+    """What the features drafter's steps read and write: its net over a static cache of exact
+    elements (element i = the target's rows at position i, fused, with token i + 1), the target's
+    rows at every position (the verify writes those of its positions, at its start), the tokens of
+    the elements a round feeds, and the drafter's latest feature, which the next drafting step reads."""
+
+    def __init__(self, pair, length: int, gamma: int):
+        from . import features as fx
+
+        dev = torch.device(pair.device)
+        self.net = fx.net_for(pair)
+        self.layers = self.net.feature_layers
+        self.model = StaticFeatureNet(self.net, length)
+        self.rows = torch.zeros(length, self.net.row_width, device=dev)
+        self.tokens = torch.zeros(gamma + 1, dtype=torch.long, device=dev)
+        self.prev = torch.zeros(self.net.config.hidden_size, device=dev)
+        self.embed = pair.target.get_input_embeddings()
+        self.norm = pair.target.get_decoder().norm
+        self.head = pair.target.get_output_embeddings()
 
 
 class Engine:
@@ -98,6 +120,8 @@ class Engine:
         self.lock = threading.Lock()
         self._slots: _Slots | None = None
         self.t_valid = self.d_valid = 0     # cache positions that hold the current run's context
+        self.f_valid = 0                    # exact elements in the features drafter's cache
+        self.drafter = "model"              # the current run's: "model" or "features"
 
     @property
     def name(self) -> str:
@@ -108,14 +132,31 @@ class Engine:
         return self.name if self.eager_steps == eager_steps else "static cache (a graph capture failed)"
 
     # -------------------------------------------------------------- a run
-    def start(self, needed: int, gamma: int) -> None:
-        """Prepare for a new run needing `needed` positions and drafting up to `gamma` tokens."""
+    def start(self, needed: int, gamma: int, drafter: str = "model") -> None:
+        """Prepare for a new run needing `needed` positions and drafting up to `gamma` tokens with
+        the `drafter` ("model" or "features")."""
         s = self._slots
         if s is None or s.length < needed or s.gamma < gamma:
             length = _length_for(needed, self.pair.context_length)
             self._slots = None   # free the old caches and graphs first
-            self._slots = _Slots(self.pair, length, max(gamma, 8))
-        self.t_valid = self.d_valid = 0
+            self._slots = s = _Slots(self.pair, length, max(gamma, 8))
+        if drafter == "features" and s.features is None:
+            s.features = _FeatureSlots(self.pair, s.length, s.gamma)
+        self.drafter = drafter
+        self.t_valid = self.d_valid = self.f_valid = 0
+
+    def draftable(self, context: list[int], g: int) -> int:
+        """How many of g drafts this round can draft: the features drafter none until a verify has
+        given the target's rows up to the last kept position (a run's first round, the prompt's
+        prefill), as the eager `FeaturesDrafter`, so that one seed gives the same draws on both."""
+        if self.drafter == "features" and (len(context) < 2 or self.t_valid < len(context) - 1):
+            return 0
+        return g
+
+    @property
+    def _layers(self) -> tuple[int, ...] | None:
+        """The feature rows the verify keeps (the features drafter's), or None."""
+        return self._slots.features.layers if self.drafter == "features" else None
 
     @torch.inference_mode()
     def speculative_round(self, context: list[int], g: int, sampling: SamplingConfig, rule,
@@ -129,8 +170,11 @@ class Engine:
         s.numbers.set(sampling)
         self._upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
+        if g and self.drafter == "features":
+            if not self._draft_features(context, g, shape, stop):
+                return None
         # The draft: feed what its cache lacks (1 token, or 2 after a round that accepted every draft).
-        if g:
+        elif g:
             self._catch_up(s.draft, context, last - 1, "d_valid")
             feed = context[self.d_valid:last + 1]
             position = self.d_valid
@@ -153,7 +197,7 @@ class Engine:
         s.t_in[0].fill_(context[-1])
         s.t_in[1:g + 1].copy_(s.drafts[:g])
         s.target.start.fill_(last)
-        packed = self._run(("verify", g, shape, rule, trace), self._verify_fn)
+        packed = self._run(("verify", g, shape, rule, trace, self._layers), self._verify_fn)
         timer.mark()
         # The round's one host sync. A copy even on a CPU: a graph's output is overwritten by its
         # next replay, and the trace keeps this round's summary until its batch is recorded.
@@ -164,6 +208,37 @@ class Engine:
         self.d_valid = min(self.d_valid, last + 1 + n) if g else self.d_valid
         summary = host[2 + g:] if trace else None
         return RoundResult(drafts, n, end, summary, timer.seconds())
+
+    def _draft_features(self, context: list[int], g: int, shape, stop) -> bool:
+        """The features drafter's g drafts into q_rows and drafts (False if `stop` was set): first
+        feed the exact elements its cache lacks (the kept positions' rows, which the verify wrote,
+        with the tokens after them; after the prompt, all but the last in one eager forward), then
+        one element a step from its own feature and the token just drafted. The drafted elements'
+        keys lie past `f_valid`, so the next round's writes replace them (nothing to crop)."""
+        s, f = self._slots, self._slots.features
+        last = len(context) - 1                       # elements 0 .. last - 1 are exact
+        first = self.f_valid
+        if last - first > s.gamma + 1:                # the prompt: one forward, no graph for its width
+            with torch.inference_mode():
+                f.model.start.fill_(first)
+                ids = torch.tensor(context[first + 1:last], device=self.device)
+                f.model.forward(f.net.fused(f.rows[first:last - 1]), f.embed(ids))
+            first = last - 1
+        for i, tok in enumerate(context[first + 1:last + 1]):
+            f.tokens[i].fill_(tok)
+        width = last - first
+        for i in range(g):
+            if stop is not None and stop.is_set():
+                return False
+            f.model.start.fill_(first if i == 0 else last + i - 1)
+            s.u_one.copy_(s.uniforms[i:i + 1])
+            q, tok, feature = self._run(("features", width if i == 0 else 1, i == 0, shape), self._features_fn)
+            f.prev.copy_(feature)
+            s.q_rows[i].copy_(q)
+            s.drafts[i].copy_(tok)
+            f.tokens[0].copy_(tok)
+        self.f_valid = last
+        return True
 
     @torch.inference_mode()
     def target_steps(self, context: list[int], k: int, sampling: SamplingConfig,
@@ -214,7 +289,7 @@ class Engine:
             by_width = {1: timed["target_step_ms"]}
             for w in widths:
                 if w > 1:
-                    key = ("verify", w - 1, shape, Rule.EXACT, False)
+                    key = ("verify", w - 1, shape, Rule.EXACT, False, None)
                     by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
             self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
         return {**timed, "target_ms_by_width": by_width,
@@ -231,12 +306,33 @@ class Engine:
             return q, sample(q, uniforms=s.u_one)
         return fn
 
+    def _features_fn(self, key):
+        _, width, exact, shape = key
+        s, f = self._slots, self._slots.features
+
+        def fn():
+            if exact:   # the kept positions' rows, as the target computed them
+                feats = f.net.fused(f.rows.index_select(0, f.model.start + f.model.slots[:width]))
+            else:       # the drafter's own feature from the step before
+                feats = f.prev[None]
+            feature = f.norm(f.model.forward(feats, f.embed(f.tokens[:width]))[-1])
+            q = s.numbers.probs(align_logits(f.head(feature), s.vocab), shape)
+            # The feature goes to `prev` outside the step: a step that read and wrote `prev` would
+            # move it on at each of a capture's warm-up runs.
+            return q, sample(q, uniforms=s.u_one), feature
+        return fn
+
     def _verify_fn(self, key):
-        _, g, shape, rule, trace = key
+        _, g, shape, rule, trace, layers = key
         s = self._slots
 
         def fn():
-            p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:g + 1]), s.vocab), shape)
+            if layers is None:
+                logits = s.target.forward(s.t_in[:g + 1])
+            else:   # the features drafter's next round reads these positions' rows
+                logits, rows = s.target.forward(s.t_in[:g + 1], layers=layers)
+                s.features.rows.index_copy_(0, s.target.start + s.target.slots[:g + 1], rows)
+            p = s.numbers.probs(align_logits(logits, s.vocab), shape)
             v: Verdict = verify(p, s.q_rows[:g], s.drafts[:g], s.uniforms[g:2 * g].float(), rule=rule,
                                 end_uniform=s.uniforms[2 * g:2 * g + 1])
             # float64: the ids are exact in it, and so are the summary's float64 sums.
@@ -293,7 +389,11 @@ class Engine:
         have = getattr(self, valid)
         if have < upto:
             model.start.fill_(have)
-            model.forward(torch.tensor(context[have:upto], device=self.device), keep=1)   # no logits wanted
+            ids = torch.tensor(context[have:upto], device=self.device)
+            if model is self._slots.target and self._layers is not None:   # the features drafter reads its rows
+                self._slots.features.rows[have:upto] = model.forward(ids, keep=1, layers=self._layers)[1]
+            else:
+                model.forward(ids, keep=1)   # no logits wanted
             setattr(self, valid, upto)
 
 

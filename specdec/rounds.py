@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import features as fx
 from .drafters import KVCache, align_logits, make_drafter
 from .engine import engine_for, unsupported_by
 from .sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
@@ -116,20 +117,22 @@ class EagerRounds:
 class EngineRounds:
     """Rounds on the pair's static-cache engine (CUDA graphs on a GPU): one host sync a round."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, drafter: str = "model"):
         self.engine = engine
+        self.drafter = drafter   # "model" or "features"
         self.name = engine.name
         self.target_forwards = self.draft_forwards = 0
 
     @contextlib.contextmanager
     def held(self, needed: int, gamma: int):
         with self.engine.lock:   # the caches and graphs are the pair's: one run at a time
-            self.engine.start(needed, gamma)
+            self.engine.start(needed, gamma, self.drafter)
             mark = self.engine.eager_steps
             yield
             self.name = self.engine.name_since(mark)   # a capture failed mid-run: say what ran
 
     def run(self, context, g, settings: RunSettings, generator, stop, trace: bool = True) -> Step | None:
+        g = self.engine.draftable(context, g)
         draws = torch.rand(g, generator=generator, dtype=torch.float64)   # the draft's draws, as `sample` takes them
         u = torch.rand(g, generator=generator)
         end = torch.rand(1, generator=generator, dtype=torch.float64)
@@ -189,11 +192,14 @@ class EngineSteps:
 
 def rounds_for(pair, settings: RunSettings):
     """The rounds of a speculative run: on the pair's engine when it has one and the drafter is a
-    model, else eager (the n-gram drafter has no model to put in a graph; the features drafter's
-    rounds need the verify forward's hidden rows, which only the eager path hands over so far)."""
-    engine = engine_for(pair) if settings.drafter == "model" and pair.draft is not None else None
+    model (the draft model, or the features drafter's net, whose rows the verify graph writes),
+    else eager (the n-gram drafter has no model to put in a graph)."""
+    if settings.drafter == "features":
+        fx.net_for(pair)   # a pair without its weights is told so before any run starts
+    drafts_with_a_model = (settings.drafter == "model" and pair.draft is not None) or settings.drafter == "features"
+    engine = engine_for(pair) if drafts_with_a_model else None
     if engine is not None:
-        return EngineRounds(engine)
+        return EngineRounds(engine, settings.drafter)
     rounds = EagerRounds(pair, settings)
     rounds.name = _eager_name(pair)
     return rounds

@@ -53,23 +53,66 @@ class StaticModel:
         self.additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
         self.ready = False   # the cache allocates its tensors at the first forward (then `start` must be 0)
 
-    def forward(self, ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, keep: int = 0, layers: tuple[int, ...] | None = None):
         """`keep`: logits for the last `keep` positions only (0: all), as transformers'
         `logits_to_keep`; a prefill keeps 1 (a long prompt and a large vocabulary would otherwise
-        make gigabytes of logits nobody reads)."""
+        make gigabytes of logits nobody reads). `layers` not None: (logits, the feature rows [n, ...]
+        of every fed position, as `features.forward_with_features` gives them) for the features drafter."""
         n = ids.shape[-1]
-        positions = self.start + self.slots[:n]
-        mask = (self.slots[None, :] <= positions[:, None])[None, None]   # [1, 1, n, length]: causal, and
-        if self.additive:                                              # nothing past the kept prefix
+        positions, mask = _causal(self.start, self.slots, n)
+        if self.additive:   # eager attention adds its mask
             mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=self.device).masked_fill(
                 ~mask, torch.finfo(self.model.dtype).min)
         if self.ready:
-            for layer in self.cache.layers:
-                layer.cumulative_length.copy_(self.start)
+            _rewind(self.cache, self.start)
         out = self.model(input_ids=ids.reshape(1, n), position_ids=positions[None], attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
+                         output_hidden_states=layers is not None)
         self.ready = True
-        return out.logits[0]
+        if layers is None:
+            return out.logits[0]
+        from .features import target_rows
+
+        return out.logits[0], target_rows(out.hidden_states[-1], out.hidden_states, layers)[0]
+
+
+class StaticFeatureNet:
+    """The features drafter's net (`features.FeatureNet`) over a static cache of `length` slots, as
+    `StaticModel` holds a causal LM: `forward(feats [n, d], embeds [n, d])` writes the n elements'
+    keys at positions start .. start + n - 1 and returns the layer's outputs [n, d]."""
+
+    def __init__(self, net, length: int):
+        from transformers import StaticCache
+
+        self.net = net
+        self.length = length
+        self.device = next(net.parameters()).device
+        self.cache = StaticCache(config=net.config, max_cache_len=length)
+        self.start = torch.zeros((), dtype=torch.long, device=self.device)
+        self.slots = torch.arange(length, device=self.device)
+        self.ready = False
+
+    def forward(self, feats: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        n = feats.shape[0]
+        positions, mask = _causal(self.start, self.slots, n)
+        if self.ready:
+            _rewind(self.cache, self.start)
+        out = self.net(feats[None], embeds[None], positions[None], mask, self.cache)
+        self.ready = True
+        return out[0]
+
+
+def _causal(start: torch.Tensor, slots: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions start .. start + n - 1 and the boolean mask [1, 1, n, length] over the cache's slots:
+    causal, and nothing past the kept prefix (True = attend). Device ops only: a graph holds them."""
+    positions = start + slots[:n]
+    return positions, (slots[None, :] <= positions[:, None])[None, None]
+
+
+def _rewind(cache, start: torch.Tensor) -> None:
+    """Each layer's next write goes to `start` (the kept prefix's length), a device copy."""
+    for layer in cache.layers:
+        layer.cumulative_length.copy_(start)
 
 
 class Graphed:

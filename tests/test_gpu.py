@@ -29,7 +29,7 @@ def test_cuda_loads_float32_and_picks_graphs_by_default():
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 8])
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "features"])
 def test_greedy_on_cuda_equals_the_target_alone(pairs, gamma, drafter):
     greedy = RunSettings(gamma=gamma, max_new_tokens=48, sampling=SamplingConfig(temperature=0), drafter=drafter)
     spec = speculative_generate(pairs["graphs"], PROMPT, greedy)
@@ -37,10 +37,11 @@ def test_greedy_on_cuda_equals_the_target_alone(pairs, gamma, drafter):
     assert spec.token_ids == autoregressive_generate(pairs["eager"], PROMPT, greedy).token_ids
 
 
+@pytest.mark.parametrize("drafter", ["model", "features"])
 @pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=20, top_p=0.9)])
-def test_graphs_equal_the_same_engine_without_graphs_token_for_token(pairs, sampling):
+def test_graphs_equal_the_same_engine_without_graphs_token_for_token(pairs, sampling, drafter):
     for seed in range(3):
-        s = RunSettings(gamma=4, max_new_tokens=60, sampling=sampling, seed=seed)
+        s = RunSettings(gamma=4, max_new_tokens=60, sampling=sampling, seed=seed, drafter=drafter)
         graphed = speculative_generate(pairs["graphs"], PROMPT, s)
         assert graphed.models["engine"] == "cuda graphs", engine_for(pairs["graphs"]).failure
         assert graphed.token_ids == speculative_generate(pairs["static"], PROMPT, s).token_ids
