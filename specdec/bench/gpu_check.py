@@ -12,6 +12,10 @@
    decoding for γ = 1..6 at T = 0 and T = 1, interleaved, with the speedup predicted from the
    measured costs and α.
 
+Where the pair has a features drafter (the bundled pair), checks 2 and 3 run with it too (its first
+round drafts nothing, so its joint spans the prefill round and its first drafting round), and the
+speed table has its rows (measured only: it has no model of its own to time alone).
+
 Without CUDA it says so and exits 2, unless `--device cpu` asks for the same checks on the CPU
 (which prove nothing about a GPU). Where graphs were asked for, or expected (auto on CUDA), a check
 reads the engine: graphs on, and no step whose capture failed. Exit 0 when every check passes, 1
@@ -65,6 +69,7 @@ NO_CUDA = ("no CUDA device here (torch {torch} sees none): gpu-check proves thin
 
 
 def run(args) -> int:
+    from .. import features as fx
     from ..models import load_pair
 
     device = args.device or "cuda"
@@ -81,9 +86,11 @@ def run(args) -> int:
           f"engine {pair.engine}", flush=True)
     if not (args.quick or args.no_tests):
         report["checks"].append(_pytest_gpu())
-    report["checks"] += exactness(pair, samples, control=not args.quick)
-    report["checks"] += greedy_identity(pair, reference, tokens)
-    report["speed"] = speed(pair, tokens, rounds=1 if args.quick else 3)
+    drafters = ["model"] + (["features"] if fx.available(pair) else [])
+    for drafter in drafters:
+        report["checks"] += exactness(pair, samples, control=not args.quick, drafter=drafter)
+        report["checks"] += greedy_identity(pair, reference, tokens, drafter=drafter)
+    report["speed"] = speed(pair, tokens, rounds=1 if args.quick else 3, drafters=drafters)
     report["checks"].append(graphs_in_use(pair))   # after every run: a capture may have failed in any
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(format_report(report))
@@ -173,13 +180,15 @@ def graphs_in_use(pair) -> dict:
 JOINT = 2   # the tokens whose joint law the exactness check tests
 
 
-def early_tokens(pair, prompt: str, rule: Rule, n: int) -> list[tuple[int, ...]]:
+def early_tokens(pair, prompt: str, rule: Rule, n: int, drafter: str = "model") -> list[tuple[int, ...]]:
     """The first JOINT tokens of n traced runs (seeds 0..n-1) at γ = 1: a round emits one or two
     tokens, so the pair spans a rejection and the next round (the caches rolled back) about as
-    often as an accepted draft and its bonus."""
+    often as an accepted draft and its bonus (with the features drafter: the prefill round's token,
+    then its first draft's fate)."""
     from ..decoding import speculative_generate
 
-    settings = RunSettings(gamma=1, max_new_tokens=JOINT + 1, sampling=SamplingConfig(**EXACT_SETTINGS), rule=rule)
+    settings = RunSettings(gamma=1, max_new_tokens=JOINT + 1, sampling=SamplingConfig(**EXACT_SETTINGS), rule=rule,
+                           drafter=drafter)
     runs = [speculative_generate(pair, prompt, settings.with_(seed=s)).token_ids for s in range(n)]
     return [_ended(r[:JOINT], pair.eos_token_id) for r in runs]
 
@@ -232,7 +241,7 @@ def chi_square(observed: list[tuple], law: dict[tuple, float]) -> tuple[float, i
     return float(chisquare(obs, exp).pvalue), outside
 
 
-def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2]) -> list[dict]:
+def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2], drafter: str = "model") -> list[dict]:
     """The joint law of the first two tokens of traced multi-round runs against the target's
     own; the skip rule as the control, which must fail (skipped, and said so, when `control` is
     off: a few hundred runs have no power to fail it)."""
@@ -241,39 +250,41 @@ def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2]) -> list[dic
     for rule, want in ((Rule.EXACT, "pass"), (Rule.SKIP_ADJUSTMENT, "fail")):
         role = "must pass" if want == "pass" else "control: must fail"
         name = f"exactness, joint law of {JOINT} tokens, {rule.value} rule ({role})"
+        name += "" if drafter == "model" else f", {drafter} drafter"
         if want == "fail" and not control:
             out.append({"check": name, "ok": True, "skipped": True,
                         "result": f"SKIPPED: {n} runs have no power to fail it (run without --quick)"})
             continue
-        pvalue, outside = chi_square(early_tokens(pair, prompt, rule, n), law)
+        pvalue, outside = chi_square(early_tokens(pair, prompt, rule, n, drafter), law)
         ok = (pvalue > CHI_PASS and outside == 0) if want == "pass" else pvalue < CONTROL_FAIL
         out.append({"check": name, "ok": bool(ok), "result": f"chi-square p = {pvalue:.3g} over {n} traced runs "
                     f"(γ = 1, seeds 0-{n - 1}); {outside} outside the target's top-6 support"})
     return out
 
 
-def greedy_identity(pair, reference, tokens: int) -> list[dict]:
+def greedy_identity(pair, reference, tokens: int, drafter: str = "model") -> list[dict]:
     from ..decoding import autoregressive_generate, speculative_generate
 
     out = []
     greedy = SamplingConfig(temperature=0)
+    which = "" if drafter == "model" else f", {drafter} drafter"
     for gamma in (1, 3, 8):
         same = total = 0
         for prompt in PROMPTS[:3]:
-            s = RunSettings(gamma=gamma, max_new_tokens=tokens, sampling=greedy)
+            s = RunSettings(gamma=gamma, max_new_tokens=tokens, sampling=greedy, drafter=drafter)
             spec = speculative_generate(pair, prompt, s).token_ids
             same += spec == autoregressive_generate(pair, prompt, s).token_ids
             same += spec == autoregressive_generate(reference, prompt, s).token_ids
             total += 2
-        out.append({"check": f"greedy identity, γ = {gamma}", "ok": same == total,
+        out.append({"check": f"greedy identity, γ = {gamma}{which}", "ok": same == total,
                     "result": f"{same} of {total}: speculative == target alone on this engine and on the eager "
                               f"reference (3 prompts, {tokens} tokens)"})
     same = 0
     for seed in range(3):
-        s = RunSettings(gamma=4, max_new_tokens=tokens, seed=seed)
+        s = RunSettings(gamma=4, max_new_tokens=tokens, seed=seed, drafter=drafter)
         same += speculative_generate(pair, PROMPTS[0], s).token_ids == speculative_generate(
             reference, PROMPTS[0], s).token_ids
-    out.append({"check": f"{pair.engine} engine == eager decoder (T = 1, seeds 0-2)", "ok": True,
+    out.append({"check": f"{pair.engine} engine == eager decoder (T = 1, seeds 0-2){which}", "ok": True,
                 "result": f"{same} of 3 runs token for token (float rounding may differ between the paths; "
                           "reported, not required)"})
     return out
@@ -281,9 +292,9 @@ def greedy_identity(pair, reference, tokens: int) -> list[dict]:
 
 # ---------------------------------------------------------------- speed
 
-def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6)) -> dict:
-    """Forward costs on the pair's engine, then the target alone and speculative decoding at each
-    γ, T = 0 and 1, interleaved (a rotating order each round), tokens per second."""
+def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafters=("model",)) -> dict:
+    """Forward costs on the pair's engine, then the target alone and speculative decoding with each
+    drafter at each γ, T = 0 and 1, interleaved (a rotating order each round), tokens per second."""
     from ..decoding import autoregressive_generate, speculative_generate
     from ..engine import engine_for
     from ..measure import measure_costs
@@ -296,25 +307,29 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6)) -> dict
     result = {"costs": {**costs, "target_ms_by_width": {str(k): v for k, v in costs["target_ms_by_width"].items()}},
               "rows": []}
     for temp in (0.0, 1.0):
-        lineup = [0, *gammas]
-        totals = {g: [0.0, 0, 0, 0] for g in lineup}   # seconds, tokens, accepted, tested
+        lineup = [("model", 0)] + [(d, g) for d in drafters for g in gammas]   # γ 0: the target alone
+        totals = {key: [0.0, 0, 0, 0] for key in lineup}   # seconds, tokens, accepted, tested
         for k in range(rounds + 1):   # round 0 warms every contender up
-            for g in lineup[k % len(lineup):] + lineup[:k % len(lineup)]:
+            for key in lineup[k % len(lineup):] + lineup[:k % len(lineup)]:
+                drafter, g = key
                 s = RunSettings(gamma=max(g, 1), max_new_tokens=tokens, sampling=SamplingConfig(temperature=temp),
-                                seed=k)
+                                seed=k, drafter=drafter)
                 gen = (autoregressive_generate(pair, PROMPTS[k % len(PROMPTS)], s) if g == 0
                        else speculative_generate(pair, PROMPTS[k % len(PROMPTS)], s, trace=False))
                 if k:
-                    t = totals[g]
+                    t = totals[key]
                     t[0] += gen.stats.wall_seconds
                     t[1] += gen.stats.new_tokens
                     t[2] += gen.stats.accepted
                     t[3] += gen.stats.tested
-        base = totals[0][1] / totals[0][0]
-        for g in lineup:
-            secs, n, acc, tested = totals[g]
-            row = {"temperature": temp, "gamma": g, "tokens_per_s": n / secs, "speedup": (n / secs) / base}
-            if g:
+        base = totals[lineup[0]][1] / totals[lineup[0]][0]
+        for drafter, g in lineup:
+            secs, n, acc, tested = totals[(drafter, g)]
+            row = {"temperature": temp, "gamma": g, "drafter": drafter, "tokens_per_s": n / secs,
+                   "speedup": (n / secs) / base}
+            if g and drafter == "features":   # no model of its own to time alone: no predicted figure
+                row.update(alpha=acc / tested if tested else 0.0, predicted=None)
+            elif g:
                 alpha = acc / tested if tested else 0.0
                 verify = costs["target_ms_by_width"][g + 1]
                 row.update(alpha=alpha, predicted=predicted_speedup(expected_tokens_per_round(alpha, g), g,
@@ -338,6 +353,9 @@ def format_report(report: dict) -> str:
     for r in sp["rows"]:
         if r["gamma"] == 0:
             lines.append(f"{r['temperature']:>3g}   -   {r['tokens_per_s']:8.1f}   1.00      (the target alone)")
+        elif r.get("predicted") is None:
+            lines.append(f"{r['temperature']:>3g} {r['gamma']:>3}   {r['tokens_per_s']:8.1f}   {r['speedup']:5.2f}     "
+                         f"{r['alpha']:.3f}  (the {r['drafter']} drafter: measured only)")
         else:
             lines.append(f"{r['temperature']:>3g} {r['gamma']:>3}   {r['tokens_per_s']:8.1f}   {r['speedup']:5.2f}     "
                          f"{r['alpha']:.3f}  {r['predicted']:6.2f}      {r['speedup'] / r['predicted']:.2f}")
