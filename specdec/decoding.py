@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import torch
 
+from . import features as fx
 from . import trace as tr
 from .recording import BATCH_BYTES, Pending, record
 from .rounds import _sync as _sync
@@ -104,6 +105,8 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     rounds = rounds_for(pair, settings)
+    if settings.drafter == "features":   # which of the target's layers its q read (the page says so)
+        gen.models["feature_layers"] = list(fx.net_for(pair).feature_layers)
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     pending: list[Pending] = []
     ending = None

@@ -12,6 +12,7 @@ import pytest
 
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec import features as fx
 from specdec.app import charts, step_charts, views
 from specdec.looks import TAIL_LABELS, token_label
 from specdec.outcomes import Ending, Status
@@ -256,3 +257,17 @@ def test_a_features_round_says_and_draws_where_q_came_from(bundled, run):
     assert picture.index("target's feature") < picture.index("embedding of") < picture.index("drafter's layer") \
         < picture.index("output head") < picture.index("q for draft 1")
     assert "q-source" not in views.round_caption(run, 1) and "Where q came from" not in views.round_caption(run, 1)
+
+
+def test_a_fused_features_drafter_says_which_target_layers_it_read(bundled):
+    """A run records which of the target's middle layers its features drafter fused (none for a
+    plain one), and the caption and the picture name them."""
+    gen = speculative_generate(bundled, PROMPT, settings(drafter="features", max_new_tokens=16))
+    assert gen.models["feature_layers"] == list(fx.net_for(bundled).feature_layers)
+    r = next(i for i, rnd in enumerate(gen.rounds) if rnd.positions)
+    gen.models["feature_layers"] = []
+    assert "fused" not in views.round_caption(gen, r)
+    gen.models["feature_layers"] = [4, 8, 12]
+    caption = views.round_caption(gen, r)
+    assert "fused with its residual stream after layers 4, 8 and 12" in caption
+    assert "with layers 4, 8 and 12)" in caption[caption.index('<div class="q-source"'):]

@@ -103,10 +103,18 @@ def where_q_came_from(gen: Generation, rnd) -> str:
                 "so the round drafted nothing and the target drew its token alone.")
     last = charts.md_text(token_label(gen, context[-1]))
     before = charts.md_text(token_label(gen, context[-2]))
-    return (f"*Where q came from:* the target's own last hidden state at position {len(context) - 2} (after "
+    layers = gen.models.get("feature_layers") or []
+    fused = f", fused with its residual stream after layers {in_words(layers)}" if layers else ""
+    return (f"*Where q came from:* the target's own last hidden state at position {len(context) - 2}{fused} (after "
             f"{before}, computed by the previous round's verify forward: no extra target forward), plus the "
             f"embedding of {last}, the token just drawn, through the drafter's one layer and the target's own "
             "output head. Drafts 2 onward read the drafter's own predicted feature instead.")
+
+
+def in_words(numbers: list[int]) -> str:
+    """[4, 8, 12] -> "4, 8 and 12"."""
+    words = [str(n) for n in numbers]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def q_source_picture(gen: Generation, rnd) -> str:
@@ -123,7 +131,9 @@ def q_source_picture(gen: Generation, rnd) -> str:
     box = "border:{} {};border-radius:6px;padding:2px 8px;white-space:nowrap"
     target, drawn, net, out = (box.format("2px solid", PALETTE["blue"]), box.format("2px dashed", PALETTE["orange"]),
                                box.format("2px solid", PALETTE["grey"]), box.format("4px double", PALETTE["green"]))
-    parts = [(target, f"target's feature h<sub>{len(context) - 2}</sub> (after {before})"), (None, "+"),
+    layers = gen.models.get("feature_layers") or []
+    also = f"; with layers {in_words(layers)}" if layers else ""
+    parts = [(target, f"target's feature h<sub>{len(context) - 2}</sub> (after {before}{also})"), (None, "+"),
              (drawn, f"embedding of {last} (just drawn)"), (None, "→"), (net, "drafter's layer"), (None, "→"),
              (net, "target's output head"), (None, "→"), (out, "q for draft 1")]
     spans = "".join(f'<span style="{style}">{text}</span>' if style else f"<span>{text}</span>"
