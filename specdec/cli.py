@@ -326,7 +326,8 @@ def run_features(args, out: str) -> int:
     from .models import ASSETS
     from .training.features import FeaturesConfig, train_features
 
-    cfg = FeaturesConfig(minutes=args.minutes, threads=args.threads)
+    cfg = FeaturesConfig(minutes=args.minutes, threads=args.threads, feature_layers=args.feature_layers or (),
+                         init_from=args.init_from)
     if args.seed is not None:
         cfg.seed = args.seed
     if args.tiny:   # the smoke run: a few samples and steps
@@ -338,6 +339,18 @@ def run_features(args, out: str) -> int:
     print(f"features drafter trained in {info['train_minutes']:.1f} min (+{info['sample_seconds'] / 60:.1f} min "
           f"sampling); it is in {Path(out) / 'specdec-features'}")
     return 0
+
+
+def layer_list(text: str) -> tuple[int, ...]:
+    """"4,8,12" -> (4, 8, 12): the target layers a features drafter fuses."""
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"layers are whole numbers separated by commas, like 4,8,12; got {text!r}") from None
+    if not layers or min(layers) < 1:
+        raise argparse.ArgumentTypeError(f"layers count from 1; got {text!r}")
+    return layers
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -363,6 +376,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --features: a time budget for the training steps (the schedule ends with it)")
     p.add_argument("--threads", type=int, default=1,
                    help="with --features: torch threads (default 1: it runs beside other work)")
+    p.add_argument("--feature-layers", type=layer_list, default=None, metavar="I,J,...",
+                   help="with --features: also fuse the target's residual stream after these layers (EAGLE-3; the "
+                        "bundled drafter uses 4,8,12)")
+    p.add_argument("--init-from", type=folder, default=None,
+                   help="with --features: start from this saved features drafter (a fusion it lacks starts at zero)")
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,

@@ -4,6 +4,8 @@ back like a fresh one, and training unrolls it exactly as drafting runs it.
 Most tests build a randomly initialised drafter in the test: exactness holds for any q, and a random
 q is far from p, which gives the statistical checks their power."""
 
+import json
+
 import pytest
 import torch
 
@@ -316,3 +318,15 @@ def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path):
     again = run_cli(*args)   # everything is checkpointed: nothing is redone
     assert again.returncode == 0 and "resumed at step 4" in again.stdout, again.stderr[-2000:]
     assert (out / fx.FOLDER / "model.safetensors").read_bytes() == weights
+    # A fused drafter started from those weights: its pool gains the middle layers' rows, its fusion
+    # starts at zero, and the saved net reads those layers.
+    fused = tmp_path / "fused"
+    r = run_cli("train", "--features", "--tiny", "--out", str(fused), "--corpus-dir", str(corpus),
+                "--feature-layers", "4,8,12", "--init-from", str(out / fx.FOLDER))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "new: ['fuse.weight']" in r.stdout
+    assert (fused / ".features-work" / "pool-train-layers.pt").exists()
+    config = json.loads((fused / fx.FOLDER / "config.json").read_text())
+    assert config["feature_layers"] == [4, 8, 12] and "after layers [4, 8, 12]" in config["specdec"]["feature"]
+    bad = run_cli("train", "--features", "--tiny", "--out", str(fused), "--feature-layers", "4,x")
+    assert bad.returncode == 2 and "like 4,8,12" in bad.stderr
