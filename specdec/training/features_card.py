@@ -74,6 +74,16 @@ def measure_all(pair, gamma: int = 4, quick: bool = False) -> dict:
     return {"cost": cost, "acceptance": rows, "machine": machine}
 
 
+def _fusion(cfg: dict) -> str:
+    layers = cfg.get("feature_layers") or []
+    if not layers:
+        return ""
+    return (f" As EAGLE-3 does, it also reads the target's residual stream after layers "
+            f"{', '.join(map(str, layers))} (of the same verify forward): each RMS-normalised without weights, "
+            f"mapped by a linear layer ({len(layers)} x 128 -> 128) and added to the last hidden state before the "
+            "first linear layer; the fusion started at zero, so training began from the drafter without it.")
+
+
 def _history(info: dict) -> str:
     keys = [k for k in info["history"][-1] if k not in ("step", "loss", "minutes")]
     head = "| step | loss | " + " | ".join(keys) + " | minutes |\n|---:|---:|" + "---:|" * len(keys) + "---:|\n"
@@ -116,7 +126,7 @@ position t is the target's post-norm last hidden state at t (the vector the targ
 reads, taken from the verify forward the target runs anyway) and the target's embedding of token
 t + 1; a linear layer (2 x 128 -> 128) and one Llama decoder layer (4 heads, MLP {cfg['intermediate_size']}, its
 own KV cache) predict the target's next feature, and the target's own final norm and output head turn
-it into q. Drafts 2 onward read the drafter's own predicted feature. Only the drafter's own weights
+it into q. Drafts 2 onward read the drafter's own predicted feature.{_fusion(cfg)} Only the drafter's own weights
 are here ({info['params'] / 1e6:.2f} M parameters, fp16 safetensors, {size_mb:.2f} MB); the
 embedding, norm and head are the target's (`specdec-target`), frozen and shared. Load it with
 `specdec.features.load(folder, target)`, or choose the drafter `features` on the page or in
@@ -157,7 +167,8 @@ Measured on {measures['machine']}.
 
 Its weights only make sense with this target: they read its features and reuse its head. The
 first round of a run drafts nothing (the target has computed no feature yet: that verify forward is
-the prompt's prefill). The static-cache/graph engine does not run it yet: runs with it are eager.
+the prompt's prefill). The static-cache engine and its CUDA graphs run it (the verify step writes the
+target's feature rows); on the CPU they give the eager drafter's tokens, but no GPU has run it yet.
 """
 
 
