@@ -414,7 +414,10 @@ def _check(d, lim: ImportLimits) -> None:
         fail("version", f"is {found}: this specdec reads trace versions "
                          f"{' and '.join(map(str, VERSIONS))} (a whole number, not text)")
     object_field(d, "the trace", _TOP, ("token_text", "eos_token_id", "title", "notes"))
-    models = object_field(d["models"], "models", ())
+    models = object_field(d["models"], "models", (), ("feature_layers",))
+    if "feature_layers" in models:   # the target layers a features drafter fused (a list of layer numbers)
+        for i, layer in enumerate(list_field(models["feature_layers"], "models.feature_layers", 64)):
+            whole(layer, f"models.feature_layers[{i}]", 1, 1024)
     vocab = MAX_ID + 1
     if "vocab_size" in models:
         vocab = whole(models["vocab_size"], "models.vocab_size", 1, MAX_ID)

@@ -67,6 +67,7 @@ KINDS = {
     "top-k and top-p": dict(sampling=SamplingConfig(1.0, top_k=5, top_p=0.8)),
     "gamma 16, hot": dict(gamma=16, sampling=SamplingConfig(1.5)),
     "greedy match rule": dict(rule=Rule.GREEDY_MATCH, gamma=6),
+    "features drafter": dict(drafter="features"),
 }
 
 
@@ -176,6 +177,13 @@ def test_wrong_type(good):
 
 def test_unknown_nested_field(good):
     refused(bad(good, lambda d: d["rounds"][0].update(extra={"deep": [1]})), "rounds[0].extra is not a field")
+
+
+def test_the_features_drafters_layers_are_layer_numbers(good):
+    check_trace(bad(good, lambda d: d["models"].update(feature_layers=[4, 8, 12])))
+    refused(bad(good, lambda d: d["models"].update(feature_layers=[4, "x"])), "models.feature_layers[1]")
+    refused(bad(good, lambda d: d["models"].update(feature_layers=[0])), "models.feature_layers[0]")
+    refused(bad(good, lambda d: d["models"].update(feature_layers={"a": 1})), "models.feature_layers")
 
 
 # ---------------------------------------------------------------- ranges
