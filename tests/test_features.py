@@ -245,11 +245,10 @@ def joint_setup():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layers", FUSED)
-def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup, layers):
+def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup):
+    # A drafter fusing middle layers changes only where q comes from; the law holds for any q the
+    # drafter really drafted from (test_after_rejections_... and the engine tests check that q).
     pair, sampling, joint = joint_setup
-    if layers:   # the same target (so the same exact joint), a drafter fusing its middle layer
-        pair = features_pair(pair, seed=1, layers=layers)
     settings = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features")
     spec = [speculative_generate(pair, PROMPT, settings.with_(seed=s)) for s in range(RUNS)]
     assert all(len(g.rounds[1].positions) == 2 for g in spec)   # tokens 2 and 3 came out of a drafting round
