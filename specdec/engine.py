@@ -219,10 +219,9 @@ class Engine:
         last = len(context) - 1                       # elements 0 .. last - 1 are exact
         first = self.f_valid
         if last - first > s.gamma + 1:                # the prompt: one forward, no graph for its width
-            with torch.inference_mode():
-                f.model.start.fill_(first)
-                ids = torch.tensor(context[first + 1:last], device=self.device)
-                f.model.forward(f.net.fused(f.rows[first:last - 1]), f.embed(ids))
+            f.model.start.fill_(first)
+            ids = torch.tensor(context[first + 1:last], device=self.device)
+            f.model.forward(f.net.fused(f.rows[first:last - 1]), f.embed(ids))
             first = last - 1
         for i, tok in enumerate(context[first + 1:last + 1]):
             f.tokens[i].fill_(tok)

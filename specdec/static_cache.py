@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from .features import target_rows
+
 
 def unsupported(model) -> str | None:
     """Why this engine cannot hold `model`, or None. Sliding-window layers keep their length in a
@@ -71,8 +73,6 @@ class StaticModel:
         self.ready = True
         if layers is None:
             return out.logits[0]
-        from .features import target_rows
-
         return out.logits[0], target_rows(out.hidden_states[-1], out.hidden_states, layers)[0]
 
 
