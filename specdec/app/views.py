@@ -104,9 +104,10 @@ def where_q_came_from(gen: Generation, rnd) -> str:
     last = charts.md_text(token_label(gen, context[-1]))
     before = charts.md_text(token_label(gen, context[-2]))
     layers = gen.models.get("feature_layers") or []
-    fused = f", fused with its residual stream after layers {in_words(layers)}" if layers else ""
-    return (f"*Where q came from:* the target's own last hidden state at position {len(context) - 2}{fused} (after "
-            f"{before}, computed by the previous round's verify forward: no extra target forward), plus the "
+    fused = (f", fused with its residual stream after layers {in_words(layers)} there (the same forward)"
+             if layers else "")
+    return (f"*Where q came from:* the target's own last hidden state at position {len(context) - 2} (after "
+            f"{before}, computed by the previous round's verify forward: no extra target forward){fused}, plus the "
             f"embedding of {last}, the token just drawn, through the drafter's one layer and the target's own "
             "output head. Drafts 2 onward read the drafter's own predicted feature instead.")
 
