@@ -37,23 +37,37 @@ def unsupported(model) -> str | None:
     return None
 
 
-class StaticModel:
-    """A causal LM over a static cache of `length` slots. Call `forward(ids)` with ids [n] on the
-    model's device: it writes their keys at positions start .. start + n - 1 (`start`, a 0-d device
-    tensor, set by the caller with `start.fill_(k)`), and returns the logits [n, V]."""
+class _StaticCached:
+    """A module over a static KV cache of `length` slots, written at positions start .. start + n - 1
+    (`start`, a 0-d device tensor, set by the caller with `start.fill_(k)`)."""
 
-    def __init__(self, model, length: int):
+    def __init__(self, module, length: int):
         from transformers import StaticCache
 
-        self.model = model
         self.length = length
-        self.device = next(model.parameters()).device
-        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.device = next(module.parameters()).device
+        self.cache = StaticCache(config=module.config, max_cache_len=length)
         self.start = torch.zeros((), dtype=torch.long, device=self.device)
         self.slots = torch.arange(length, device=self.device)
+        self.ready = False   # the cache allocates its tensors at the first forward (then `start` must be 0)
+
+    def _positions(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The n new positions and their mask (`_causal`), the cache rewound to `start`: device ops only."""
+        if self.ready:
+            for layer in self.cache.layers:   # each layer's next write goes to `start`
+                layer.cumulative_length.copy_(self.start)
+        return _causal(self.start, self.slots, n)
+
+
+class StaticModel(_StaticCached):
+    """A causal LM over a static cache. Call `forward(ids)` with ids [n] on the model's device: it
+    writes their keys at positions start .. start + n - 1 and returns the logits [n, V]."""
+
+    def __init__(self, model, length: int):
+        super().__init__(model, length)
+        self.model = model
         # "eager" attention adds its mask to the scores; sdpa takes a boolean one (True = attend).
         self.additive = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
-        self.ready = False   # the cache allocates its tensors at the first forward (then `start` must be 0)
 
     def forward(self, ids: torch.Tensor, keep: int = 0, layers: tuple[int, ...] | None = None):
         """`keep`: logits for the last `keep` positions only (0: all), as transformers'
@@ -61,12 +75,10 @@ class StaticModel:
         make gigabytes of logits nobody reads). `layers` not None: (logits, the feature rows [n, ...]
         of every fed position, as `features.forward_with_features` gives them) for the features drafter."""
         n = ids.shape[-1]
-        positions, mask = _causal(self.start, self.slots, n)
+        positions, mask = self._positions(n)
         if self.additive:   # eager attention adds its mask
             mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=self.device).masked_fill(
                 ~mask, torch.finfo(self.model.dtype).min)
-        if self.ready:
-            _rewind(self.cache, self.start)
         out = self.model(input_ids=ids.reshape(1, n), position_ids=positions[None], attention_mask=mask,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=keep,
                          output_hidden_states=layers is not None)
@@ -76,27 +88,17 @@ class StaticModel:
         return out.logits[0], target_rows(out.hidden_states[-1], out.hidden_states, layers)[0]
 
 
-class StaticFeatureNet:
-    """The features drafter's net (`features.FeatureNet`) over a static cache of `length` slots, as
-    `StaticModel` holds a causal LM: `forward(feats [n, d], embeds [n, d])` writes the n elements'
-    keys at positions start .. start + n - 1 and returns the layer's outputs [n, d]."""
+class StaticFeatureNet(_StaticCached):
+    """The features drafter's net (`features.FeatureNet`) over a static cache, as `StaticModel` holds
+    a causal LM: `forward(feats [n, d], embeds [n, d])` writes the n elements' keys at positions
+    start .. start + n - 1 and returns the layer's outputs [n, d]."""
 
     def __init__(self, net, length: int):
-        from transformers import StaticCache
-
+        super().__init__(net, length)
         self.net = net
-        self.length = length
-        self.device = next(net.parameters()).device
-        self.cache = StaticCache(config=net.config, max_cache_len=length)
-        self.start = torch.zeros((), dtype=torch.long, device=self.device)
-        self.slots = torch.arange(length, device=self.device)
-        self.ready = False
 
     def forward(self, feats: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
-        n = feats.shape[0]
-        positions, mask = _causal(self.start, self.slots, n)
-        if self.ready:
-            _rewind(self.cache, self.start)
+        positions, mask = self._positions(feats.shape[0])
         out = self.net(feats[None], embeds[None], positions[None], mask, self.cache)
         self.ready = True
         return out[0]
@@ -107,12 +109,6 @@ def _causal(start: torch.Tensor, slots: torch.Tensor, n: int) -> tuple[torch.Ten
     causal, and nothing past the kept prefix (True = attend). Device ops only: a graph holds them."""
     positions = start + slots[:n]
     return positions, (slots[None, :] <= positions[:, None])[None, None]
-
-
-def _rewind(cache, start: torch.Tensor) -> None:
-    """Each layer's next write goes to `start` (the kept prefix's length), a device copy."""
-    for layer in cache.layers:
-        layer.cumulative_length.copy_(start)
 
 
 class Graphed:
