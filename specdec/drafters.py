@@ -167,6 +167,7 @@ class FeaturesDrafter:
         self.embed = target.get_input_embeddings()
         self.norm = target.get_decoder().norm
         self.head = target.get_output_embeddings()
+        self.forward = fx.LeanForward(net)   # the net's math without transformers' per-call overhead
         self.feats = torch.zeros(0, net.row_width, device=self.embed.weight.device)   # the target's rows at 0, 1, ...
         self.cache = DynamicCache(config=net.config)
         self.ids: list[int] = []   # x_{i+1} of each cached element
@@ -179,17 +180,14 @@ class FeaturesDrafter:
         self.feats = torch.cat([self.feats[:start], rows.detach().to(self.feats.device, self.feats.dtype)])
 
     def _catch_up(self, context: list[int]) -> torch.Tensor:
-        """Feed the exact elements the cache lacks; the layer output of the last one [d]."""
+        """Feed the exact elements the cache lacks; the layer output of the last one [1, d]."""
         want = context[1:]
         keep = min(common_prefix(self.ids, want), len(want) - 1)   # always feed the last element
         fx.crop_to(self.cache, keep)
-        device = self.feats.device
-        pos = torch.arange(keep, len(want), device=device)[None]
-        embeds = self.embed(torch.tensor([want[keep:]], device=self.embed.weight.device))
-        out = self.net(self.net.fused(self.feats[keep:len(want)][None].to(embeds.dtype)), embeds, pos,
-                       fx.causal_mask(len(want) - keep, keep, device), self.cache)
+        embeds = self.embed(torch.tensor(want[keep:], device=self.embed.weight.device))
+        out = self.forward(self.net.fused(self.feats[keep:len(want)].to(embeds.dtype)), embeds, keep, self.cache)
         self.ids = want
-        return out[0, -1]
+        return out[-1:]
 
     @torch.inference_mode()
     def propose(self, context, gamma, sampling, generator, stop=None):
@@ -205,15 +203,13 @@ class FeaturesDrafter:
         rows = []
         for j in range(gamma):
             feature = self.norm(out)
-            q = logits_to_probs(self.head(feature)[:self.vocab_size].float(), sampling)
+            q = logits_to_probs(self.head(feature)[0, :self.vocab_size].float(), sampling)
             drafts.append(int(sample(q, generator)))
             rows.append(q)
             if j + 1 == gamma or (stop is not None and stop.is_set()):
                 break
-            token = self.embed(torch.tensor([[drafts[-1]]], device=self.embed.weight.device))
-            pos = torch.tensor([[n - 1 + j]], device=token.device)
-            mask = fx.causal_mask(1, n - 1 + j, token.device)
-            out = self.net(feature[None, None], token, pos, mask, self.cache)[0, -1]
+            token = self.embed(torch.tensor([drafts[-1]], device=feature.device))
+            out = self.forward(feature, token, n - 1 + j, self.cache)
             self.forwards += 1
         fx.crop_to(self.cache, n - 1)   # drop the drafted elements: only the target's features are kept
         self.last_source = {"position": n - 2, "token": context[-1], "drafts": len(drafts)}

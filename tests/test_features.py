@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+import bounds
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec import features as fx
 from specdec.drafters import FeaturesDrafter
@@ -79,15 +80,57 @@ def test_training_unroll_equals_drafting_step_by_step(layers):
         d = FeaturesDrafter(net, pair.target, 16)
         d.observe(0, feats[0, :c - 1])
         g = d.norm(d._catch_up(ids[0, :c].tolist()))
-        steps = [g]
-        for j in range(2):
-            tok = d.embed(ids[:, c + j:c + j + 1])
-            out = d.net(g[None, None], tok, torch.tensor([[c - 1 + j]]), fx.causal_mask(1, c - 1 + j), d.cache)
-            g = d.norm(out[0, -1])
-            steps.append(g)
+        steps = [g[0]]
+        for j in range(2):   # as `propose` feeds its drafts back
+            g = d.norm(d.forward(g, d.embed(ids[0, c + j:c + j + 1]), c - 1 + j, d.cache))
+            steps.append(g[0])
     scale = max(s.abs().max() for s in steps)
     for j, s in enumerate(steps):
         assert (s - outs[j][0, c - 2 + j]).abs().max() <= 64 * EPS * scale, f"step {j + 1}"
+
+
+def gqa_config():
+    """A target config whose heads share keys and values (4 query heads, 2 key-value heads)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("config", ["tiny", "gqa"])
+def test_the_lean_forward_is_the_nets_own_layer(config):
+    """`LeanForward` (what the eager drafter runs) equals `FeatureNet.forward` (transformers' layer,
+    what training runs) over a growing cache: a catch-up of several elements, then one at a time."""
+    from transformers import DynamicCache
+
+    target_config = tiny_pair(vocab=16, seed=1).target.config if config == "tiny" else gqa_config()
+    torch.manual_seed(7)
+    net = fx.FeatureNet(fx.layer_config(target_config))
+    with torch.no_grad():   # norm weights away from their initial ones, so a dropped one shows
+        for norm in (net.layer.input_layernorm, net.layer.post_attention_layernorm):
+            norm.weight.uniform_(0.5, 1.5)
+    net.eval()
+    d, lean = net.config.hidden_size, fx.LeanForward(net)
+    ours, theirs = DynamicCache(config=net.config), DynamicCache(config=net.config)
+    feats, embeds = torch.randn(12, d), torch.randn(12, d)
+    start = 0
+    with torch.no_grad():
+        for n in (5, 3, 1, 1, 2):
+            got = lean(feats[start:start + n], embeds[start:start + n], start, ours)
+            pos = torch.arange(start, start + n)[None]
+            want = net(feats[None, start:start + n], embeds[None, start:start + n], pos,
+                       fx.causal_mask(n, start), theirs)[0]
+            # the longest sum in the layer: the MLP's down projection (or fc's 2d inputs)
+            tol = bounds.rounding(max(net.config.intermediate_size, 2 * d), scale=float(want.abs().max()))
+            assert (got - want).abs().max() <= tol, (start, n)
+            if start == 0:   # negative control: the last element one position late (a rotary off by one)
+                late = pos.clone()
+                late[0, -1] += 1
+                shifted = net(feats[None, :n], embeds[None, :n], late, fx.causal_mask(n, 0),
+                              DynamicCache(config=net.config))[0]
+                assert (got - shifted).abs().max() > tol
+            start += n
+        assert ours.get_seq_length() == theirs.get_seq_length() == start
 
 
 @pytest.mark.parametrize("layers", FUSED)
