@@ -154,7 +154,7 @@ class LeanForward:
         self.cos = self.sin = self.fc.new_zeros(0, self.head_dim)
 
     def _rotary(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [end, head_dim] of positions 0 .. end - 1, from the net's own rotary (one
+        """cos and sin [end, 1, head_dim] of positions 0 .. end - 1, from the net's own rotary (one
         product per entry, so a table row equals what it computes for that position alone). The
         sign of rotate_half is folded into sin: rotate_half(x) * sin == x.roll(half) * signed sin."""
         if len(self.cos) < end:
@@ -163,7 +163,7 @@ class LeanForward:
             cos, sin = self.net.rotary(self.fc[None, :1], positions)
             half = self.head_dim // 2
             sign = torch.cat([-sin.new_ones(half), sin.new_ones(self.head_dim - half)])
-            self.cos, self.sin = cos[0], sin[0] * sign
+            self.cos, self.sin = cos[0, :, None], (sin[0] * sign)[:, None]
         return self.cos, self.sin
 
     def __call__(self, feats: torch.Tensor, embeds: torch.Tensor, start: int, cache) -> torch.Tensor:
@@ -173,12 +173,11 @@ class LeanForward:
         x = torch.cat([feats, embeds], -1) @ self.fc
         qkv = self.norms[0](x) @ self.qkv
         cos, sin = self._rotary(start + n)
-        qk = qkv[:, :(h + kv) * hd].view(n, h + kv, hd)
-        qk = qk * cos[start:start + n, None] + qk.roll(hd // 2, -1) * sin[start:start + n, None]
-        q, k = qk[:, :h].transpose(0, 1)[None], qk[:, h:].transpose(0, 1)[None]
-        keys, values = cache.update(k, qkv[:, (h + kv) * hd:].view(n, kv, hd).transpose(0, 1)[None], 0)
+        qk = qkv[:, :(h + kv) * hd].view(n, h + kv, hd)   # the query and key heads, rotated together
+        qk = (qk * cos[start:start + n] + qk.roll(hd // 2, -1) * sin[start:start + n]).transpose(0, 1)[None]
+        keys, values = cache.update(qk[:, h:], qkv[:, (h + kv) * hd:].view(n, kv, hd).transpose(0, 1)[None], 0)
         mask = None if n == 1 else causal_mask(n, start, x.device)   # one query sees every cached key
-        out = self.sdpa(q, keys, values, attn_mask=mask, scale=self.scaling, enable_gqa=kv != h)
+        out = self.sdpa(qk[:, :h], keys, values, attn_mask=mask, scale=self.scaling, enable_gqa=kv != h)
         x = x + out[0].transpose(0, 1).reshape(n, h * hd) @ self.o
         gate, up = (self.norms[1](x) @ self.gate_up).chunk(2, -1)
         return x + (self.act(gate) * up) @ self.down
