@@ -190,6 +190,11 @@ def test_sample_follows_probs_and_never_draws_zero_probability_tokens():
     expected = (p[support].double() / p[support].sum() * observed.sum()).numpy()
     assert chisquare(observed.numpy(), expected).pvalue > SIGNIFICANCE
     assert int(sample(torch.tensor([0.0, 0.0, 1.0]), g)) == 2   # one-hot: always that token
+    # u * total can round up to the total itself (u = 1 forces it): the draw stays on a token with mass,
+    # also when the last positive entry adds nothing to the float64 total (1e-30 after 1.0)
+    for row in ([0.2, 0.5, 0.3, 0.0, 0.0], [0.5, 0.5, 1e-30, 0.0]):
+        drawn = int(sample(torch.tensor(row), uniforms=torch.ones(1, dtype=torch.float64)))
+        assert drawn < len(row) and row[drawn] > 0, row
     # Control: a sampler that ignores p (uniform over the support) fails the same test.
     wrong = torch.bincount(support[torch.randint(0, 3, (100_000,), generator=g)], minlength=7)[support].double()
     expected = (p[support].double() / p[support].sum() * wrong.sum()).numpy()
