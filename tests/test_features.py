@@ -372,3 +372,21 @@ def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path):
     assert config["feature_layers"] == [4, 8, 12] and "after layers [4, 8, 12]" in config["specdec"]["feature"]
     bad = run_cli("train", "--features", "--tiny", "--out", str(fused), "--feature-layers", "4,x")
     assert bad.returncode == 2 and "like 4,8,12" in bad.stderr
+
+
+def test_the_drafters_embedding_and_head_shortcuts_equal_the_modules():
+    """A plain embedding is read as a view and a bias-free head as one product with its first rows;
+    any other module (max_norm renormalises, a bias adds) is called: both equal the module's output."""
+    from specdec.drafters import _head_product, _row_lookup
+
+    torch.manual_seed(0)
+    feature = torch.randn(1, 6)
+    for embed in (torch.nn.Embedding(10, 6), torch.nn.Embedding(10, 6, max_norm=0.5)):
+        with torch.no_grad():   # ours first and copied: max_norm renormalises the weight in place
+            got = _row_lookup(embed)(7).clone()
+            assert got.equal(embed(torch.tensor([7])))
+    for head in (torch.nn.Linear(6, 10, bias=False), torch.nn.Linear(6, 10, bias=True)):
+        with torch.no_grad():
+            got, want = _head_product(head, 8)(feature), head(feature)[..., :8]
+        assert got.shape == (1, 8)
+        assert (got - want).abs().max() <= bounds.rounding(6, scale=float(want.abs().max()))
