@@ -1,8 +1,8 @@
 """specdec web app: `python app.py` locally, or as a Hugging Face Space.
 
 Only builds and launches; the app lives in `specdec/app/` (see ARCHITECTURE.md): how it is served
-to anyone (limits, input checks, housekeeping) in `specdec/app/serving.py`, every limit and its
-environment variable in `specdec/app/limits.py`. Binds 127.0.0.1 unless GRADIO_SERVER_NAME says
+to anyone (limits, input checks, housekeeping) in `specdec/app/server/serving.py`, every limit and its
+environment variable in `specdec/app/server/limits.py`. Binds 127.0.0.1 unless GRADIO_SERVER_NAME says
 otherwise (a Space sets it to 0.0.0.0); GRADIO_SERVER_PORT picks the port.
 """
 
@@ -18,12 +18,12 @@ import torch  # noqa: E402
 # (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
-from specdec.app.layout import build_app, launch_kwargs  # noqa: E402
-from specdec.app.pairs import preload  # noqa: E402
-from specdec.app.runs import warm_up  # noqa: E402
-from specdec.app.serving import configure, launch_options  # noqa: E402
+from specdec.app.page.layout import build_app, launch_kwargs  # noqa: E402
+from specdec.app.server.pairs import preload  # noqa: E402
+from specdec.app.server.runs import warm_up  # noqa: E402
+from specdec.app.server.serving import configure, launch_options  # noqa: E402
 
-demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/app/serving.py)
+demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/app/server/serving.py)
 preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens
 
 if __name__ == "__main__":

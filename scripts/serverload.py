@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specdec.app.api import MAIN_OUTPUTS, RunRequest, api_outputs
+from specdec.app.server.api import MAIN_OUTPUTS, RunRequest, api_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -288,7 +288,7 @@ class LoadResult:
 
 RETRY_WORDS = ("queue is full", "try again")
 NO_RUN_CACHE = {"SPECDEC_RUN_CACHE_BYTES": "0"}   # a server that keeps no finished run: every request decodes
-# A server whose runs all decode in its own threads (no worker processes, `specdec.app.workers`): the
+# A server whose runs all decode in its own threads (no worker processes, `specdec.app.server.workers`): the
 # tests of its lines, limits and memory, where each of two workers would cost ~6 s of CPU to start
 # and hold the decodes' memory outside the process they measure. The browser tests' server has them.
 THREADS_ONLY = {"SPECDEC_DECODE_PROCESSES": "0"}

@@ -108,7 +108,7 @@ def use_colour(mode: str) -> bool:
 def settings_of(args):
     """The run the command line asks for (a `RunSettings`), checked (ValueError) before any model
     loads: valid, and within the limits (`limits.check_run`) that the app keeps too."""
-    from .app import limits
+    from .app.server import limits
     from .sampling import Rule, SamplingConfig
     from .settings import RunSettings
 
@@ -131,7 +131,7 @@ def describe_device(pair) -> str:
 
 
 def run_generate(args) -> int:
-    from .app import limits
+    from .app.server import limits
     from .decoding import speculative_generate
     from .measure import compare_with_target
     from .models import load_pair
@@ -173,7 +173,7 @@ def run_generate(args) -> int:
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
-    from .app import limits
+    from .app.server import limits
     from .settings import DRAFTERS
 
     p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue")
@@ -221,7 +221,7 @@ def _numbers(text: str) -> list[float]:
 def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
     """The `lab` subcommand's options."""
     from . import lab
-    from .app import limits
+    from .app.server import limits
 
     parser.add_argument("--preset", default="over-confident", choices=list(lab.PRESETS), metavar="NAME",
                         help=f"one of: {', '.join(map(repr, lab.PRESETS))}")
@@ -239,7 +239,7 @@ def run_lab(args: argparse.Namespace) -> int:
     """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
     chi-square, p-value, acceptance). Bad values raise ValueError (one line, exit 2)."""
     from . import lab, montecarlo
-    from .app import limits
+    from .app.server import limits
 
     whole_number(args.threads, "--threads", 1)
     if args.bench:

@@ -5,7 +5,7 @@ the bundled pair in `assets/models/` loads from disk; hub presets load only when
 fail fast with a clear message when the hub cannot be reached.
 
 A loaded pair is read-only and may be shared between threads. Which pairs a server keeps loaded,
-and how many, is the server's business (`specdec.app.pairs`).
+and how many, is the server's business (`specdec.app.server.pairs`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `RunSettings` is what a run was asked to do: the decoder reads it, the trace stores it, the app,
 the CLI and the bench build it. `validate` turns a bad value into a message that names the setting
 (ValueError). How large a run may be is not the library's business: a server bounds what it accepts
-where a request enters (`specdec.app.limits`), and a library caller asks for what they need.
+where a request enters (`specdec.app.server.limits`), and a library caller asks for what they need.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ stored rows; statuses and n_accepted agreeing with u < p/q and with gamma; each 
 tokens being its accepted drafts then its drawn token; the run's tokens being the rounds'
 emitted tokens; the statistics counting what the rounds hold; and the size bounds it is given
 (`ImportLimits`: bytes, depth, rounds, tokens, prompt length). The library's own bounds are
-generous; a server passes its limits, named by its environment variables (`specdec.app.limits`).
+generous; a server passes its limits, named by its environment variables (`specdec.app.server.limits`).
 
 Schema 1 traces (no tail split, `end_rule` instead of `ending`) pass the checks that apply to them.
 """

@@ -10,7 +10,7 @@ import pytest
 
 import bounds
 from specdec import load_trace, speculative_generate
-from specdec.app.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
+from specdec.app.server.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
 from specdec.models import BUNDLED, context_of
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -178,7 +178,7 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     import sys
     import types
 
-    import specdec.app.runs as runs
+    import specdec.app.server.runs as runs
 
     wrapped = []
     fake = types.ModuleType("spaces")
@@ -196,7 +196,7 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
 @pytest.mark.parametrize("example", EXAMPLES, ids=range(len(EXAMPLES)))
 def test_every_example_runs(example):
     """The example prompts run as listed (in-process: the Run handler generator itself)."""
-    from specdec.app import handlers
+    from specdec.app.page import handlers
 
     outputs = list(handlers.run_generation(*example.with_(max_new_tokens=6).values()))
     assert outputs[-1]["status"].startswith("Done: 6 tokens")

@@ -66,7 +66,7 @@ GRAPH = {m: imports(m) for m in MODULES}
 def test_the_import_graph_is_read():
     assert GRAPH["specdec.decoding"] >= {"specdec.rounds", "specdec.trace", "specdec.sampling"}
     assert GRAPH["specdec.rounds"] >= {"specdec.drafters", "specdec.engine", "specdec.sampling"}
-    assert "specdec.app.limits" in GRAPH["specdec.cli"] and "specdec.app.layout" in MODULES
+    assert "specdec.app.server.limits" in GRAPH["specdec.cli"] and "specdec.app.page.layout" in MODULES
 
 
 def test_no_module_imports_a_layer_above_its_own():
@@ -80,6 +80,49 @@ def test_the_library_imports_neither_app_nor_bench_nor_training_nor_the_cli():
     assert {"specdec.decoding", "specdec.trace", "specdec.validate", "specdec.lab"} <= set(library)
     wrong = [f"{m} imports {t}" for m in library for t in GRAPH[m] if layer(t) != "library"]
     assert not wrong, "\n".join(wrong)
+
+
+# The app floor in three families (ARCHITECTURE.md): the page may import the other two; what the
+# page shows imports neither the page nor how it is served; how it is served never imports the page
+# and takes from what is shown only its words (`messages`, the sentences a refused request gets).
+FAMILIES = ("page", "shows", "server")
+FAMILY_MAY_IMPORT = {"page": {"page", "shows", "server"}, "shows": {"shows"}, "server": {"server"}}
+SERVER_MAY_IMPORT = {"specdec.app.shows.messages"}
+
+
+def family(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "app" else None
+
+
+def may_import(module: str, target: str) -> bool:
+    """Whether one app module may import another by the family rule (outside the app: always)."""
+    if not (family(module) and family(target)):
+        return True
+    if family(target) in FAMILY_MAY_IMPORT[family(module)]:
+        return True
+    return family(module) == "server" and target in SERVER_MAY_IMPORT
+
+
+def test_every_app_module_sits_in_one_of_the_three_families():
+    loose = [m for m in MODULES if layer(m) == "app" and m != "specdec.app" and m.split(".")[2] not in FAMILIES]
+    assert not loose, loose
+    assert {family(m) for m in MODULES} - {None} == set(FAMILIES)
+
+
+def test_app_families_import_only_what_they_may():
+    wrong = [f"{m} ({family(m)}) imports {t} ({family(t)})" for m, targets in GRAPH.items() for t in targets
+             if not may_import(m, t)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_family_rule_finds_a_wrong_import():
+    """The rule can fail: a chart that imported the runs, or a server module that imported the layout."""
+    graph = {"specdec.app.shows.charts": {"specdec.app.server.runs"},
+             "specdec.app.server.runs": {"specdec.app.page.layout", "specdec.app.shows.messages"}}
+    wrong = [(m, t) for m, targets in graph.items() for t in targets if not may_import(m, t)]
+    assert wrong == [("specdec.app.shows.charts", "specdec.app.server.runs"),
+                     ("specdec.app.server.runs", "specdec.app.page.layout")]
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -148,7 +191,7 @@ def test_no_function_over_80_lines():
 
 
 def test_build_app_reads_on_one_screen():
-    lengths = dict(functions(MODULES["specdec.app.layout"]))
+    lengths = dict(functions(MODULES["specdec.app.page.layout"]))
     assert lengths["build_app"] <= MAX_BUILD_APP_LINES, lengths["build_app"]
 
 
@@ -161,5 +204,5 @@ def _python(code: str) -> subprocess.CompletedProcess:
 def test_import_specdec_loads_neither_gradio_nor_plotly_and_the_app_imports():
     out = _python("import sys, specdec; print(sorted(m for m in ('gradio', 'plotly') if m in sys.modules))")
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
-    out = _python("import specdec.app, specdec.app.layout; specdec.app.layout.build_app(); print('ok')")
+    out = _python("import specdec.app, specdec.app.page.layout; specdec.app.page.layout.build_app(); print('ok')")
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from specdec import RunSettings, speculative_generate
-from specdec.app import budget
+from specdec.app.server import budget
 
 
 def test_a_run_is_measured_by_what_it_holds(bundled):

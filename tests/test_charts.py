@@ -8,7 +8,7 @@ import pytest
 
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, speculative_generate
-from specdec.app import charts, step_charts
+from specdec.app.shows import charts, step_charts
 from specdec.looks import TAIL_LABELS
 from specdec.outcomes import Ending
 from specdec.speed import expected_tokens_per_round

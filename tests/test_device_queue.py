@@ -11,8 +11,8 @@ import time
 import pytest
 
 from specdec import RunSettings, StopSignal
-from specdec.app import device_queue, flights, limits, runs
-from specdec.app.device_queue import DeviceQueue, LeftTheLine
+from specdec.app.server import device_queue, flights, limits, runs
+from specdec.app.server.device_queue import DeviceQueue, LeftTheLine
 from specdec.models import BUNDLED
 
 

@@ -8,7 +8,9 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 
-from specdec.app import encoded, handlers, views
+from specdec.app.page import handlers
+from specdec.app.server import encoded
+from specdec.app.shows import views
 
 
 def figure(n: int) -> go.Figure:
@@ -33,7 +35,7 @@ def test_thirty_askers_at_once_build_one_value_and_the_others_wait_for_it():
     import threading
     import time
 
-    from specdec.app.once import Once
+    from specdec.app.server.once import Once
 
     table, owner, builds = Once(4), figure(3), []
     start = threading.Barrier(30)
@@ -58,7 +60,7 @@ def test_thirty_askers_at_once_build_one_value_and_the_others_wait_for_it():
 
 
 def test_a_new_owner_at_an_old_owners_id_is_built_afresh_and_a_failed_build_is_not_kept():
-    from specdec.app.once import Once
+    from specdec.app.server.once import Once
 
     table = Once(4)
     first = figure(1)

@@ -1,4 +1,4 @@
-"""One decode per distinct run (specdec/app/flights.py): the cache of finished runs, the line of
+"""One decode per distinct run (specdec/app/server/flights.py): the cache of finished runs, the line of
 decodes, riders joining a flight; and a class of 30 against a real server on 127.0.0.1 (in this
 process, so the test can count the decodes it did)."""
 
@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from specdec import RunSettings
-from specdec.app import flights, runs
-from specdec.app.api import MAIN_OUTPUTS, RunRequest, api_outputs
+from specdec.app.server import flights, runs
+from specdec.app.server.api import MAIN_OUTPUTS, RunRequest, api_outputs
 from specdec.decoding import StopSignal
 from specdec.models import BUNDLED
 
@@ -165,8 +165,8 @@ def test_a_crowd_gets_its_updates_less_often_in_proportion():
 def server():
     """The app, configured as `app.py` serves it, on a free loopback port in this process."""
     from conftest import free_port
-    from specdec.app.layout import build_app
-    from specdec.app.serving import configure, launch_options
+    from specdec.app.page.layout import build_app
+    from specdec.app.server.serving import configure, launch_options
 
     demo = configure(build_app(), housekeeping_thread=False)
     port = free_port()

@@ -16,7 +16,7 @@ gradio_client = pytest.importorskip("gradio_client")
 
 from conftest import free_port  # noqa: E402
 from serverload import notices  # noqa: E402
-from specdec.app import budget, housekeeping, serving  # noqa: E402
+from specdec.app.server import budget, housekeeping, serving  # noqa: E402
 
 
 def tiny_app() -> gr.Blocks:

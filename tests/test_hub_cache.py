@@ -77,7 +77,7 @@ def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
     key = HUB_PRESETS[0]
     result = run_offline(hub_cache, f"""
         from specdec.models import context_of
-        from specdec.app.pairs import get_pair
+        from specdec.app.server.pairs import get_pair
         from specdec.decoding import speculative_generate
         from specdec.settings import RunSettings
         pair = get_pair({key!r})
@@ -96,7 +96,7 @@ def test_a_preset_missing_from_the_cache_fails_fast_with_a_clear_message(tmp_pat
     result = run_offline(tmp_path, f"""
         import time
         from specdec.models import ModelLoadError
-        from specdec.app.pairs import get_pair, loaded_pairs
+        from specdec.app.server.pairs import get_pair, loaded_pairs
         t0 = time.perf_counter()
         try:
             get_pair({HUB_PRESETS[0]!r})
@@ -119,7 +119,7 @@ def test_a_broken_cached_model_fails_to_load_and_the_cache_keeps_serving(tmp_pat
     weights.write_bytes(b"not a safetensors file")
     result = run_offline(tmp_path, f"""
         from specdec.models import ModelLoadError
-        from specdec.app.pairs import get_pair, loaded_pairs
+        from specdec.app.server.pairs import get_pair, loaded_pairs
         get_pair("bundled")
         try:
             get_pair({key!r})
@@ -140,7 +140,7 @@ def test_the_pair_cache_evicts_the_least_recently_used_and_memory_returns(hub_ca
     result = run_offline(hub_cache, f"""
         import gc
         from specdec.models import release_memory
-        from specdec.app.pairs import get_pair, loaded_pairs
+        from specdec.app.server.pairs import get_pair, loaded_pairs
         keys = {HUB_PRESETS!r}
         bundled = id(get_pair("bundled"))
         release_memory()
@@ -170,7 +170,7 @@ def test_the_recently_used_pair_survives(hub_cache):
     """Least recently USED, not first loaded: a pair used again outlives one loaded after it."""
     a, b, c = HUB_PRESETS
     result = run_offline(hub_cache, f"""
-        from specdec.app.pairs import get_pair, loaded_pairs
+        from specdec.app.server.pairs import get_pair, loaded_pairs
         get_pair({a!r}); get_pair({b!r}); get_pair({a!r})
         before = loaded_pairs()
         get_pair({c!r})

@@ -261,7 +261,7 @@ def test_ui_callbacks_without_a_browser():
     gr = pytest.importorskip("gradio")
     import pandas as pd
 
-    from specdec.app import lab_tab
+    from specdec.app.page import lab_tab
 
     out = lab_tab.load_preset("disjoint")
     frame, msg = out["table"], out["status"]
@@ -287,7 +287,7 @@ def test_tab_handlers_return_component_dicts():
     """Each registered handler returns {component: value} for components among its outputs, in the
     order the API reports them."""
     gr = pytest.importorskip("gradio")
-    from specdec.app import lab_tab
+    from specdec.app.page import lab_tab
 
     with gr.Blocks() as demo:
         lab_tab.build_lab_tab(gr.State(None), gr.State((None, None)))
@@ -398,7 +398,7 @@ def test_new_p_and_q_clear_the_last_lab_runs_results():
     """A preset or a position from the run replaces the table: the charts and tables of the last
     lab run described other p and q, so both empty them (issue 27)."""
     pytest.importorskip("gradio")
-    from specdec.app import lab_tab
+    from specdec.app.page import lab_tab
 
     for out in (lab_tab.load_preset("disjoint"), lab_tab.take_from_run(_generation(), (0, 0))):
         assert set(lab_tab.RESULT_OUTPUTS) <= set(out)
@@ -410,8 +410,8 @@ def test_the_step_viewer_sends_its_position_to_the_lab_and_the_glossary_is_above
     """The step viewer's button runs the lab's "take from the last run" on the shown position (the
     same outputs), then opens the lab's tab; the glossary sits above the tabs, so every tab reaches it."""
     gr = pytest.importorskip("gradio")
-    from specdec.app import lab_tab, layout
-    from specdec.app.glossary import GLOSSARY
+    from specdec.app.page import lab_tab, layout
+    from specdec.app.shows.glossary import GLOSSARY
 
     demo = layout.build_app()
     blocks = demo.blocks.values()

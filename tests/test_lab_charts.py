@@ -8,7 +8,7 @@ import pytest
 
 import bounds
 from specdec import lab
-from specdec.app import lab_charts
+from specdec.app.shows import lab_charts
 from specdec.looks import PALETTE
 from specdec.sampling import Rule
 

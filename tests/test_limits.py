@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from specdec import RunSettings, lab, speculative_generate
-from specdec.app import limits, messages, serving
+from specdec.app.server import limits, serving
+from specdec.app.shows import messages
 from specdec.cli import main
 from specdec.trace import Generation
 
@@ -22,7 +23,7 @@ gr = pytest.importorskip("gradio")
 # ---------------------------------------------------------------- limits
 
 def _limits_in_a_fresh_process(**env) -> subprocess.CompletedProcess:
-    code = "import json, specdec.app.limits as l; print(json.dumps(l.describe()))"
+    code = "import json, specdec.app.server.limits as l; print(json.dumps(l.describe()))"
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=60)
 
@@ -73,7 +74,7 @@ def test_the_max_new_tokens_slider_maximum_leaves_room_for_the_prompt():
 def test_the_max_new_tokens_slider_leaves_what_the_prompt_leaves_and_a_run_of_it_decodes(bundled):
     """For the bundled pair the slider's maximum is the context less the prompt's tokens: a run of
     that many new tokens decodes, one more is refused by the decoder. A value that fits stays."""
-    from specdec.app import handlers
+    from specdec.app.page import handlers
     from specdec.models import BUNDLED, context_of
 
     context = bundled.context_length
@@ -107,9 +108,9 @@ def test_a_link_asking_for_more_than_its_prompt_leaves_runs_with_what_is_left(bu
     """A shared link (?prompt=...&n=...) whose n exceeds the room its prompt leaves is lowered to
     the slider's maximum and runs, and the status says so: it was refused at Run before. A link
     that fits is left as it is."""
-    from specdec.app import handlers
-    from specdec.app.api import parse_link
-    from specdec.app.runs import request_stop
+    from specdec.app.page import handlers
+    from specdec.app.server.api import parse_link
+    from specdec.app.server.runs import request_stop
 
     context = bundled.context_length
     prompt = "To be, or not to be"
@@ -214,7 +215,7 @@ def test_no_stub_file_is_written_next_to_serving():
 # ---------------------------------------------------------------- the time limit and failed runs
 
 def _capture_stops(monkeypatch) -> list:
-    from specdec.app import runs
+    from specdec.app.server import runs
 
     stops = []
     real = runs.request_stop
@@ -225,8 +226,8 @@ def _capture_stops(monkeypatch) -> list:
 def test_a_run_past_its_time_limit_stops_between_forwards_and_says_why(monkeypatch):
     """The request's stop carries the deadline: the decoder stops at the next forward (not at the
     end of a round) and the visitor is told which limit stopped it."""
-    from specdec.app import handlers
-    from specdec.app.api import RunRequest
+    from specdec.app.page import handlers
+    from specdec.app.server.api import RunRequest
 
     stops = _capture_stops(monkeypatch)
     # A limit every machine passes during the prompt's forward (a GPU decodes 240 tokens in well
@@ -241,8 +242,8 @@ def test_a_run_past_its_time_limit_stops_between_forwards_and_says_why(monkeypat
 
 
 def test_a_run_refused_for_its_input_says_so_in_its_status_too():
-    from specdec.app import handlers
-    from specdec.app.api import RunRequest
+    from specdec.app.page import handlers
+    from specdec.app.server.api import RunRequest
 
     updates = []
     with pytest.raises(gr.Error, match="drafts per round") as err:
@@ -253,8 +254,8 @@ def test_a_run_refused_for_its_input_says_so_in_its_status_too():
 def test_leaving_a_run_stops_its_decoder(monkeypatch):
     """A visitor's Stop, a closed page or a cancelled request closes the stream: its stop is set,
     so the decoder thread ends at its next forward instead of decoding on for no one."""
-    from specdec.app import handlers
-    from specdec.app.api import RunRequest
+    from specdec.app.page import handlers
+    from specdec.app.server.api import RunRequest
 
     stops = _capture_stops(monkeypatch)
     stream = handlers.run_generation(*RunRequest(max_new_tokens=200, gamma=2).values())
@@ -300,7 +301,7 @@ def test_lab_numbers_are_refused_with_their_name(samples, seed, words):
 def test_the_lab_samples_limit_is_kept_by_the_tab_and_the_cli(capsys, monkeypatch):
     import pandas as pd
 
-    from specdec.app import lab_tab
+    from specdec.app.page import lab_tab
 
     monkeypatch.setattr(limits, "MAX_LAB_SAMPLES", 500)
     table = pd.DataFrame({"token": ["a", "b"], "p": [0.5, 0.5], "q": [0.5, 0.5]})
@@ -319,7 +320,7 @@ def test_lab_weights_too_large_to_sum_are_normalised_not_called_massless():
 def test_a_lab_table_with_no_rows_says_so():
     import pandas as pd
 
-    from specdec.app import lab_tab
+    from specdec.app.page import lab_tab
 
     with pytest.raises(gr.Error, match="The table has no rows"):
         lab_tab.run_lab(pd.DataFrame(columns=lab_tab.COLUMNS), 100, 0)

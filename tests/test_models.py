@@ -145,7 +145,7 @@ def test_pairs_with_different_tokenizers_are_refused(tmp_path):
 @pytest.fixture
 def fake_loads(monkeypatch):
     """get_pair with a loader that makes a small object per preset and counts the loads."""
-    import specdec.app.pairs as pairs
+    import specdec.app.server.pairs as pairs
 
     loads = []
 
@@ -158,7 +158,7 @@ def fake_loads(monkeypatch):
 
 
 def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads, monkeypatch):
-    import specdec.app.pairs as models
+    import specdec.app.server.pairs as models
 
     monkeypatch.setattr(models.limits, "MAX_PAIRS", 2)
     bundled = models.get_pair("bundled")
@@ -172,7 +172,7 @@ def test_the_cache_keeps_at_most_max_pairs_and_pins_the_bundled_pair(fake_loads,
 
 
 def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_loads, monkeypatch):
-    import specdec.app.pairs as models
+    import specdec.app.server.pairs as models
 
     monkeypatch.setattr(models.limits, "MAX_PAIRS", 1)
     models.get_pair("bundled")
@@ -182,7 +182,7 @@ def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_
 
 
 def test_a_failed_load_leaves_the_cache_as_it_was(monkeypatch):
-    import specdec.app.pairs as pairs
+    import specdec.app.server.pairs as pairs
     import specdec.models as models
 
     monkeypatch.setattr(pairs, "_LOADED", type(pairs._LOADED)())

@@ -12,7 +12,8 @@ import pytest
 
 from bounds import display, rounding
 from specdec import RunSettings, SamplingConfig
-from specdec.app import charts, speed_tab, views
+from specdec.app.page import speed_tab
+from specdec.app.shows import charts, views
 from specdec.measure import compare_with_target, mean_timings
 from specdec.speed import depth_story, expected_tokens_per_round, explain, run_point, time_split
 from specdec.trace import Stats
@@ -122,7 +123,7 @@ def sampled(bundled):
 
 def test_the_lab_names_its_skip_tv_and_the_decode_tabs_apart(sampled):
     from specdec import lab
-    from specdec.app import lab_tab
+    from specdec.app.page import lab_tab
 
     differ = 0
     for r, i in lab.drafted_positions(sampled):
@@ -178,7 +179,7 @@ def test_a_profile_keeps_its_colour_whether_or_not_the_run_is_drawn(greedy):
 def test_the_intro_names_the_c_its_profile_has():
     import re
 
-    from specdec.app.speed_charts import curve
+    from specdec.app.shows.speed_charts import curve
 
     profiles, _ = speed_tab.load_profiles()
     graphed = next(p for p in profiles if p.name == "H100, CUDA graphs, fp32")

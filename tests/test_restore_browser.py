@@ -1,5 +1,5 @@
 """A visitor's run survives a reload (or the reload after a dropped connection): the address bar
-carries the run's link and the round in view (specdec/app/restore.py, static/app.js). In a real
+carries the run's link and the round in view (specdec/app/server/restore.py, static/app.js). In a real
 browser against `python app.py`."""
 
 from __future__ import annotations

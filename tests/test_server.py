@@ -37,7 +37,7 @@ from gradio_client.exceptions import AppError  # noqa: E402
 import serverload  # noqa: E402
 from serverload import client, generate  # noqa: E402
 from serving import assert_serving  # noqa: E402
-from specdec.app.api import RunRequest  # noqa: E402
+from specdec.app.server.api import RunRequest  # noqa: E402
 from specdec.models import ASSETS, PRESETS  # noqa: E402
 from test_hub_cache import add_to_hub_cache  # noqa: E402
 
@@ -45,8 +45,8 @@ OOM_PROMPT = "simulate out of memory"
 SETTLED_ENV = "SPECDEC_TEST_SETTLED"   # a file the launcher counts its settles in (the soak's readings)
 LAUNCHER = f"""
 import runpy, torch
-import specdec.app.runs as runs
-import specdec.app.workers as workers   # a streamed run decodes through `workers.decode` (here: in a thread)
+import specdec.app.server.runs as runs
+import specdec.app.server.workers as workers   # a streamed run decodes through `workers.decode` (here: in a thread)
 real = runs.speculative_generate
 def faulty(pair, prompt, *args, **kwargs):
     if prompt == {OOM_PROMPT!r}:

@@ -1,4 +1,4 @@
-"""A new visitor's session copied from the template (specdec/app/sessions.py) is the session Gradio
+"""A new visitor's session copied from the template (specdec/app/server/sessions.py) is the session Gradio
 would have built: the same attributes, the same component configs, and changes of its own."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import gradio as gr
 import pytest
 from gradio.state_holder import SessionState
 
-from specdec.app import sessions
-from specdec.app.layout import build_app
-from specdec.app.serving import configure
+from specdec.app.page.layout import build_app
+from specdec.app.server import sessions
+from specdec.app.server.serving import configure
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Outputs a handler leaves out are sent as Gradio sends them, without Gradio's rebuild of each
-(`specdec.app.skips`): the same payload for every output, named or left out, and the components
+(`specdec.app.server.skips`): the same payload for every output, named or left out, and the components
 left out are not built again."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import pytest
 from gradio.state_holder import SessionState
 
-from specdec.app.skips import skip_left_out
+from specdec.app.server.skips import skip_left_out
 
 
 def _app():

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec.app import speed_charts, speed_tab
+from specdec.app.page import speed_tab
+from specdec.app.shows import speed_charts
 from specdec.speed import alpha_band, leviathan_speedup, profile_from_dict, profiles_from_json, run_point
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,8 +184,8 @@ def test_the_depth_story_reads_the_runs_own_costs_per_layer():
 def test_the_rates_chart_labels_its_log_axis_1_2_5_around_the_data():
     """Plotly labels every digit of a log axis that spans about a decade ('7', '8', '9', '100'),
     and those labels overlapped at 800 px: the axis gets 1-2-5 ticks that bracket the data."""
-    from specdec.app import speed_tab
-    from specdec.app.speed_charts import log_ticks, rates_figure
+    from specdec.app.page import speed_tab
+    from specdec.app.shows.speed_charts import log_ticks, rates_figure
 
     profiles, _ = speed_tab.load_profiles()
     fig = rates_figure(profiles, 4, 0.7)
@@ -202,7 +203,7 @@ def test_the_features_drafter_s_card_is_a_profile_with_its_measured_c_and_alpha(
     a card that cannot be read gives no profile, and no error."""
     import json
 
-    from specdec.app import speed_tab
+    from specdec.app.page import speed_tab
 
     card = json.loads(speed_tab.FEATURES_MEASUREMENTS.read_text())
     row = next(r for r in card["acceptance"] if r["drafter"] == "features" and r["temperature"] == 1.0)

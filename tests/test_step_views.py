@@ -13,7 +13,7 @@ import pytest
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec import features as fx
-from specdec.app import charts, step_charts, views
+from specdec.app.shows import charts, step_charts, views
 from specdec.looks import TAIL_LABELS, token_label
 from specdec.outcomes import Ending, Status
 
@@ -229,7 +229,7 @@ def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
 def test_a_round_opened_on_the_page_sends_its_step_figures_after_the_text_and_timeline(run):
     """`hold_figures` and the parts after it: the page gets the same values as the API's
     /show_step, the step figures one event each after the rest."""
-    from specdec.app import handlers
+    from specdec.app.page import handlers
 
     whole = handlers.open_round(run, 2)
     first = handlers.hold_figures(whole)

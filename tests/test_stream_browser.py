@@ -1,4 +1,4 @@
-"""A streamed run ends on the same page as the run itself (specdec/app/handlers.py streams a few
+"""A streamed run ends on the same page as the run itself (specdec/app/page/handlers.py streams a few
 updates a second, the step viewer only once): in chromium against `python app.py`, the page after
 a streamed run is compared with the same run imported from its trace (shown in one piece, no
 stream) and with the library's own run of the same settings and seed."""

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specdec.app import limits
+from specdec.app.server import limits
 from specdec.decoding import speculative_generate
 from specdec.sampling import Rule, SamplingConfig
 from specdec.settings import RunSettings

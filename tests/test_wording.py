@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from specdec import lab
-from specdec.app import charts, speed_tab, step_charts, views
+from specdec.app.page import speed_tab
+from specdec.app.shows import charts, step_charts, views
 from specdec.outcomes import Status
 from specdec.settings import RunSettings
 from specdec.trace import Dist, Generation, Position, Stats

@@ -1,4 +1,4 @@
-"""A run decoded in a worker process (specdec/app/workers.py) is the library's own run: the same
+"""A run decoded in a worker process (specdec/app/server/workers.py) is the library's own run: the same
 tokens, rounds and numbers, streamed round by round; a Stop and the time limit reach it between
 forwards; an error comes back as itself; a worker whose server is gone exits."""
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from specdec import RunSettings, speculative_generate
-from specdec.app import workers
+from specdec.app.server import workers
 from specdec.decoding import STOPPED, TIME_LIMIT, StopSignal
 
 pytestmark = pytest.mark.slow   # each worker is a process of its own: ~8 s to load and warm up

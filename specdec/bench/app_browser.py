@@ -126,7 +126,7 @@ def cpu_seconds(pid: int) -> float:
 
 def wait_idle(pid: int, seconds: float = 120) -> None:
     """Until the server has finished starting: its page answers before its pair is warm and its
-    decoding workers (`specdec.app.workers`) have loaded, and a page timed meanwhile shares the
+    decoding workers (`specdec.app.server.workers`) have loaded, and a page timed meanwhile shares the
     cores with them. Idle: under 0.1 s of CPU in a second, the server and its children together."""
     deadline, last = time.time() + seconds, cpu_seconds(pid)
     while time.time() < deadline:
@@ -288,7 +288,7 @@ def visit(endpoint: Endpoint, values: list) -> float:
 def class_figures(url: str, size: int, seed: int, gradio_client: bool = False) -> dict:
     """One visitor alone, then `size` identical and `size` distinct requests at once (64 tokens each):
     seconds from the send to each result. `gradio_client`: the visitors are gradio_client Clients."""
-    from ..app.api import RunRequest
+    from ..app.server.api import RunRequest
 
     if gradio_client:
         from gradio_client import Client

@@ -26,7 +26,7 @@ def switch_step(gen, round_index: int) -> dict:
     as well as the step view (`views.step_view`). Point this function elsewhere if the handlers
     change shape.
     """
-    from ..app import handlers
+    from ..app.page import handlers
 
     return handlers.open_round(gen, round_index + 1)
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import torch
 
-    from ..app import limits
+    from ..app.server import limits
     from ..checks import whole_number
     from ..models import BUNDLED, load_pair
     from ..settings import RunSettings

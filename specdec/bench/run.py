@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from .. import features as fx
-from ..app import limits
+from ..app.server import limits
 from ..checks import whole_number
 from ..engine import engine_for
 from ..measure import COST_WARMUP, PROMPTS, CostMeter

@@ -12,10 +12,10 @@ import html
 
 import plotly.graph_objects as go
 
-from ..looks import LOOKS, PALETTE, token_label, visible_token
-from ..outcomes import Ending, Status, events
-from ..speed import depth_story, expected_tokens_per_round, explain, predicted_at, time_split
-from ..trace import Generation
+from ...looks import LOOKS, PALETTE, token_label, visible_token
+from ...outcomes import Ending, Status, events
+from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, time_split
+from ...trace import Generation
 
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"

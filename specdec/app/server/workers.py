@@ -5,7 +5,7 @@ turns at its GIL, and a small model's decode is mostly Python between short forw
 threads gave 1.33-1.5x the throughput of one on this 2-core machine, two processes 1.8x (0.376 s
 a 64-token run alone; 0.40 and 0.46 s with two at once). A class of 30 distinct runs waited on it.
 
-A worker is `python -m specdec.app.workers`: it loads the bundled pair once, as the server does,
+A worker is `python -m specdec.app.server.workers`: it loads the bundled pair once, as the server does,
 then decodes the runs it is sent, one at a time, with the library's own `speculative_generate`
 (the same code, seed and torch threads as the server: the same run, token for token). After each round it
 writes back what is new (`_Delta`: rounds, tokens, their texts, the stats), then the whole run,
@@ -32,9 +32,9 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from ..decoding import STOPPED, StopSignal, speculative_generate
-from ..models import BUNDLED
-from ..trace import Generation
+from ...decoding import STOPPED, StopSignal, speculative_generate
+from ...models import BUNDLED
+from ...trace import Generation
 from . import limits
 
 __all__ = ["Worker", "Pool", "POOL", "decode", "start"]
@@ -141,8 +141,8 @@ def _warm_up(pair) -> None:
     """Each drafter once (a few tokens), as `runs.warm_up` does for the server: the first run a
     worker decodes pays no one-time cost. (Not `runs` itself: it imports Gradio, which a worker
     does without.)"""
-    from ..drafters import drafters_for
-    from ..settings import RunSettings
+    from ...drafters import drafters_for
+    from ...settings import RunSettings
     from .api import DEFAULT_PROMPT
 
     for drafter in drafters_for(pair):
@@ -173,12 +173,13 @@ class Worker:
         out_r, out_w = os.pipe()
         stop_r, stop_w = os.pipe()
         # The worker imports this very checkout of specdec, wherever the server was started from.
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(__file__).resolve().parents[3])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         # A worker decodes on the CPU only (`decode` sends it nothing else): on a machine with CUDA
         # it must not pick the GPU, where its pair would differ from the server's CPU pair.
         env = {**os.environ, "SPECDEC_DECODE_PROCESSES": "0", "PYTHONPATH": path, "SPECDEC_DEVICE": "cpu"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "specdec.app.workers", str(job_r), str(out_w), str(stop_r)],
+        command = [sys.executable, "-m", "specdec.app.server.workers", str(job_r), str(out_w), str(stop_r)]
+        self.proc = subprocess.Popen(command,
                                      pass_fds=(job_r, out_w, stop_r), env=env, stdin=subprocess.DEVNULL)
         for fd in (job_r, out_w, stop_r):
             os.close(fd)

@@ -27,7 +27,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from .. import models
+from ... import models
 from . import limits
 
 __all__ = ["DeviceQueue", "LeftTheLine", "QUEUE", "device_key", "serialised", "turn", "waiting_words",

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import os
 
-from ..validate import ImportLimits
+from ...validate import ImportLimits
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",

@@ -33,10 +33,10 @@ from collections import OrderedDict, deque
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..decoding import STOPPED, TIME_LIMIT
-from ..models import PRESETS
-from ..settings import RunSettings
-from ..trace import Generation
+from ...decoding import STOPPED, TIME_LIMIT
+from ...models import PRESETS
+from ...settings import RunSettings
+from ...trace import Generation
 from . import budget, limits
 from .device_queue import LeftTheLine
 

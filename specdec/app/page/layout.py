@@ -14,17 +14,19 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ..looks import LOOKS
-from ..models import BUNDLED, PRESETS, context_of
-from ..outcomes import Ending, Status
-from ..settings import DRAFTERS
-from ..trace import MAX_NOTE
-from . import charts, handlers, limits, restore, step_charts
-from .api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
-from .encoded import encoded
-from .glossary import GLOSSARY
+from ...looks import LOOKS
+from ...models import BUNDLED, PRESETS, context_of
+from ...outcomes import Ending, Status
+from ...settings import DRAFTERS
+from ...trace import MAX_NOTE
+from ..server import limits, restore
+from ..server.api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
+from ..server.encoded import encoded
+from ..server.serving import DECODE
+from ..shows import charts, step_charts
+from ..shows.glossary import GLOSSARY
+from . import handlers
 from .lab_tab import build_lab_tab
-from .serving import DECODE
 from .speed_tab import build_speed_tab
 
 __all__ = ["build_app", "launch_kwargs"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ..models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
+from ...models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
 from . import device_queue, limits
 
 PINNED = frozenset({BUNDLED})              # never evicted

@@ -13,13 +13,14 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from .. import lab
-from ..checks import seed as seed_number
-from ..checks import whole_number
-from ..looks import visible_token
-from . import lab_charts, limits
-from .messages import error
-from .serving import CheckedNumber
+from ... import lab
+from ...checks import seed as seed_number
+from ...checks import whole_number
+from ...looks import visible_token
+from ..server import limits
+from ..server.serving import CheckedNumber
+from ..shows import lab_charts
+from ..shows.messages import error
 
 COLUMNS = ["token", "p", "q"]
 DEFAULT_PRESET = "over-confident"

@@ -13,15 +13,16 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ..decoding import TIME_LIMIT
-from ..models import BUNDLED, PRESETS, ModelLoadError, context_of
-from ..trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
-from ..validate import load_trace, read_trace_file
-from . import charts, housekeeping, limits, runs, views
-from .api import RunRequest, parse_link
-from .messages import error, user_message
-from .once import Once
-from .pairs import get_pair, is_loaded
+from ...decoding import TIME_LIMIT
+from ...models import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
+from ...validate import load_trace, read_trace_file
+from ..server import housekeeping, limits, runs
+from ..server.api import RunRequest, parse_link
+from ..server.once import Once
+from ..server.pairs import get_pair, is_loaded
+from ..shows import charts, views
+from ..shows.messages import error, user_message
 
 # ---------------------------------------------------------------- a run
 

@@ -34,9 +34,9 @@ import asyncio
 
 import gradio as gr
 
-from ..checks import number
+from ...checks import number
+from ..shows.messages import error
 from . import budget, housekeeping, limits
-from .messages import error
 from .sessions import quick_sessions
 from .skips import skip_left_out
 

@@ -17,13 +17,13 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from ..features import FOLDER
-from ..models import ASSETS
-from ..speed import CostProfile, RunPoint, alpha_band, profiles_from_json
-from . import speed_charts
-from .charts import md_text
+from ...features import FOLDER
+from ...models import ASSETS
+from ...speed import CostProfile, RunPoint, alpha_band, profiles_from_json
+from ..shows import speed_charts
+from ..shows.charts import md_text
 
-PROFILES_FILE = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
+PROFILES_FILE = Path(__file__).resolve().parents[3] / "assets" / "bench" / "cost-profiles.json"
 FEATURES_MEASUREMENTS = ASSETS / FOLDER / "measurements.json"   # the features drafter's model card
 OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "note"]
 DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
