@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import torch
 
 from .drafters import align_logits
+from .engine_slots import _FeatureSlots, _length_for, _Slots
 from .reduction import round_summary
 from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
-from .static_cache import Graphed, StaticFeatureNet, StaticModel, unsupported
+from .static_cache import Graphed, StaticModel, unsupported
 from .trace import TOP_N
 
 MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
@@ -48,59 +49,6 @@ class RoundResult:
     end_token: int
     summary: torch.Tensor | None
     seconds: tuple[float, float]
-
-
-def _length_for(needed: int, context: int | None) -> int:
-    """Cache slots for a run needing `needed` positions: a power of two (so a few sizes serve every
-    request and their graphs are reused), at least 256, at most the models' context."""
-    size = 256
-    while size < needed:
-        size *= 2
-    return min(size, context) if context else size
-
-
-class _Slots:
-    """Static caches and every tensor a graph reads or writes, at fixed addresses, for runs of up
-    to `length` positions and γ ≤ `gamma`."""
-
-    def __init__(self, pair, length: int, gamma: int):
-        dev = torch.device(pair.device)
-        self.length, self.gamma, self.vocab = length, gamma, pair.vocab_size
-        self.target = StaticModel(pair.target, length)
-        self.draft = StaticModel(pair.draft, length) if pair.draft is not None else None
-        self.t_in = torch.zeros(gamma + 1, dtype=torch.long, device=dev)   # verify: last token + drafts
-        self.d_in = torch.zeros(2, dtype=torch.long, device=dev)           # draft step: 1 or 2 new tokens
-        self.u_one = torch.zeros(1, dtype=torch.float64, device=dev)       # the uniform of one draw
-        self.uniforms = torch.zeros(max(2 * gamma + 1, 64), dtype=torch.float64, device=dev)
-        pin = dev.type == "cuda"
-        self.uniforms_host = torch.zeros(self.uniforms.shape, dtype=torch.float64, pin_memory=pin)
-        self.q_rows = torch.zeros(gamma, self.vocab, device=dev)
-        self.drafts = torch.zeros(gamma, dtype=torch.long, device=dev)
-        self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
-        self.numbers = DeviceSampling(dev)   # temperature, k, p: graph inputs, so a slider move captures nothing
-        self.graphs: dict[tuple, Graphed] = {}
-        self.features: _FeatureSlots | None = None   # made by the first run with the features drafter
-
-
-class _FeatureSlots:
-    """What the features drafter's steps read and write: its net over a static cache of exact
-    elements (element i = the target's rows at position i, fused, with token i + 1), the target's
-    rows at every position (the verify writes those of its positions, at its start), the tokens of
-    the elements a round feeds, and the drafter's latest feature, which the next drafting step reads."""
-
-    def __init__(self, pair, length: int, gamma: int):
-        from . import features as fx
-
-        dev = torch.device(pair.device)
-        self.net = fx.net_for(pair)
-        self.layers = self.net.feature_layers
-        self.model = StaticFeatureNet(self.net, length)
-        self.rows = torch.zeros(length, self.net.row_width, device=dev)
-        self.tokens = torch.zeros(gamma + 1, dtype=torch.long, device=dev)
-        self.prev = torch.zeros(self.net.config.hidden_size, device=dev)
-        self.embed = pair.target.get_input_embeddings()
-        self.norm = pair.target.get_decoder().norm
-        self.head = pair.target.get_output_embeddings()
 
 
 class Engine:
