@@ -24,12 +24,12 @@ One run at a time per pair (`Engine.lock`): the caches and graphs are the pair's
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 import torch
 
 from .drafters import align_logits
+from .engine_costs import _Timer, step_costs
 from .engine_slots import _FeatureSlots, _length_for, _Slots
 from .reduction import round_summary
 from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
@@ -206,41 +206,11 @@ class Engine:
         self.t_valid = last + k
         return s.tokens[:k].tolist()                   # the one host sync
 
-    @torch.inference_mode()
     def costs(self, context: list[int], widths: list[int], sampling: SamplingConfig, repeats: int = 50) -> dict:
-        """Median milliseconds, on this engine, of one draft step, one target step (the target
-        alone's token), and one verify of each width (its test and residual included): the costs
-        the bench, `gpu-check` and the speed explorer predict with. Each call is timed with a
-        device sync around it."""
-        from .sampling import Rule
-
-        gamma = max(widths) - 1
-        with self.lock:
-            self.start(len(context) + gamma + 2, max(gamma, 1))
-            s, last = self._slots, len(context) - 1
-            self._catch_up(s.target, context, last, "t_valid")
-            self._catch_up(s.draft, context, last, "d_valid")
-            s.target.start.fill_(last)
-            s.draft.start.fill_(last)
-            for buf in (s.t_in, s.d_in, s.drafts):
-                buf.fill_(context[-1])
-            s.q_rows.fill_(1.0 / s.vocab)
-            s.uniforms.fill_(0.5)
-            s.u_one.fill_(0.5)
-            s.numbers.set(sampling)
-            shape = DeviceSampling.shape(sampling)
-            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, shape), self._draft_fn),
-                                                 repeats, self.device),
-                     "target_step_ms": _median_ms(lambda: self._run(("step", shape), self._step_fn),
-                                                  repeats, self.device)}
-            by_width = {1: timed["target_step_ms"]}
-            for w in widths:
-                if w > 1:
-                    key = ("verify", w - 1, shape, Rule.EXACT, False, None)
-                    by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
-            self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
-        return {**timed, "target_ms_by_width": by_width,
-                "c": timed["draft_step_ms"] / timed["target_step_ms"], "engine": self.name}
+        """Median milliseconds of one draft step, one target step and one verify of each width on
+        this engine: the costs the bench, `gpu-check` and the speed explorer predict with
+        (`engine_costs.step_costs`)."""
+        return step_costs(self, context, widths, sampling, repeats)
 
     # -------------------------------------------------------------- what the graphs hold
     def _draft_fn(self, key):
@@ -342,45 +312,6 @@ class Engine:
             else:
                 model.forward(ids, keep=1)   # no logits wanted
             setattr(self, valid, upto)
-
-
-class _Timer:
-    """Seconds between marks: CUDA events on a GPU (no sync until the round's own), else the clock."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.marks = [self._now()]
-
-    def _now(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def mark(self) -> None:
-        self.marks.append(self._now())
-
-    def seconds(self) -> tuple[float, ...]:
-        if self.cuda:
-            return tuple(a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:]))
-        return tuple(b - a for a, b in zip(self.marks, self.marks[1:]))
-
-
-def _median_ms(fn, repeats: int, device: torch.device) -> float:
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 def unsupported_by(pair) -> str | None:
