@@ -19,6 +19,10 @@ kernels; but on CUDA static and dynamic attention round differently, so there a 
 can differ between the eager decoder and this engine.
 
 One run at a time per pair (`Engine.lock`): the caches and graphs are the pair's, not the run's.
+
+Four parts, one module each: `Engine` here runs rounds (and the target alone's steps);
+`engine_graphs` holds the steps it runs and captures their graphs; `engine_slots` holds the
+buffers they read and write; `engine_costs` times the steps (the costs the bench predicts with).
 """
 
 from __future__ import annotations
@@ -28,9 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine_costs import _Timer, step_costs
+from .engine_costs import Timer, step_costs
 from .engine_graphs import StepGraphs
-from .engine_slots import _FeatureSlots, _length_for, _Slots
 from .sampling import DeviceSampling, SamplingConfig
 from .static_cache import StaticModel, unsupported
 
@@ -63,13 +66,7 @@ class Engine(StepGraphs):
     def start(self, needed: int, gamma: int, drafter: str = "model") -> None:
         """Prepare for a new run needing `needed` positions and drafting up to `gamma` tokens with
         the `drafter` ("model" or "features")."""
-        s = self._slots
-        if s is None or s.length < needed or s.gamma < gamma:
-            length = _length_for(needed, self.pair.context_length)
-            self._slots = None   # free the old caches and graphs first
-            self._slots = s = _Slots(self.pair, length, max(gamma, 8))
-        if drafter == "features" and s.features is None:
-            s.features = _FeatureSlots(self.pair, s.length, s.gamma)
+        self._make_slots(needed, gamma, features=drafter == "features")
         self.drafter = drafter
         self.t_valid = self.d_valid = self.f_valid = 0
 
@@ -92,11 +89,11 @@ class Engine(StepGraphs):
         """Draft g tokens, verify them in one target forward, decide; one sync. `uniforms` [2g + 1]
         float64: the g draft draws, the g acceptance draws, the end token's draw. None if `stop`
         was set between forwards (the round's work is dropped)."""
-        s, timer = self._slots, _Timer(self.device)
+        s, timer = self._slots, Timer(self.device)
         last = len(context) - 1                        # the target's cache holds context[:last]
         shape = DeviceSampling.shape(sampling)
         s.numbers.set(sampling)
-        self._upload(uniforms)
+        s.upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         if g and self.drafter == "features":
             if not self._draft_features(context, g, shape, stop):
@@ -174,7 +171,7 @@ class Engine(StepGraphs):
         s = self._slots
         last = len(context) - 1
         s.numbers.set(sampling)
-        self._upload(uniforms)
+        s.upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         s.t_in[0].fill_(context[-1])
         for i in range(k):
@@ -192,23 +189,12 @@ class Engine(StepGraphs):
         (`engine_costs.step_costs`)."""
         return step_costs(self, context, widths, sampling, repeats)
 
-    def _upload(self, uniforms: torch.Tensor) -> None:
-        """The uniforms of a round (or of a run of steps) in one host-to-device copy."""
-        s, n = self._slots, len(uniforms)
-        s.uniforms_host[:n].copy_(uniforms)
-        s.uniforms[:n].copy_(s.uniforms_host[:n], non_blocking=True)
-
     def _catch_up(self, model: StaticModel, context: list[int], upto: int, valid: str) -> None:
-        """Feed `model` (eagerly, one forward) the tokens of context[:upto] its cache lacks: the
-        prompt at the start of a run."""
+        """Feed `model` (eagerly, one forward: `Slots.feed`) the tokens of context[:upto] its cache
+        lacks: the prompt at the start of a run."""
         have = getattr(self, valid)
         if have < upto:
-            model.start.fill_(have)
-            ids = torch.tensor(context[have:upto], device=self.device)
-            if model is self._slots.target and self._layers is not None:   # the features drafter reads its rows
-                self._slots.features.rows[have:upto] = model.forward(ids, keep=1, layers=self._layers)[1]
-            else:
-                model.forward(ids, keep=1)   # no logits wanted
+            self._slots.feed(model, context[have:upto], have, self._layers)
             setattr(self, valid, upto)
 
 

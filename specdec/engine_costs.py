@@ -1,5 +1,5 @@
 """What the engine's steps cost, timed on the device: the medians the bench, `gpu-check` and the
-speed explorer predict with (`step_costs`), and a round's own draft and verify seconds (`_Timer`)."""
+speed explorer predict with (`step_costs`), and a round's own draft and verify seconds (`Timer`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from .sampling import DeviceSampling, Rule, SamplingConfig
 
 
-class _Timer:
+class Timer:
     """Seconds between marks: CUDA events on a GPU (no sync until the round's own), else the clock."""
 
     def __init__(self, device: torch.device):

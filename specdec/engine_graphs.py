@@ -1,14 +1,16 @@
-"""The engine's steps: what each one computes (the functions a CUDA graph captures: a draft step,
-a features-drafter step, a verify with its test inside, a target step) and how it runs: captured
-on first use when graphs are on, kept among the MAX_GRAPHS most recently used, and run eagerly
-from then on where a capture failed (`failures`). `engine.Engine` runs rounds out of these steps."""
+"""The engine's steps and their graphs: what each step computes (the functions a CUDA graph
+captures: a draft step, a features-drafter step, a verify with its test inside, a target step),
+over which buffers (`engine_slots`, made here so that new buffers drop the old graphs with them),
+and how it runs: captured on first use when graphs are on, kept among the MAX_GRAPHS most recently
+used, and run eagerly from then on where its capture failed (`failures`). `engine.Engine` runs
+rounds out of these steps."""
 
 from __future__ import annotations
 
 import torch
 
 from .drafters import align_logits
-from .engine_slots import _Slots
+from .engine_slots import FeatureSlots, Slots, length_for
 from .reduction import round_summary
 from .sampling import Verdict, sample, verify
 from .static_cache import Graphed
@@ -18,8 +20,8 @@ MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling
 
 
 class StepGraphs:
-    """A pair's steps over its buffers (`_slots`, made by the engine's `start`), as CUDA graphs
-    when `graphs`.
+    """A pair's steps over its buffers (`_slots`, made at a run's `start`), as CUDA graphs when
+    `graphs`.
 
     `capture` makes a step's graph from its function (default `Graphed`, CUDA only); a test gives
     an emulated capture to run the graph path on a CPU (tests/graph_emulation.py)."""
@@ -32,7 +34,18 @@ class StepGraphs:
         self.failure: str | None = None     # why the latest failed capture failed
         self.failures: dict[tuple, str] = {}  # the steps that run without a graph, and why
         self.eager_steps = 0                # steps run without their graph because capture failed
-        self._slots: _Slots | None = None
+        self._slots: Slots | None = None
+
+    def _make_slots(self, needed: int, gamma: int, features: bool) -> None:
+        """Buffers for runs of `needed` positions drafting up to `gamma` tokens (with the features
+        drafter's when `features`): the current ones if large enough, else new ones."""
+        s = self._slots
+        if s is None or s.length < needed or s.gamma < gamma:
+            length = length_for(needed, self.pair.context_length)
+            self._slots = None   # free the old caches and graphs first
+            self._slots = s = Slots(self.pair, length, max(gamma, 8))
+        if features and s.features is None:
+            s.features = FeatureSlots(self.pair, s.length, s.gamma)
 
     @property
     def name(self) -> str:

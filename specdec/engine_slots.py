@@ -1,7 +1,9 @@
 """The engine's buffers: static KV caches and every tensor a captured step reads or writes, made
 once per cache length and γ and kept at fixed addresses (a CUDA graph replays the addresses it
-was captured with). `engine.Engine` makes them at a run's `start`; the graphs live beside them
-(`_Slots.graphs`), so new buffers drop the old graphs too."""
+was captured with), with the two ways data gets into them from the host: a round's uniforms in
+one copy, and a prompt fed in one eager forward. Made at a run's `start`
+(`engine_graphs.StepGraphs`); the graphs live beside them (`Slots.graphs`), so new buffers drop
+the old graphs too."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from .sampling import DeviceSampling
 from .static_cache import Graphed, StaticFeatureNet, StaticModel
 
 
-def _length_for(needed: int, context: int | None) -> int:
+def length_for(needed: int, context: int | None) -> int:
     """Cache slots for a run needing `needed` positions: a power of two (so a few sizes serve every
     request and their graphs are reused), at least 256, at most the models' context."""
     size = 256
@@ -20,7 +22,7 @@ def _length_for(needed: int, context: int | None) -> int:
     return min(size, context) if context else size
 
 
-class _Slots:
+class Slots:
     """Static caches and every tensor a graph reads or writes, at fixed addresses, for runs of up
     to `length` positions and γ ≤ `gamma`."""
 
@@ -40,10 +42,27 @@ class _Slots:
         self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
         self.numbers = DeviceSampling(dev)   # temperature, k, p: graph inputs, so a slider move captures nothing
         self.graphs: dict[tuple, Graphed] = {}
-        self.features: _FeatureSlots | None = None   # made by the first run with the features drafter
+        self.features: FeatureSlots | None = None   # made by the first run with the features drafter
+        self.device = dev
+
+    def upload(self, uniforms: torch.Tensor) -> None:
+        """The uniforms of a round (or of a run of steps) in one host-to-device copy."""
+        n = len(uniforms)
+        self.uniforms_host[:n].copy_(uniforms)
+        self.uniforms[:n].copy_(self.uniforms_host[:n], non_blocking=True)
+
+    def feed(self, model: StaticModel, tokens: list[int], start: int, layers: tuple[int, ...] | None) -> None:
+        """Feed `model` (eagerly, one forward) `tokens` from cache position `start`, with no logits;
+        the target, with the features drafter's `layers`, writes its rows of those positions."""
+        model.start.fill_(start)
+        ids = torch.tensor(tokens, device=self.device)
+        if model is self.target and layers is not None:   # the features drafter reads its rows
+            self.features.rows[start:start + len(tokens)] = model.forward(ids, keep=1, layers=layers)[1]
+        else:
+            model.forward(ids, keep=1)   # no logits wanted
 
 
-class _FeatureSlots:
+class FeatureSlots:
     """What the features drafter's steps read and write: its net over a static cache of exact
     elements (element i = the target's rows at position i, fused, with token i + 1), the target's
     rows at every position (the verify writes those of its positions, at its start), the tokens of

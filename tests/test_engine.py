@@ -20,7 +20,8 @@ from specdec import (
     load_trace,
     speculative_generate,
 )
-from specdec.engine import _length_for, engine_for
+from specdec.engine import engine_for
+from specdec.engine_slots import length_for as _length_for
 from specdec.models import ModelPair, pick_device, pick_engine
 from specdec.sampling import sample
 from tiny import StopAfter, tiny_pair
