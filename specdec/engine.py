@@ -19,23 +19,23 @@ kernels; but on CUDA static and dynamic attention round differently, so there a 
 can differ between the eager decoder and this engine.
 
 One run at a time per pair (`Engine.lock`): the caches and graphs are the pair's, not the run's.
+
+Four parts, one module each: `Engine` here runs rounds (and the target alone's steps);
+`engine_graphs` holds the steps it runs and captures their graphs; `engine_slots` holds the
+buffers they read and write; `engine_costs` times the steps (the costs the bench predicts with).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 import torch
 
-from .drafters import align_logits
-from .reduction import round_summary
-from .sampling import DeviceSampling, SamplingConfig, Verdict, sample, verify
-from .static_cache import Graphed, StaticFeatureNet, StaticModel, unsupported
-from .trace import TOP_N
-
-MAX_GRAPHS = 64   # captured graphs kept per pair (each width, rule and sampling shape needs its own)
+from .engine_costs import Timer, step_costs
+from .engine_graphs import StepGraphs
+from .sampling import DeviceSampling, SamplingConfig
+from .static_cache import StaticModel, unsupported
 
 
 @dataclass
@@ -50,98 +50,23 @@ class RoundResult:
     seconds: tuple[float, float]
 
 
-def _length_for(needed: int, context: int | None) -> int:
-    """Cache slots for a run needing `needed` positions: a power of two (so a few sizes serve every
-    request and their graphs are reused), at least 256, at most the models' context."""
-    size = 256
-    while size < needed:
-        size *= 2
-    return min(size, context) if context else size
-
-
-class _Slots:
-    """Static caches and every tensor a graph reads or writes, at fixed addresses, for runs of up
-    to `length` positions and γ ≤ `gamma`."""
-
-    def __init__(self, pair, length: int, gamma: int):
-        dev = torch.device(pair.device)
-        self.length, self.gamma, self.vocab = length, gamma, pair.vocab_size
-        self.target = StaticModel(pair.target, length)
-        self.draft = StaticModel(pair.draft, length) if pair.draft is not None else None
-        self.t_in = torch.zeros(gamma + 1, dtype=torch.long, device=dev)   # verify: last token + drafts
-        self.d_in = torch.zeros(2, dtype=torch.long, device=dev)           # draft step: 1 or 2 new tokens
-        self.u_one = torch.zeros(1, dtype=torch.float64, device=dev)       # the uniform of one draw
-        self.uniforms = torch.zeros(max(2 * gamma + 1, 64), dtype=torch.float64, device=dev)
-        pin = dev.type == "cuda"
-        self.uniforms_host = torch.zeros(self.uniforms.shape, dtype=torch.float64, pin_memory=pin)
-        self.q_rows = torch.zeros(gamma, self.vocab, device=dev)
-        self.drafts = torch.zeros(gamma, dtype=torch.long, device=dev)
-        self.tokens = torch.zeros(64, dtype=torch.long, device=dev)       # target steps between syncs
-        self.numbers = DeviceSampling(dev)   # temperature, k, p: graph inputs, so a slider move captures nothing
-        self.graphs: dict[tuple, Graphed] = {}
-        self.features: _FeatureSlots | None = None   # made by the first run with the features drafter
-
-
-class _FeatureSlots:
-    """What the features drafter's steps read and write: its net over a static cache of exact
-    elements (element i = the target's rows at position i, fused, with token i + 1), the target's
-    rows at every position (the verify writes those of its positions, at its start), the tokens of
-    the elements a round feeds, and the drafter's latest feature, which the next drafting step reads."""
-
-    def __init__(self, pair, length: int, gamma: int):
-        from . import features as fx
-
-        dev = torch.device(pair.device)
-        self.net = fx.net_for(pair)
-        self.layers = self.net.feature_layers
-        self.model = StaticFeatureNet(self.net, length)
-        self.rows = torch.zeros(length, self.net.row_width, device=dev)
-        self.tokens = torch.zeros(gamma + 1, dtype=torch.long, device=dev)
-        self.prev = torch.zeros(self.net.config.hidden_size, device=dev)
-        self.embed = pair.target.get_input_embeddings()
-        self.norm = pair.target.get_decoder().norm
-        self.head = pair.target.get_output_embeddings()
-
-
-class Engine:
-    """A pair's static-cache engine (CUDA graphs when `graphs`).
-
-    `capture` makes a step's graph from its function (default `Graphed`, CUDA only); a test gives
-    an emulated capture to run the graph path on a CPU (tests/graph_emulation.py)."""
+class Engine(StepGraphs):
+    """A pair's static-cache engine (CUDA graphs when `graphs`): a run's rounds, or the target
+    alone's steps, out of its steps (`engine_graphs.StepGraphs`: what each computes, and its graph),
+    with what its caches hold of the current run's context."""
 
     def __init__(self, pair, graphs: bool, capture=None):
-        self.pair = pair
-        self.device = torch.device(pair.device)
-        self.capture = capture or Graphed
-        self.graphs = bool(graphs) and (self.device.type == "cuda" or capture is not None)
-        self.failure: str | None = None     # why the latest failed capture failed
-        self.failures: dict[tuple, str] = {}  # the steps that run without a graph, and why
-        self.eager_steps = 0                # steps run without their graph because capture failed
+        super().__init__(pair, graphs, capture)
         self.lock = threading.Lock()
-        self._slots: _Slots | None = None
         self.t_valid = self.d_valid = 0     # cache positions that hold the current run's context
         self.f_valid = 0                    # exact elements in the features drafter's cache
         self.drafter = "model"              # the current run's: "model" or "features"
-
-    @property
-    def name(self) -> str:
-        return getattr(self.capture, "label", "cuda graphs") if self.graphs else "static cache"
-
-    def name_since(self, eager_steps: int) -> str:
-        """What ran since `eager_steps` was read: the graphs, unless a step ran without its graph."""
-        return self.name if self.eager_steps == eager_steps else "static cache (a graph capture failed)"
 
     # -------------------------------------------------------------- a run
     def start(self, needed: int, gamma: int, drafter: str = "model") -> None:
         """Prepare for a new run needing `needed` positions and drafting up to `gamma` tokens with
         the `drafter` ("model" or "features")."""
-        s = self._slots
-        if s is None or s.length < needed or s.gamma < gamma:
-            length = _length_for(needed, self.pair.context_length)
-            self._slots = None   # free the old caches and graphs first
-            self._slots = s = _Slots(self.pair, length, max(gamma, 8))
-        if drafter == "features" and s.features is None:
-            s.features = _FeatureSlots(self.pair, s.length, s.gamma)
+        self._make_slots(needed, gamma, features=drafter == "features")
         self.drafter = drafter
         self.t_valid = self.d_valid = self.f_valid = 0
 
@@ -164,11 +89,11 @@ class Engine:
         """Draft g tokens, verify them in one target forward, decide; one sync. `uniforms` [2g + 1]
         float64: the g draft draws, the g acceptance draws, the end token's draw. None if `stop`
         was set between forwards (the round's work is dropped)."""
-        s, timer = self._slots, _Timer(self.device)
+        s, timer = self._slots, Timer(self.device)
         last = len(context) - 1                        # the target's cache holds context[:last]
         shape = DeviceSampling.shape(sampling)
         s.numbers.set(sampling)
-        self._upload(uniforms)
+        s.upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         if g and self.drafter == "features":
             if not self._draft_features(context, g, shape, stop):
@@ -246,7 +171,7 @@ class Engine:
         s = self._slots
         last = len(context) - 1
         s.numbers.set(sampling)
-        self._upload(uniforms)
+        s.upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
         s.t_in[0].fill_(context[-1])
         for i in range(k):
@@ -258,181 +183,19 @@ class Engine:
         self.t_valid = last + k
         return s.tokens[:k].tolist()                   # the one host sync
 
-    @torch.inference_mode()
     def costs(self, context: list[int], widths: list[int], sampling: SamplingConfig, repeats: int = 50) -> dict:
-        """Median milliseconds, on this engine, of one draft step, one target step (the target
-        alone's token), and one verify of each width (its test and residual included): the costs
-        the bench, `gpu-check` and the speed explorer predict with. Each call is timed with a
-        device sync around it."""
-        from .sampling import Rule
-
-        gamma = max(widths) - 1
-        with self.lock:
-            self.start(len(context) + gamma + 2, max(gamma, 1))
-            s, last = self._slots, len(context) - 1
-            self._catch_up(s.target, context, last, "t_valid")
-            self._catch_up(s.draft, context, last, "d_valid")
-            s.target.start.fill_(last)
-            s.draft.start.fill_(last)
-            for buf in (s.t_in, s.d_in, s.drafts):
-                buf.fill_(context[-1])
-            s.q_rows.fill_(1.0 / s.vocab)
-            s.uniforms.fill_(0.5)
-            s.u_one.fill_(0.5)
-            s.numbers.set(sampling)
-            shape = DeviceSampling.shape(sampling)
-            timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, shape), self._draft_fn),
-                                                 repeats, self.device),
-                     "target_step_ms": _median_ms(lambda: self._run(("step", shape), self._step_fn),
-                                                  repeats, self.device)}
-            by_width = {1: timed["target_step_ms"]}
-            for w in widths:
-                if w > 1:
-                    key = ("verify", w - 1, shape, Rule.EXACT, False, None)
-                    by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
-            self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
-        return {**timed, "target_ms_by_width": by_width,
-                "c": timed["draft_step_ms"] / timed["target_step_ms"], "engine": self.name}
-
-    # -------------------------------------------------------------- what the graphs hold
-    def _draft_fn(self, key):
-        _, width, shape = key
-        s = self._slots
-
-        def fn():
-            logits = s.draft.forward(s.d_in[:width])[-1]
-            q = s.numbers.probs(align_logits(logits, s.vocab), shape)
-            return q, sample(q, uniforms=s.u_one)
-        return fn
-
-    def _features_fn(self, key):
-        _, width, exact, shape = key
-        s, f = self._slots, self._slots.features
-
-        def fn():
-            if exact:   # the kept positions' rows, as the target computed them
-                feats = f.net.fused(f.rows.index_select(0, f.model.start + f.model.slots[:width]))
-            else:       # the drafter's own feature from the step before
-                feats = f.prev[None]
-            feature = f.norm(f.model.forward(feats, f.embed(f.tokens[:width]))[-1])
-            q = s.numbers.probs(align_logits(f.head(feature), s.vocab), shape)
-            # The feature goes to `prev` outside the step: a step that read and wrote `prev` would
-            # move it on at each of a capture's warm-up runs.
-            return q, sample(q, uniforms=s.u_one), feature
-        return fn
-
-    def _verify_fn(self, key):
-        _, g, shape, rule, trace, layers = key
-        s = self._slots
-
-        def fn():
-            if layers is None:
-                logits = s.target.forward(s.t_in[:g + 1])
-            else:   # the features drafter's next round reads these positions' rows
-                logits, rows = s.target.forward(s.t_in[:g + 1], layers=layers)
-                s.features.rows.index_copy_(0, s.target.start + s.target.slots[:g + 1], rows)
-            p = s.numbers.probs(align_logits(logits, s.vocab), shape)
-            v: Verdict = verify(p, s.q_rows[:g], s.drafts[:g], s.uniforms[g:2 * g].float(), rule=rule,
-                                end_uniform=s.uniforms[2 * g:2 * g + 1])
-            # float64: the ids are exact in it, and so are the summary's float64 sums.
-            head = torch.cat([torch.stack([v.n_accepted, v.end_token.reshape(())]), s.drafts[:g]]).double()
-            if not trace:
-                return head
-            # The trace's rows reduced here, so the round's one copy moves O(g x TOP_N) numbers, not g x V.
-            return torch.cat([head, round_summary(p, s.q_rows[:g], s.drafts[:g], v.end_dist, v.n_accepted,
-                                                  v.end_token, TOP_N)])
-        return fn
-
-    def _step_fn(self, key):
-        _, shape = key
-        s = self._slots
-
-        def fn():
-            p = s.numbers.probs(align_logits(s.target.forward(s.t_in[:1]), s.vocab), shape)[0]
-            return sample(p, uniforms=s.u_one)
-        return fn
-
-    # -------------------------------------------------------------- plumbing
-    def _run(self, key: tuple, make):
-        """The step `key` (captured as a graph on first use when graphs are on), run once. The
-        cache keeps the MAX_GRAPHS most recently used; a step whose capture failed runs eagerly
-        from then on (`failures`), and every other step keeps its graph."""
-        s = self._slots
-        if not self.graphs:
-            return make(key)()
-        graph = s.graphs.pop(key, None)
-        if graph is None and key not in self.failures:
-            if len(s.graphs) >= MAX_GRAPHS:
-                s.graphs.pop(next(iter(s.graphs)))          # the least recently used
-            try:
-                graph = self.capture(make(key))
-            except Exception as err:   # capture is not possible here (an op that syncs, ZeroGPU...)
-                self.failure = self.failures[key] = f"{type(err).__name__}: {err}"[:300]
-                while len(self.failures) > MAX_GRAPHS:
-                    self.failures.pop(next(iter(self.failures)))
-        if graph is None:
-            self.eager_steps += 1
-            return make(key)()
-        s.graphs[key] = graph                               # now the most recently used
-        return graph()
-
-    def _upload(self, uniforms: torch.Tensor) -> None:
-        """The uniforms of a round (or of a run of steps) in one host-to-device copy."""
-        s, n = self._slots, len(uniforms)
-        s.uniforms_host[:n].copy_(uniforms)
-        s.uniforms[:n].copy_(s.uniforms_host[:n], non_blocking=True)
+        """Median milliseconds of one draft step, one target step and one verify of each width on
+        this engine: the costs the bench, `gpu-check` and the speed explorer predict with
+        (`engine_costs.step_costs`)."""
+        return step_costs(self, context, widths, sampling, repeats)
 
     def _catch_up(self, model: StaticModel, context: list[int], upto: int, valid: str) -> None:
-        """Feed `model` (eagerly, one forward) the tokens of context[:upto] its cache lacks: the
-        prompt at the start of a run."""
+        """Feed `model` (eagerly, one forward: `Slots.feed`) the tokens of context[:upto] its cache
+        lacks: the prompt at the start of a run."""
         have = getattr(self, valid)
         if have < upto:
-            model.start.fill_(have)
-            ids = torch.tensor(context[have:upto], device=self.device)
-            if model is self._slots.target and self._layers is not None:   # the features drafter reads its rows
-                self._slots.features.rows[have:upto] = model.forward(ids, keep=1, layers=self._layers)[1]
-            else:
-                model.forward(ids, keep=1)   # no logits wanted
+            self._slots.feed(model, context[have:upto], have, self._layers)
             setattr(self, valid, upto)
-
-
-class _Timer:
-    """Seconds between marks: CUDA events on a GPU (no sync until the round's own), else the clock."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.marks = [self._now()]
-
-    def _now(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def mark(self) -> None:
-        self.marks.append(self._now())
-
-    def seconds(self) -> tuple[float, ...]:
-        if self.cuda:
-            return tuple(a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:]))
-        return tuple(b - a for a, b in zip(self.marks, self.marks[1:]))
-
-
-def _median_ms(fn, repeats: int, device: torch.device) -> float:
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 def unsupported_by(pair) -> str | None:

@@ -206,3 +206,20 @@ def test_import_specdec_loads_neither_gradio_nor_plotly_and_the_app_imports():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
     out = _python("import specdec.app, specdec.app.page.layout; specdec.app.page.layout.build_app(); print('ok')")
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+MAX_CLASS_LINES = 150   # a class reads in a few screens: the engine is four (rounds, steps, buffers, timing)
+
+
+def classes(source: str):
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            yield node.name, node.end_lineno - node.lineno + 1
+
+
+def test_no_class_over_150_lines():
+    sizes = {f"{m}.{name}": n for m, p in MODULES.items() for name, n in classes(p.read_text(encoding="utf-8"))}
+    assert "specdec.engine.Engine" in sizes and "specdec.engine_slots.Slots" in sizes   # the package's classes are read
+    long = {c: n for c, n in sizes.items() if n > MAX_CLASS_LINES}
+    assert not long, long
+    assert dict(classes("class Long:\n" + "    x = 1\n" * 150)) == {"Long": 151}   # the control: one line over

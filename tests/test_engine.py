@@ -20,7 +20,8 @@ from specdec import (
     load_trace,
     speculative_generate,
 )
-from specdec.engine import _length_for, engine_for
+from specdec.engine import engine_for
+from specdec.engine_slots import length_for as _length_for
 from specdec.models import ModelPair, pick_device, pick_engine
 from specdec.sampling import sample
 from tiny import StopAfter, tiny_pair
@@ -276,7 +277,7 @@ def test_the_engines_rounds_equal_the_eager_recording_of_the_same_rows(monkeypat
     """The engine reduces its rows inside the verify step and copies the summary; the eager
     decoder hands its rows to `Pending.of`, which reduces them on the host. Given the same rows,
     both give the same Round exactly: every kept id, value, tail bucket, beta and skip bias."""
-    import specdec.engine as eng
+    import specdec.engine_graphs as eng
     from specdec.recording import Pending, record
     from specdec.rounds import Step
 

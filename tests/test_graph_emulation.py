@@ -181,7 +181,7 @@ def test_a_failed_capture_costs_only_its_own_step_and_the_run_says_what_ran():
 
 
 def test_the_graph_cache_evicts_the_least_recently_used(monkeypatch):
-    import specdec.engine as engine_module
+    import specdec.engine_graphs as engine_module
 
     monkeypatch.setattr(engine_module, "MAX_GRAPHS", 2)
     emu = Emulator()
