@@ -119,7 +119,7 @@ def test_a_worker_whose_server_dies_mid_run_stops_and_exits(tmp_path):
     server.write_text(
         "import os, sys\n"
         "from specdec import RunSettings\n"
-        "from specdec.app import workers\n"
+        "from specdec.app.server import workers\n"
         "w = workers.Worker()\n"
         "assert w.wait_ready(240)\n"
         "w.jobs.send((1, 'To be', RunSettings(gamma=1, max_new_tokens=240, seed=1), None))\n"

@@ -303,7 +303,7 @@ def decode(preset: str, pair, prompt: str, settings, stop, on_round=None) -> Gen
 
 
 if __name__ == "__main__":   # a worker: run from the module by its name, so what it pickles names it
-    from specdec.app import workers
+    from specdec.app.server import workers
 
     job_fd, out_fd, stop_fd = (int(a) for a in sys.argv[1:4])
     workers.serve(Connection(job_fd, writable=False), Connection(out_fd, readable=False),
