@@ -322,7 +322,7 @@ def _residual_mass(r: dict, where: str, end_p: dict, end_q: dict | None, version
             fail(f"{where}.residual_mass", f"is {rm:.6g}, but sum(max(0, p - q)) over the stored rows is {mass:.6g}")
 
 
-_SETTINGS_KEYS = ("mode", "gamma", "max_new_tokens", "sampling", "seed", "rule", "drafter", "skip_adjustment")
+_SETTINGS_KEYS = ("mode", "gamma", "max_new_tokens", "sampling", "seed", "rule", "drafter", "skip_adjustment", "chat")
 
 
 def _settings(s, where: str):
@@ -339,6 +339,8 @@ def _settings(s, where: str):
             fail(f"{where}.{key}", f"is {shown(s[key])}: expected text")
     if "rule" in s and s["rule"] not in [r.value for r in Rule]:
         fail(f"{where}.rule", f"is {shown(s['rule'])}: expected one of {', '.join(repr(r.value) for r in Rule)}")
+    if s.get("chat") is not None and not isinstance(s["chat"], bool):
+        fail(f"{where}.chat", f"is {shown(s['chat'])}: expected true, false or null")
     for key in ("gamma", "max_new_tokens", "seed"):
         if key in s and not is_whole(s[key]):
             fail(f"{where}.{key}", f"is {shown(s[key])}: expected a whole number")
