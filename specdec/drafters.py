@@ -14,7 +14,7 @@ import torch
 
 from . import features as fx
 from .sampling import SamplingConfig, logits_to_probs, sample
-from .settings import DRAFTERS
+from .settings import DRAFTERS, lacks_draft_model
 
 
 class Drafter(Protocol):
@@ -257,9 +257,7 @@ def drafters_for(pair) -> list[str]:
 def check_drafter(name: str, pair) -> None:
     """ValueError, naming the drafters the pair has, when it cannot run the drafter `name`."""
     if name == "model" and getattr(pair, "draft", None) is None:
-        others = " or ".join(repr(k) for k in drafters_for(pair))
-        raise ValueError(f"the 'model' drafter is a drafter this pair lacks: {pair.label} has no draft model. "
-                         f"Choose the {others} drafter")
+        raise ValueError(lacks_draft_model(pair.label, drafters_for(pair)))
 
 
 def make_drafter(name: str, pair) -> Drafter:

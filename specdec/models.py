@@ -28,6 +28,7 @@ import torch
 
 from . import manifest, realmodel
 from .errors import ModelLoadError
+from .settings import lacks_draft_model
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 BUNDLED = "bundled"
@@ -249,14 +250,16 @@ def _is_offline() -> bool:
 
 def load_pair(target: str | None = None, draft: str | None = None, preset: str | None = None,
               device: str | None = None, dtype: str | None = None, engine: str | None = None, *,
-              cache: str | Path | None = None, progress: realmodel.Progress | None = None) -> ModelPair:
+              cache: str | Path | None = None, progress: realmodel.Progress | None = None,
+              drafter: str | None = None) -> ModelPair:
     """Load a pair: the bundled default, a preset key, or explicit target/draft paths or hub ids (a
     target alone: a pair with no draft model, whose drafters need none).
 
     A preset of a real model (`smollm2-135m`) loads from the user's cache (`cache`, by default
     `realmodel.cache_root()`), converted there first from the installed wheel if need be
     (`progress(fraction, words)` hears how that goes). Loading never downloads: without the model,
-    ModelLoadError names the command that fetches it.
+    ModelLoadError names the command that fetches it. `drafter`: the one the caller means to run,
+    refused before anything loads when the pair lacks it (the 'model' drafter without a draft model).
 
     `dtype`: None or "float32" (the default on every device: exact), "bfloat16" or "float16" (half
     precision, asked for). `engine`: "auto" (CUDA graphs on a GPU, eager on a CPU), "eager",
@@ -266,6 +269,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     hub model, different tokenizers, weights not in safetensors format.
     """
     target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
+    if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
+        raise ModelLoadError(lacks_draft_model(label, ["ngram"]))
     names = [n for n in (target, draft) if n is not None]
     if not checked:
         check_folders(*names)

@@ -25,6 +25,12 @@ DRAFTERS = {
 }
 
 
+def lacks_draft_model(label: str, choices: list[str]) -> str:
+    """What a run that asks for the 'model' drafter hears from a pair with no draft model."""
+    return (f"the 'model' drafter is a drafter this pair lacks: {label} has no draft model. Choose the "
+            f"{' or '.join(map(repr, choices))} drafter")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     mode: str = SPECULATIVE            # speculative | autoregressive (the target alone)
