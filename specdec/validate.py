@@ -426,7 +426,7 @@ def _check(d, lim: ImportLimits) -> None:
     if models.get("context_length") is not None:
         whole(models["context_length"], "models.context_length", 1, MAX_ID)
     for key in ("label", "target", "draft", "device", "dtype"):
-        if key in models:
+        if key in models and not (key == "draft" and models[key] is None):   # null: a pair with no draft model
             text_field(models[key], f"models.{key}", 1000)
     text_field(d["prompt"], "prompt", lim.max_prompt_chars * 4)   # a typed prompt, or the text of given ids
     token_ids(d["prompt_ids"], "prompt_ids", vocab, lim.max_prompt_tokens, lim.name("max_prompt_tokens"))
