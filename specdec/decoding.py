@@ -28,6 +28,7 @@ import torch
 
 from . import features as fx
 from . import trace as tr
+from .drafters import check_drafter
 from .recording import BATCH_BYTES, Pending, record
 from .rounds import _sync as _sync
 from .rounds import rounds_for, steps_for
@@ -73,6 +74,8 @@ def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
     if not prompt_ids:
         raise ValueError("the prompt is empty: type at least one word")
     settings.validate()
+    if settings.speculative:
+        check_drafter(settings.drafter, pair)
     limit = pair.context_length
     if limit and settings.gamma >= limit:
         raise ValueError(f"gamma (drafts per round) is {settings.gamma}, but the models' context holds {limit} tokens: "
@@ -152,7 +155,7 @@ def autoregressive_generate(pair, prompt: str | list[int], settings: RunSettings
     like the speculative decoder: a comparison of the two is like for like."""
     s = settings or RunSettings()
     settings = RunSettings(mode=AUTOREGRESSIVE, gamma=1, max_new_tokens=s.max_new_tokens, sampling=s.sampling,
-                           seed=s.seed)
+                           seed=s.seed, chat=s.chat)
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     steps = steps_for(pair)
@@ -208,8 +211,10 @@ def _record(gen: Generation, tally: tr.Tally, pending: list[Pending], rule: Rule
 
 
 def _start(pair, prompt, settings: RunSettings) -> tuple[Generation, list[int]]:
-    """The empty trace of a checked request, and the context the loop extends."""
-    prompt_text, prompt_ids = pair.encode(prompt)
+    """The empty trace of a checked request, and the context the loop extends. The trace records
+    whether the prompt was read as a chat turn (`settings.chat` resolved for this pair)."""
+    settings = settings.with_(chat=pair.uses_chat(prompt, settings.chat))
+    prompt_text, prompt_ids = pair.encode(prompt, settings.chat)
     check_request(pair, prompt_ids, settings)
     gen = Generation(prompt=prompt_text, prompt_ids=list(prompt_ids), token_ids=[], text="", rounds=[],
                      stats=tr.Stats(), settings=settings, models=pair.describe(), eos_token_id=pair.eos_token_id)

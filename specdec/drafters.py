@@ -14,7 +14,7 @@ import torch
 
 from . import features as fx
 from .sampling import SamplingConfig, logits_to_probs, sample
-from .settings import DRAFTERS
+from .settings import DRAFTERS, lacks_draft_model
 
 
 class Drafter(Protocol):
@@ -248,8 +248,16 @@ def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def drafters_for(pair) -> list[str]:
-    """The drafter keys that can run on this pair (the features drafter needs weights for its target)."""
-    return [key for key in DRAFTERS if key != "features" or fx.available(pair)]
+    """The drafter keys that can run on this pair: the model drafter needs a draft model, the
+    features drafter weights for its target."""
+    return [key for key in DRAFTERS if (key != "features" or fx.available(pair))
+            and (key != "model" or getattr(pair, "draft", None) is not None)]
+
+
+def check_drafter(name: str, pair) -> None:
+    """ValueError, naming the drafters the pair has, when it cannot run the drafter `name`."""
+    if name == "model" and getattr(pair, "draft", None) is None:
+        raise ValueError(lacks_draft_model(pair.label, drafters_for(pair)))
 
 
 def make_drafter(name: str, pair) -> Drafter:
@@ -257,6 +265,7 @@ def make_drafter(name: str, pair) -> Drafter:
     if name == "ngram":
         return NgramDrafter(pair.vocab_size)
     if name == "model":
+        check_drafter(name, pair)
         return ModelDrafter(pair.draft, pair.vocab_size)
     if name == "features":
         return FeaturesDrafter(fx.net_for(pair), pair.target, pair.vocab_size)

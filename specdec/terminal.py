@@ -52,6 +52,16 @@ def legend(gen: Generation, colour: bool) -> str:
     return "legend: " + " | ".join(items)
 
 
+def describe_device(pair) -> str:
+    """Device, weights and engine in words; half precision says what it gives up."""
+    d = pair.describe()
+    text = f"{d['device']}, {d['dtype']}, {d['engine']} engine"
+    if d["dtype"] != "float32":
+        text += (" — half precision: a verify pass and a one-token step can round differently, so the output is "
+                 "exact with respect to the verify pass's p, not token for token the target alone's")
+    return text
+
+
 def stats_lines(gen: Generation) -> list[str]:
     from .speed import expected_tokens_per_round
 
@@ -67,3 +77,18 @@ def stats_lines(gen: Generation) -> list[str]:
         f"forward passes: target {s.target_forwards}, draft {s.draft_forwards}",
         f"time {s.wall_seconds:.3f} s (drafting {s.draft_seconds:.3f} s, verifying {s.verify_seconds:.3f} s)",
     ]
+
+
+def run_text(gen: Generation, prompt: str, colour: bool) -> str:
+    """The whole of a run for a terminal: the legend, the prompt and the marked output, the numbers."""
+    return "\n".join([legend(gen, colour), "", prompt + render_tokens(gen, colour), "", *stats_lines(gen)])
+
+
+def comparison_line(spec: Generation, alone: Generation) -> str:
+    """A speculative run against the target alone, both timed warm (`measure.compare_with_target`)."""
+    from .speed import speedup
+
+    return (f"timed again, both warmed up, in the order speculative, alone, alone, speculative (mean of two each): "
+            f"speculative {spec.stats.new_tokens} tokens in {spec.stats.wall_seconds:.3f} s; target alone "
+            f"{alone.stats.new_tokens} tokens in {alone.stats.wall_seconds:.3f} s ({alone.stats.target_forwards} "
+            f"target forwards); speedup x{speedup(spec.stats, alone.stats):.2f}")

@@ -322,7 +322,7 @@ def _residual_mass(r: dict, where: str, end_p: dict, end_q: dict | None, version
             fail(f"{where}.residual_mass", f"is {rm:.6g}, but sum(max(0, p - q)) over the stored rows is {mass:.6g}")
 
 
-_SETTINGS_KEYS = ("mode", "gamma", "max_new_tokens", "sampling", "seed", "rule", "drafter", "skip_adjustment")
+_SETTINGS_KEYS = ("mode", "gamma", "max_new_tokens", "sampling", "seed", "rule", "drafter", "skip_adjustment", "chat")
 
 
 def _settings(s, where: str):
@@ -339,6 +339,8 @@ def _settings(s, where: str):
             fail(f"{where}.{key}", f"is {shown(s[key])}: expected text")
     if "rule" in s and s["rule"] not in [r.value for r in Rule]:
         fail(f"{where}.rule", f"is {shown(s['rule'])}: expected one of {', '.join(repr(r.value) for r in Rule)}")
+    if s.get("chat") is not None and not isinstance(s["chat"], bool):
+        fail(f"{where}.chat", f"is {shown(s['chat'])}: expected true, false or null")
     for key in ("gamma", "max_new_tokens", "seed"):
         if key in s and not is_whole(s[key]):
             fail(f"{where}.{key}", f"is {shown(s[key])}: expected a whole number")
@@ -424,7 +426,7 @@ def _check(d, lim: ImportLimits) -> None:
     if models.get("context_length") is not None:
         whole(models["context_length"], "models.context_length", 1, MAX_ID)
     for key in ("label", "target", "draft", "device", "dtype"):
-        if key in models:
+        if key in models and not (key == "draft" and models[key] is None):   # null: a pair with no draft model
             text_field(models[key], f"models.{key}", 1000)
     text_field(d["prompt"], "prompt", lim.max_prompt_chars * 4)   # a typed prompt, or the text of given ids
     token_ids(d["prompt_ids"], "prompt_ids", vocab, lim.max_prompt_tokens, lim.name("max_prompt_tokens"))

