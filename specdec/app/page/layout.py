@@ -103,6 +103,9 @@ def _controls(v) -> None:
                     d.skip_adjustment, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual adjustment (biased)",
                     info="After a rejection sample p instead of the residual.", elem_id="skip-adjustment")
                 v.compare_ar = gr.Checkbox(d.compare_ar, label="compare with autoregressive", elem_id="compare-ar")
+                v.raw_text = gr.Checkbox(d.raw_text, label="raw text (no chat template)", elem_id="raw-text",
+                                         info="An instruct model reads the prompt as a user turn under its chat "
+                                              "template; tick to send the text as it is.")
         with gr.Column(scale=1):
             v.gamma = gr.Slider(1, limits.MAX_GAMMA, value=d.gamma, step=1, label="γ (drafts per round)",
                                 elem_id="gamma")
@@ -237,6 +240,10 @@ def _wire_run(demo: gr.Blocks, v) -> None:
                 api_name=False, queue=False, trigger_mode="always_last", **QUIET)
     for event in (v.preset.change, v.prompt.change, demo.load):
         event(**room)
+    # Picking a real model this machine lacks fetches it (SPECDEC_FETCH) with a progress bar, then
+    # loads it; the drafter and the prompt follow the pair.
+    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt], [v.drafter, v.prompt, v.status],
+                   api_name=False, show_progress_on=[v.status])
 
 
 def _with_held_parts(v, event):

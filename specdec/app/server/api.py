@@ -19,6 +19,7 @@ from ...settings import RunSettings
 from . import limits
 
 DEFAULT_PROMPT = "To be, or not to be"
+CHAT_PROMPT = "What is the capital of France?"   # an instruct model's first question (a user turn)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class RunRequest:
     seed: int = 0
     skip_adjustment: bool = False
     compare_ar: bool = False
+    raw_text: bool = False   # an instruct model reads the prompt as raw text, not as a user turn
 
     @classmethod
     def names(cls) -> list[str]:
@@ -67,14 +69,15 @@ class RunRequest:
                                     top_k=whole_number(self.top_k, "top-k", 0), top_p=number(self.top_p, "top-p")),
             seed=seed_number(self.seed),
             rule=Rule.SKIP_ADJUSTMENT if self.skip_adjustment else Rule.EXACT,
-            drafter=self.drafter if isinstance(self.drafter, str) else repr(self.drafter))
+            drafter=self.drafter if isinstance(self.drafter, str) else repr(self.drafter),
+            chat=False if self.raw_text is True else None)
         limits.check_run(settings.validate())
         return prompt, self.preset, settings
 
 
 # The example prompts: each shows one thing (rejections, a greedy run, the n-gram drafter on
 # repetitive text); the form fills the fields they name.
-EXAMPLE_FIELDS = ("prompt", "drafter", "gamma", "temperature")
+EXAMPLE_FIELDS = ("prompt", "preset", "drafter", "gamma", "temperature")
 EXAMPLES = [
     RunRequest(),
     RunRequest(prompt="ROMEO:\nBut, soft! what light through yonder window breaks?", temperature=0.8),
@@ -83,7 +86,15 @@ EXAMPLES = [
                       "To be, or not to be,", drafter="ngram", gamma=6, temperature=0.0),
     RunRequest(prompt="the king, the king, the king, the king, the king, the king, the", drafter="ngram", gamma=8),
     RunRequest(prompt="HAMLET:\nWhat a piece of work is a man!", temperature=0.0),
+    # The real model (SmolLM2-135M-Instruct): a question as a user turn under its chat template.
+    RunRequest(prompt=CHAT_PROMPT, preset="smollm2-135m", drafter="ngram", temperature=0.0),
+    RunRequest(prompt="Write a short poem about the sea.", preset="smollm2-135m", drafter="ngram", temperature=1.0),
 ]
+
+
+def default_prompt(preset: str) -> str:
+    """The prompt a pair opens with: a question for a chat model, Shakespeare for the bundled pair."""
+    return CHAT_PROMPT if preset != BUNDLED and PRESETS.get(preset) and PRESETS[preset].source else DEFAULT_PROMPT
 
 
 # ---------------------------------------------------------------- a link to a step
@@ -91,14 +102,16 @@ EXAMPLES = [
 # Query key -> RunRequest field. A run is deterministic for its settings and seed, so a link
 # carries the request, not its results; `round` opens a round (1-based).
 LINK_KEYS = {"prompt": "prompt", "pair": "preset", "drafter": "drafter", "gamma": "gamma", "n": "max_new_tokens",
-             "t": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed", "skip": "skip_adjustment"}
+             "t": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed", "skip": "skip_adjustment",
+             "raw": "raw_text"}   # raw: only in a link that sets it (older links stay as they were)
 _TEXT_FIELDS = ("prompt", "preset", "drafter")
 
 
 def link_query(request: RunRequest, round_number=None) -> str:
     """The query string that reproduces a run and opens a round."""
     values = {key: getattr(request, name) for key, name in LINK_KEYS.items()}
-    values.update(skip=int(bool(request.skip_adjustment)), round=round_number)
+    values.update(skip=int(bool(request.skip_adjustment)), raw=1 if request.raw_text is True else None,
+                  round=round_number)
     return "?" + urllib.parse.urlencode({k: _plain(v) for k, v in values.items() if v is not None})
 
 
@@ -116,6 +129,7 @@ def parse_link(params) -> tuple[dict, int | None] | None:
     found = {name: (params[key] if name in _TEXT_FIELDS else _number(params[key]))
              for key, name in LINK_KEYS.items() if key in params}
     found["skip_adjustment"] = str(params.get("skip", "0")) in ("1", "true", "True")
+    found["raw_text"] = str(params.get("raw", "0")) in ("1", "true", "True")
     round_number = _number(params.get("round"))
     return found, int(round_number) if isinstance(round_number, (int, float)) else None
 

