@@ -19,12 +19,15 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
 from specdec.app.page.layout import build_app, launch_kwargs  # noqa: E402
+from specdec.app.server import limits  # noqa: E402
 from specdec.app.server.pairs import preload  # noqa: E402
 from specdec.app.server.runs import warm_up  # noqa: E402
 from specdec.app.server.serving import configure, launch_options  # noqa: E402
 
 demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/app/server/serving.py)
 preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens
+if limits.OPEN_ON != "bundled":   # the Space: the real model is fetched and loaded; the bundled pair serves meanwhile
+    preload(limits.OPEN_ON, then=warm_up, fetch=True)
 
 if __name__ == "__main__":
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1",

@@ -197,9 +197,7 @@ def open_link(request: gr.Request, stops: list | None = None):
     """On page load: a link's settings fill the form, the run starts, and its round opens."""
     parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
     if parsed is None:
-        # No link: change nothing. An empty dict is not read as outputs by name, and a generator
-        # that yields nothing blanks every output, so skip one output explicitly.
-        yield dict(status=gr.skip())
+        yield opening_pair()
         return
     fields, round_number = parsed
     fields, lowered = fit_link(fields)
@@ -212,6 +210,21 @@ def open_link(request: gr.Request, stops: list | None = None):
         yield dict(status=f"{last['status']} {lowered}")
     if round_number is not None and isinstance(last.get("run_state"), Generation):
         yield views.show_step(last["run_state"], round_number, None)
+
+
+def opening_pair() -> dict:
+    """A fresh page without a link: on the pair this server opens on (SPECDEC_OPEN_ON, the Space's
+    real model) once it is loaded; until then the bundled pair, and a line saying so. Otherwise
+    nothing changes (an empty dict is not read as outputs by name, and a generator that yields
+    nothing blanks every output, so one output is skipped explicitly)."""
+    key = limits.OPEN_ON
+    if key in (None, BUNDLED) or key not in PRESETS:
+        return dict(status=gr.skip())
+    if not is_loaded(key):
+        return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
+                           "serves until it is ready (then pick it under Model pair, or reload the page).")
+    have = drafters_for(get_pair(key))
+    return dict(preset=key, prompt=default_prompt(key), drafter="features" if "features" in have else "ngram")
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:

@@ -103,16 +103,17 @@ def is_loaded(key: str) -> bool:
         return key in _LOADED
 
 
-def preload(key: str = BUNDLED, then=None) -> threading.Thread:
+def preload(key: str = BUNDLED, then=None, fetch: bool = False) -> threading.Thread:
     """Load a pair in the background at start-up so the first request does not wait for it;
-    `then(pair)` runs after loading (the app warms the decoders up with it)."""
+    `then(pair)` runs after loading (the app warms the decoders up with it). `fetch`: a real model
+    this machine lacks is fetched first (`ready`; the Space opens on it, SPECDEC_OPEN_ON)."""
     def work():
         try:
-            pair = get_pair(key)
+            pair = ready(key) if fetch else get_pair(key)
         except ModelLoadError:
             return   # reported when a request asks for it
         if then is not None:
             then(pair)
-    thread = threading.Thread(target=work, daemon=True, name="specdec-preload")
+    thread = threading.Thread(target=work, daemon=True, name=f"specdec-preload-{key}")
     thread.start()
     return thread
