@@ -38,17 +38,19 @@ average, so with **c** = a draft step ÷ a target step and **v(γ)** = a verify 
 
 **speedup(α, γ) = (1 − α^(γ+1)) / ((1 − α) (γ c + v(γ)))**
 
-The curves use costs measured on real devices: this run's (tick *compare with autoregressive* on the Decode
-tab), and the profiles the project measured and committed, each with where and when. Move **α**, **c** and
-**γ** to ask "what if". A ratio hides the device: *H100, eager* draws a high speedup curve because its
-baseline is slow (15.6 ms a step); the **tokens per second** chart below shows that CUDA graphs make both
-sides faster and the ratio smaller. Why smaller: graphs cut a target step 10× (15.6 → 1.47 ms) but a verify
-over 5 tokens only 7× (13.6 → 2.02 ms), so once launches no longer hide the arithmetic a verify costs more than
-a step (v = 0.87 eager, 1.37 graphed) while c stays small (0.080, 0.082): at α 0.65 and γ 4, γ c + v grows from
-1.19 to 1.70 and the speedup falls from 2.12× to 1.49×. The *H100, CUDA graphs* profile has c ≈ 0.08 for
-the bundled pair (a 1-layer draft). A deep draft is another story: a 30-layer 135M-shaped draft costs about as
-much on that GPU as a 24-layer 1.7B-shaped target, 3.3 vs 3.7 ms a step graphed, so c ≈ 0.89: set **c** to
-0.89 on that profile and drafting pays only if nearly every draft is accepted.
+The curves cover γ 1–8, the widths whose verify costs were measured; a run with a larger γ (the Decode tab
+allows up to 16) is drawn at its own γ, on its own curve. They use costs measured on real devices: this run's
+(tick *compare with autoregressive* on the Decode tab), and the profiles the project measured and committed,
+each with where and when. Move **α**, **c** and **γ** to ask "what if". A ratio hides the device: *H100, eager*
+draws a high speedup curve because its baseline is slow (15.6 ms a step); the **tokens per second** chart below
+shows that CUDA graphs make both sides faster and the ratio smaller. Why smaller: graphs cut a target step 10×
+(15.6 → 1.47 ms) but a verify over 5 tokens only 7× (13.6 → 2.02 ms), so once launches no longer hide the
+arithmetic a verify costs more than a step (v = 0.87 eager, 1.37 graphed) while c stays small (0.080, 0.082): at
+α 0.65 and γ 4, γ c + v grows from 1.19 to 1.70 and the speedup falls from 2.12× to 1.49×. The *H100, CUDA
+graphs* profile has c ≈ 0.08 for the bundled pair (a 1-layer draft). A deep draft is another story: a 30-layer
+135M-shaped draft costs about as much on that GPU as a 24-layer 1.7B-shaped target, 3.3 vs 3.7 ms a step
+graphed, so c ≈ 0.89: set **c** to 0.89 on that profile and drafting pays only if nearly every draft is
+accepted.
 """
 
 
