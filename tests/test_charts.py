@@ -277,3 +277,15 @@ def test_relaid_gives_the_layout_update_layout_gives():
         for u in updates:
             plotly_way.update_layout(u)
         assert charts.relaid(make(), *updates).to_plotly_json() == plotly_way.to_plotly_json()
+
+
+def test_a_rejected_newline_breaks_no_line_in_the_page_s_text():
+    """Issue 38: a struck-through "↵" draft rendered as a real line break (the text sits in a
+    pre-wrap box). Its ↵ stays, on the line; an accepted newline still breaks the line."""
+    from specdec.outcomes import Status
+
+    rejected = charts._span(Status.REJECTED, "\n", "t", 1)
+    assert "↵" in rejected and "\n" not in rejected
+    assert "\n" not in charts._span(Status.REJECTED, " a\nb", "t", 1)
+    accepted = charts._span(Status.ACCEPTED, "\n", "t", 1)
+    assert accepted.endswith("\n") and "↵" in accepted   # negative control: the text's own newline

@@ -59,11 +59,13 @@ def fixed(x: float | None, digits: int = 4) -> str:
 
 def _span(outcome, text: str, title: str, round_index: int | None) -> str:
     """One token, marked by its fate. A newline is shown as ↵ where it is, and a token that ends a
-    line keeps its mark on that line (the line break comes after the mark, not before it)."""
+    line keeps its mark on that line (the line break comes after the mark, not before it). A
+    rejected draft is not part of the text: its ↵ breaks no line ("To be, or not to be a man."
+    read as three lines, issue 38)."""
     look = LOOKS[outcome]
     where = f' data-round="{round_index}"' if round_index is not None else ""
-    body = text.rstrip("\n")
-    breaks = len(text) - len(body)
+    body = text.rstrip("\n") if outcome != Status.REJECTED else text.replace("\n", "↵")
+    breaks = len(text) - len(body) if outcome != Status.REJECTED else 0
     shown = html.escape(body).replace("\n", "↵\n") + "↵" * breaks
     return (f'<span class="tok tok-{outcome.value}" data-kind="{outcome.value}"{where} '
             f'title="{html.escape(title, quote=True)}" style="{look.css}">{shown}'
