@@ -209,11 +209,11 @@ def log_ticks(low: float, high: float) -> list[float]:
     return ticks[first:last + 1]
 
 
-# Where and how each was measured is in the chosen profile's note and the curves' legend: two long
-# text columns here pushed c, v and the speedup off the right edge.
-PROFILE_HEADERS = ["profile", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
-                   "speedup at α", "best γ at α"]
-PROFILE_WIDTHS = ["20%", "13%", "9%", "9%", "9%", "7%", "10%", "10%", "13%"]
+# Where, when and how each was measured is in the chosen profile's note, the compare chart's legend
+# and the note under this table (its name says the engine): text columns for them pushed c, v, the
+# speedup and best γ past the panel's right edge at 800 px (issue 38).
+PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α", "best γ at α"]
+PROFILE_WIDTHS = ["28%", "11%", "11%", "9%", "11%", "13%", "17%"]
 
 
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
@@ -223,7 +223,7 @@ def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[
         v, measured = prof.verify_nearest(gamma)
         best = max(((prof.speedup(alpha, g), g) for g in GAMMAS if prof.verify(g) is not None), default=None)
         best_text = "—" if best is None else f"γ = {best[1]}: {best[0]:.2f}×"
-        rows.append([prof.name, prof.when, prof.engine, round(prof.target_step_ms, 3),
+        rows.append([prof.name, round(prof.target_step_ms, 3),
                      round(prof.draft_step_ms, 3), round(prof.c, 3), f"{v:.2f}" + ("" if measured else " (nearest)"),
                      f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text])
     return rows
