@@ -391,8 +391,10 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| **acceptance rate α** | **{s.acceptance_rate:.3f}** ({s.accepted} of {s.tested} tested drafts) | "
         "How often did a tested draft pass u < p(x)/q(x)? Known only once the u are drawn. |",
         f"| **expected acceptance, mean β** | **{s.expected_acceptance:.3f}** | How often should it pass? "
-        "β = Σ min(p, q) is each position's chance, averaged over the tested ones: known from p and q before any "
-        f"u is drawn. α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
+        "β = Σ min(p, q) is each position's chance before its draft is drawn from q (a drafted token x's own "
+        "chance, min(1, p(x)/q(x)), is known once x is drawn), averaged over the tested positions: both known "
+        "before any u is drawn, β alone before drafting. "
+        f"α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
         f"| draft yield | {s.accepted_per_drafted:.3f} ({s.accepted} of {s.drafted} drafted) | How many drafts "
         "ended in the text? Drafts after a rejection are never tested (some call this ratio the acceptance rate). |",
         f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "

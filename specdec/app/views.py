@@ -89,6 +89,8 @@ def round_caption(gen: Generation, r: int) -> str:
                f"`{json.dumps(text, ensure_ascii=False)}`")
     if rnd.ending is Ending.RESIDUAL and rnd.n_accepted < len(rnd.positions):
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
+    if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
+        caption += "\n\n" + greedy_rejection(gen, rnd)
     if gen.settings.drafter == "features":
         caption += "\n\n" + where_q_came_from(gen, rnd) + q_source_picture(gen, rnd)
     return caption
@@ -152,6 +154,15 @@ def why_no_residual(gen: Generation, pos) -> str:
             "emitted as an accepted draft with probability q · p/q = p: **its full p was already given at the "
             "acceptance step**. The residual max(0, p − q) tops up only what acceptance could not give, the "
             "tokens the draft under-proposes (p > q); every token with q ≥ p gets 0 there.")
+
+
+def greedy_rejection(gen: Generation, rnd) -> str:
+    """At T = 0 what a rejection can emit, said at such a round: learners worked it out from the
+    residual chart (issue 38)."""
+    top = charts.md_text(token_label(gen, rnd.emitted[-1])) if rnd.emitted else "?"
+    return ("*At T = 0* p and q are one-hot (all their mass on each model's top token), so a draft passes only "
+            "if it is the target's top token, and after a rejection the residual max(0, p − q) is p's own "
+            f"one-hot: **a rejection can only emit the target's top token**, here {top}.")
 
 
 def slider(gen: Generation | None, value: int | None = None):
