@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..looks import LOOKS, PALETTE, token_label, visible_token
 from ..outcomes import Ending, Status, events
-from ..speed import depth_story, expected_tokens_per_round, explain, predicted_at, time_split
+from ..speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
 from ..trace import Generation
 
 HIGHLIGHT = PALETTE["black"]
@@ -348,19 +348,33 @@ def _where_note(models: dict) -> str:
     return "Float32 weights and math: the verify pass and the target alone compute the same p."
 
 
-def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) -> list[str]:
+def _repeats_cell(speedups: tuple[float, ...]) -> str:
+    """The repeats' own speedups and their spread, beside the pooled one (empty for one pair of runs)."""
+    if len(speedups) < 2:
+        return "one run each"
+    each = ", ".join(f"{x:.2f}×" for x in speedups)
+    return (f"pooled over {len(speedups)} interleaved repeats, which gave {each}: spread "
+            f"{min(speedups):.2f}–{max(speedups):.2f}×; a difference inside it is noise")
+
+
+def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
+                     speedups: tuple[float, ...] = ()) -> list[str]:
     t, gamma = (timed or gen).stats, gen.settings.gamma
     story = explain(t, ar.stats, gamma)
     from_beta = predicted_at(t, ar.stats, t.expected_acceptance, gamma)
+    whole = run_point(t, gamma, ar.stats).whole_loop
+    costs = (f"target step {whole.target_step_ms:.2f} ms, c = {whole.c:.3f}, v = {whole.verify(gamma):.2f}"
+             if whole is not None else "")
+    mean = " (mean of the repeats)" if len(speedups) > 1 else ""
     return [
-        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s | "
+        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s{mean} | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
-        "back to back, the same way |",
-        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
+        "interleaved, the same way |",
+        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s{mean}, "
         f"{ar.stats.target_forwards} target forwards | |",
-        f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
-        f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×** (its whole "
-        f"loop, the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
+        f"| speedup over the target alone (tokens per second; {_repeats_cell(speedups)}) | measured speedup "
+        f"**{story.measured:.2f}×** | predicted from this run's whole-loop costs ({costs}) and α: "
+        f"**{story.predicted:.2f}×** (the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
         f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
         "any u is drawn) |",
         "", story.sentence, "", depth_story(t, ar.stats, gen.models)]
@@ -377,7 +391,7 @@ def _why_tokens_differ(gen: Generation) -> str:
 
 
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,
-                     timed: Generation | None = None) -> str:
+                     timed: Generation | None = None, speedups: tuple[float, ...] = ()) -> str:
     """The run's numbers, each named once with a line that says what it answers."""
     if gen is None:
         return "_No run yet._"
@@ -409,7 +423,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| where it ran | {_where(gen.models)} | {_where_note(gen.models)} |",
     ]
     if ar is not None:
-        lines += _comparison_rows(gen, ar, timed)
+        lines += _comparison_rows(gen, ar, timed, speedups)
     head = "**Running…** " if running else ""
     if gen.settings.skip_adjustment:
         head += "⚠ **Residual adjustment skipped: this run is biased** (its output does not follow p). "

@@ -188,13 +188,15 @@ def first_interesting_round(gen: Generation) -> int:
 
 
 def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
-               round_index: int | None = None, timed: Generation | None = None) -> dict:
-    """Everything the page shows for a finished (or imported) run."""
+               round_index: int | None = None, timed: Generation | None = None,
+               speedups: tuple[float, ...] = ()) -> dict:
+    """Everything the page shows for a finished (or imported) run; `speedups`, each repeat's own
+    when the comparison was timed in repeats (`measure.timed_repeats`)."""
     if round_index is None:
         round_index = first_interesting_round(gen)
     return dict(status=status, text=charts.text_html(gen, round_index),
                 timeline=charts.timeline_figure(gen, round_index),
-                metrics=charts.metrics_markdown(gen, ar, timed=timed),
+                metrics=charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups),
                 time_plot=charts.time_figure(timed or gen, ar),
                 run_state=gen, round_slider=slider(gen, round_index), export_file=None,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
