@@ -1,8 +1,9 @@
 """Every view right at first paint (issue 38), in a real browser, in a new visitor's page: after a
-default run, every trace of each figure is painted (the hatched q bars and the green min(1, p/q)
-bar were not), on a log axis too, with no bar outside its plot; the round slider and the position
-say the round the viewer shows; the text fits its box; a rejected newline breaks no line; the
-speed explorer's legends sit beside the data and its profiles table fits its panel.
+default run, every trace of each figure is painted (the hatched q bars and the green min(1, p/q) bar
+were not), on a log axis too, with no bar outside its plot; the round slider and the position say
+the round the viewer shows; the text fits its box; a rejected newline breaks no line; the β strip's
+cells open their round from the keyboard; the speed explorer's legends sit beside the data and its
+profiles table fits its panel.
 
 The checks are tests/paint_check.py's; a negative control shows they see a moved address.
 """
@@ -40,6 +41,16 @@ def test_a_new_visitor_s_first_run_paints_every_view(page, width):
     view = page.evaluate(VIEW)
     assert view["caption"].startswith(f"Round {view['slider']} of"), view
     assert view["position"] is not None, view
+    # The β strip: Tab reaches a cell, Enter opens its round and position (here the last one's).
+    cell = page.locator("#token-text .beta-cell").last
+    cell.focus()
+    assert page.evaluate("() => document.activeElement.classList.contains('beta-cell')")
+    want = int(cell.get_attribute("data-round")) + 1
+    page.keyboard.press("Enter")
+    page.wait_for_function("(r) => Number(document.querySelector('#round input[type=number]').value) === r"
+                           " && document.querySelector('#round-caption').innerText.startsWith(`Round ${r} of`)",
+                           arg=want, timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1500)   # the step figures follow, one event each
     for chart in ("#pq-chart", "#end-chart"):   # the log scale keeps its bars inside the plot
         page.locator(f"{chart} .updatemenu-button").nth(1).click()
     page.wait_for_timeout(1000)

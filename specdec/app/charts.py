@@ -16,6 +16,7 @@ from ..looks import LOOKS, PALETTE, token_label, visible_token
 from ..outcomes import Ending, Status, events
 from ..speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
 from ..trace import Generation
+from .beta_strip import strip_html
 
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"
@@ -95,9 +96,10 @@ def event_title(gen: Generation, ev) -> str:
             f"(p={pos.p_draft:.4f}, q={pos.q_draft:.4f}, u={pos.u:.4f} {test} min(1, p/q)={min(1.0, pos.ratio):.4f})")
 
 
-def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
+def text_html(gen: Generation | None, selected_round: int | None = None, strip: bool = True) -> str:
     """The prompt, then every generated token marked by its fate; rejected drafts struck through
-    where they were proposed. Every piece of text is escaped."""
+    where they were proposed, under the β strip (`beta_strip`, unless `strip` is False). Every
+    piece of text is escaped."""
     if gen is None:
         return '<div class="specdec-text" style="color:#666">Run a generation, or import a trace, to see it here.</div>'
     parts = [f'<span class="prompt" style="color:#555">{html.escape(gen.prompt)}</span>']
@@ -113,7 +115,8 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
         outline = "box-shadow:0 0 0 2px #000;border-radius:2px;" if r == selected_round else ""
         parts.append(f'<span class="round" data-round="{r}" style="{outline}">{"".join(chunk)}</span>')
     body = "".join(parts)
-    return (legend_html() + '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'
+    return (legend_html() + (strip_html(gen) if strip else "") +
+            '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'
             f'font-family:ui-monospace,monospace;font-size:0.95em">{body}</div>')
 
 
@@ -152,7 +155,7 @@ def side_by_side_html(gen: Generation | None, other: Generation | None, label: s
     blocks = []
     for head, g in (("This run", gen), (f"The same prompt, seed and settings with {label}", other)):
         blocks.append(f'<div class="side-run" style="margin-bottom:1em"><div style="font-weight:600">'
-                      f"{html.escape(head)}: {html.escape(run_summary(g))}</div>{text_html(g)}</div>")
+                      f"{html.escape(head)}: {html.escape(run_summary(g))}</div>{text_html(g, strip=False)}</div>")
     return (f'<div class="side-by-side"><p>{html.escape(agreement(gen, other, same))}</p>{"".join(blocks)}</div>')
 
 

@@ -73,6 +73,22 @@
     rebase();
   };
   setInterval(remember, 400);
+  // The β strip over the text: a cell opens its round and position, by a click or, once Tab has
+  // reached it, by Enter or Space; through the same hidden box as a timeline click.
+  const openCell = (cell) => {
+    const box = document.querySelector('#timeline-click textarea, #timeline-click input');
+    if (!box) return;
+    box.value = `${cell.dataset.round}:${cell.dataset.position}:${Date.now()}`;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  };
+  document.addEventListener('click', (ev) => {
+    const cell = ev.target && ev.target.closest && ev.target.closest('#token-text .beta-cell');
+    if (cell) openCell(cell);
+  });
+  document.addEventListener('keydown', (ev) => {
+    const cell = ev.target && ev.target.closest && ev.target.closest('#token-text .beta-cell');
+    if (cell && (ev.key === 'Enter' || ev.key === ' ')) { ev.preventDefault(); openCell(cell); }
+  });
   // Keyboard: Enter in a number box applies it (Gradio applies a slider's typed number on blur
   // only); left / right arrow (outside text fields and sliders) step through the rounds.
   document.addEventListener('keydown', (ev) => {
