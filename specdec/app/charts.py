@@ -354,10 +354,10 @@ def _where_note(models: dict) -> str:
 def _repeats_cell(speedups: tuple[float, ...]) -> str:
     """The repeats' own speedups and their spread, beside the pooled one (empty for one pair of runs)."""
     if len(speedups) < 2:
-        return "one run each"
+        return " (one run each)"
     each = ", ".join(f"{x:.2f}×" for x in speedups)
-    return (f"pooled over {len(speedups)} interleaved repeats, which gave {each}: spread "
-            f"{min(speedups):.2f}–{max(speedups):.2f}×; a difference inside it is noise")
+    return (f", pooled over {len(speedups)} interleaved repeats, which gave {each}: spread "
+            f"{min(speedups):.2f}–{max(speedups):.2f}×, and a difference inside it is noise")
 
 
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
@@ -375,8 +375,9 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
         "interleaved, the same way |",
         f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s{mean}, "
         f"{ar.stats.target_forwards} target forwards | |",
-        f"| speedup over the target alone (tokens per second; {_repeats_cell(speedups)}) | measured speedup "
-        f"**{story.measured:.2f}×** | predicted from this run's whole-loop costs ({costs}) and α: "
+        f"| speedup over the target alone (tokens per second) | measured speedup "
+        f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
+        f"predicted from this run's whole-loop costs ({costs}) and α: "
         f"**{story.predicted:.2f}×** (the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
         f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
         "any u is drawn) |",
