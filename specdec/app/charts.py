@@ -377,7 +377,7 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
         f"{ar.stats.target_forwards} target forwards | |",
         f"| speedup over the target alone (tokens per second) | measured speedup "
         f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
-        f"predicted from this run's whole-loop costs ({costs}) and α: "
+        f"predicted from this run's costs (its whole loop: {costs}) and α: "
         f"**{story.predicted:.2f}×** (the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
         f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
         "any u is drawn) |",
