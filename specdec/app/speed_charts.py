@@ -189,7 +189,9 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     _layout(fig, f"γ = {gamma}: tokens per second, target alone (dashed) and speculative (solid)<br>"
                  "<span style='font-size:11px'>one colour per profile; a faster device sits higher on both lines; "
                  "its speedup is the gap between them</span>", 2, entries)
-    fig.update_layout(yaxis=dict(title="tokens per second", type="log"))
+    # A legend group (a profile's two lines) adds a 10 px gap after it by default: rows of 20 px, as
+    # the bottom margin counts them, or the legend pushed the margin and shrank the plot.
+    fig.update_layout(yaxis=dict(title="tokens per second", type="log"), legend=dict(tracegroupgap=0))
     ys = [y for trace in fig.data for y in trace.y]
     if ys:   # no profile and no run: nothing to label
         ticks = log_ticks(min(ys), max(ys))
