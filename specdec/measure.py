@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -20,6 +21,7 @@ from .decoding import autoregressive_generate, speculative_generate
 from .drafters import KVCache
 from .sampling import SamplingConfig
 from .settings import RunSettings
+from .speed import speedup
 
 PROMPTS = [
     "To be, or not to be, that is the question:",
@@ -118,36 +120,68 @@ def acceptance(pair, gamma: int = 4, max_new_tokens: int = 64, temperature: floa
 
 # ---------------------------------------------------------------- a fair comparison
 
-def compare_with_target(pair, prompt, settings: RunSettings, stop=None, warmup_tokens: int = 8):
-    """(speculative run, target-alone run) of one prompt and settings, timed fairly.
+@dataclass(frozen=True)
+class Repeats:
+    """A run and the target alone timed `len(speedups)` times, interleaved: the last run of each,
+    with its wall, drafting and verify times set to the means over the repeats (so the speedup of
+    `spec` over `ar` is the repeats' pooled ratio), and each repeat's own speedup, the spread."""
+
+    spec: object   # trace.Generation
+    ar: object
+    speedups: tuple[float, ...]
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(lowest, highest) of the repeats' speedups: the pooled speedup lies between them (it is
+        their average weighted by the run's wall times)."""
+        return min(self.speedups), max(self.speedups)
+
+
+def timed_repeats(pair, prompt, settings: RunSettings, repeats: int = 3, stop=None,
+                  warmup_tokens: int = 8) -> Repeats:
+    """The run and the target alone, each timed `repeats` times, interleaved as the bench does.
 
     Both contenders are warmed up first (a few tokens each: a GPU's first forwards pay for CUDA
-    and cuBLAS start-up, graphs are captured), then run in the order A B B A; each run's wall
-    time is the mean of its two (the same seed gives the same tokens, so the two runs of a
-    contender do the same work). Every timing in the decoders waits for the device (`_sync`, or
-    the engine's one read a round). The returned generations are the second runs, with their
-    wall, drafting and verify times set to the means (`mean_timings`).
+    and cuBLAS start-up, graphs are captured); then each repeat runs both, in alternating order
+    (A B, B A, A B, ...), so drift on a shared machine falls on both sides alike. The same seed
+    gives the same tokens, so every run of a contender does the same work. One pair of runs is
+    noise: the same settings gave 1.19x and then 1.05x on this machine (issue 38); the repeats'
+    speedups say how far apart runs fall. Every timing waits for the device.
     """
+    if repeats < 2:
+        raise ValueError(f"repeats must be at least 2 (one pair of runs has no spread), got {repeats}")
     short = settings.with_(max_new_tokens=min(warmup_tokens, settings.max_new_tokens))
     speculative_generate(pair, prompt, short, stop=stop)
     autoregressive_generate(pair, prompt, short, stop=stop)
-    spec_a = speculative_generate(pair, prompt, settings, stop=stop)
-    ar_a = autoregressive_generate(pair, prompt, settings, stop=stop)
-    ar_b = autoregressive_generate(pair, prompt, settings, stop=stop)
-    spec_b = speculative_generate(pair, prompt, settings, stop=stop)
-    mean_timings(spec_a.stats, spec_b.stats)
-    mean_timings(ar_a.stats, ar_b.stats)
-    return spec_b, ar_b
+    specs, ars = [], []
+    for i in range(repeats):
+        if i % 2 == 0:
+            specs.append(speculative_generate(pair, prompt, settings, stop=stop))
+            ars.append(autoregressive_generate(pair, prompt, settings, stop=stop))
+        else:
+            ars.append(autoregressive_generate(pair, prompt, settings, stop=stop))
+            specs.append(speculative_generate(pair, prompt, settings, stop=stop))
+    speedups = tuple(speedup(s.stats, a.stats) for s, a in zip(specs, ars))
+    mean_timings(*(g.stats for g in specs))
+    mean_timings(*(g.stats for g in ars))
+    return Repeats(specs[-1], ars[-1], speedups)
+
+
+def compare_with_target(pair, prompt, settings: RunSettings, stop=None, warmup_tokens: int = 8):
+    """(speculative run, target-alone run) of one prompt and settings, timed fairly: two repeats of
+    `timed_repeats` (warmed up, then A B B A), each run's times the mean of its two."""
+    r = timed_repeats(pair, prompt, settings, repeats=2, stop=stop, warmup_tokens=warmup_tokens)
+    return r.spec, r.ar
 
 
 TIMINGS = ("wall_seconds", "draft_seconds", "verify_seconds")
 
 
-def mean_timings(first, second) -> None:
-    """Set `second`'s wall, drafting and verify times to the means of both runs' (in place).
+def mean_timings(*runs) -> None:
+    """Set the last run's wall, drafting and verify times to the means of all the runs' (in place).
 
     All three, not the wall alone: the page splits the wall time into drafting, verifying and
     everything else, and a wall time from two runs beside parts from one of them can leave the
     parts larger than the whole (a target step longer than the target alone's time per token)."""
     for name in TIMINGS:
-        setattr(second, name, (getattr(first, name) + getattr(second, name)) / 2)
+        setattr(runs[-1], name, statistics.fmean(getattr(r, name) for r in runs))

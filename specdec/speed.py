@@ -144,7 +144,7 @@ def explain(spec: Stats, ar: Stats, gamma: int | None = None) -> SpeedStory:
     elif forwards > 1 > predicted:
         tail = " The forwards alone would win; the work around them is what loses."
     else:
-        tail = " Run-to-run timing noise explains the rest (one run each)."
+        tail = " Run-to-run timing noise explains the rest (compare the gap with the repeats' spread)."
     return SpeedStory(measured, predicted, forwards, tokens, g, draft_steps, verify_steps, other_share, head + tail)
 
 

@@ -27,6 +27,8 @@ def mark(outcome, text: str, colour: bool) -> str:
     look = LOOKS[outcome]
     body = text.rstrip("\n")
     breaks = text[len(body):]   # a newline token's mark ends its own line, not the next one's start
+    if outcome == Status.REJECTED:   # not part of the text: its newline breaks no line, shown as ↵
+        body, breaks = text.replace("\n", "↵"), ""
     if colour:
         return f"\033[{look.ansi}m{body}{look.symbol}{RESET}{breaks}"
     if outcome == Status.REJECTED and text:   # (the legend marks no text)

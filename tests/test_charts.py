@@ -277,3 +277,37 @@ def test_relaid_gives_the_layout_update_layout_gives():
         for u in updates:
             plotly_way.update_layout(u)
         assert charts.relaid(make(), *updates).to_plotly_json() == plotly_way.to_plotly_json()
+
+
+def test_a_rejected_newline_breaks_no_line_in_the_page_s_text():
+    """Issue 38: a struck-through "↵" draft rendered as a real line break (the text sits in a
+    pre-wrap box). Its ↵ stays, on the line; an accepted newline still breaks the line."""
+    from specdec.outcomes import Status
+
+    rejected = charts._span(Status.REJECTED, "\n", "t", 1)
+    assert "↵" in rejected and "\n" not in rejected
+    assert "\n" not in charts._span(Status.REJECTED, " a\nb", "t", 1)
+    accepted = charts._span(Status.ACCEPTED, "\n", "t", 1)
+    assert accepted.endswith("\n") and "↵" in accepted   # negative control: the text's own newline
+
+
+def test_the_beta_strip_has_a_cell_per_drafted_position_shaded_and_hatched_by_beta(gen):
+    """Issue 38 (asked for by a learner): one cell per drafted position, in text order, its β from
+    the trace, a lightness of one hue growing with β, hatched under LOW (a cue without colour),
+    reachable by Tab and named for a screen reader. The side-by-side texts carry no strip."""
+    import re
+
+    from specdec.app.shows import beta_strip
+
+    out = charts.text_html(gen)
+    cells = re.findall(r'<span class="beta-cell"[^>]*>', out)
+    positions = [(r.index, k, pos) for r in gen.rounds for k, pos in enumerate(r.positions)]
+    assert len(cells) == len(positions) > 0
+    for cell, (r, k, pos) in zip(cells, positions):
+        assert f'data-round="{r}" data-position="{k}"' in cell and 'tabindex="0"' in cell
+        assert float(re.search(r'data-beta="([0-9.]+)"', cell).group(1)) == pytest.approx(pos.beta, abs=5e-7)
+        assert f"β = {pos.beta:.3f}" in html.unescape(re.search(r'aria-label="([^"]*)"', cell).group(1))
+        assert ("repeating-linear-gradient" in cell) == (pos.beta < beta_strip.LOW)
+    lightness = [sum(int(x) for x in re.findall(r"\d+", beta_strip.shade(b))) for b in (0, 0.25, 0.5, 0.75, 1)]
+    assert lightness == sorted(lightness, reverse=True) and len(set(lightness)) == 5
+    assert "beta-cell" not in charts.side_by_side_html(gen, gen, "the same")

@@ -221,6 +221,23 @@ def test_without_colour_rejected_drafts_are_struck_through_and_the_rest_is_the_t
     assert f"| {LOOKS[Status.REJECTED].symbol} rejected draft (struck through) |" in shown and STRIKE not in shown
 
 
+def test_a_rejected_newline_breaks_no_line_in_colour_or_without(bundled):
+    """Issue 38: a struck "↵" draft broke the line, so "To be, or not to be a man." read as three
+    lines. A rejected draft is not part of the text: its newline shows as ↵ and the lines are the
+    text's own (a negative control: an accepted newline still breaks its line)."""
+    from specdec import RunSettings, speculative_generate
+    from specdec.terminal import mark, render_tokens
+
+    for colour in (True, False):
+        assert "\n" not in mark(Status.REJECTED, "\n", colour) and "↵" in mark(Status.REJECTED, "\n", colour)
+        assert "\n" not in mark(Status.REJECTED, "a\nb", colour)
+        assert mark(Status.ACCEPTED, "\n", colour).endswith("\n")   # the text's own newline stays
+    gen = speculative_generate(bundled, "ROMEO.\n", RunSettings(gamma=4, max_new_tokens=48, seed=1))
+    text = "".join(gen.token(t) for t in gen.token_ids)
+    for colour in (True, False):
+        assert render_tokens(gen, colour).count("\n") == text.count("\n")
+
+
 @pytest.mark.parametrize("argv", [["lab", "--samples", "2000"],
                                   ["lab", "--p", "0.5,0.3,0.2", "--q", "0.2,0.3,0.5", "--tokens", "alpha,beta,gamma",
                                    "--samples", "2000"]])

@@ -99,3 +99,20 @@ def test_riders_of_one_flight_share_one_streamed_view_per_snapshot(bundled, monk
     later = speculative_generate(bundled, "To be", RunSettings(max_new_tokens=8))   # the next snapshot
     handlers._streamed_view("Round 1 · 8/8 tokens…", later, True)
     assert len(builds) == 3
+
+
+def test_a_shared_view_s_updates_keep_their_values_for_every_visitor():
+    """Gradio pops an update's "value" as it sends it (`postprocess_update_dict`). A finished run's
+    view is shared by every request that got the same run (a class, the cache): its second visitor
+    got the round slider's new maximum without its value, and the position's choices without the
+    chosen one (the slider said 1 beside "Round 2 of 21"; issue 38). Each visitor gets a copy; the
+    negative control sends the shared update itself and loses the value."""
+    from gradio.blocks import postprocess_update_dict
+
+    slider = gr.Slider(1, 2, value=1, step=1, label="round")
+    shared = {"round_slider": gr.update(maximum=21, value=2), "status": "Done"}
+    for visitor in range(3):
+        sent = postprocess_update_dict(slider, encoded.encoded(shared)["round_slider"])
+        assert sent["value"] == 2, visitor
+    postprocess_update_dict(slider, shared["round_slider"])   # the shared dict itself, sent once
+    assert "value" not in shared["round_slider"]

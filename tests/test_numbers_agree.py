@@ -1,7 +1,7 @@
 """Every number the page shows twice comes from one value (issue 27).
 
 A greedy run compared with the target alone, as the Decode tab's "compare with autoregressive"
-makes it (`measure.compare_with_target`), is drawn by every view that shows its timings: the
+makes it (`measure.timed_repeats`), is drawn by every view that shows its timings: the
 status line, the metrics table, the "where the time went" chart and the speed explorer. Each
 number two of them show must be printed from the same value, and the chart's parts must add up to
 the wall time the headline uses."""
@@ -13,8 +13,9 @@ import pytest
 from bounds import display, rounding
 from specdec import RunSettings, SamplingConfig
 from specdec.app.page import speed_tab
+from specdec.app.server.runs import COMPARE_REPEATS
 from specdec.app.shows import charts, views
-from specdec.measure import compare_with_target, mean_timings
+from specdec.measure import mean_timings, timed_repeats
 from specdec.speed import depth_story, expected_tokens_per_round, explain, run_point, time_split
 from specdec.trace import Stats
 
@@ -28,8 +29,8 @@ PROMPT = "To be, or not to be"
 def greedy(bundled):
     """(streamed run, timed run, target alone) at T = 0, γ 4, as the Decode tab makes them."""
     settings = RunSettings(gamma=4, max_new_tokens=32, seed=0, sampling=SamplingConfig(temperature=0.0))
-    timed, ar = compare_with_target(bundled, PROMPT, settings)
-    return timed, timed, ar
+    repeats = timed_repeats(bundled, PROMPT, settings, repeats=COMPARE_REPEATS)
+    return repeats.spec, repeats.spec, repeats.ar, repeats.speedups
 
 
 def test_two_runs_timings_are_averaged_together_so_the_parts_fit_the_whole():
@@ -51,12 +52,12 @@ def _fig_values(fig, run: str) -> dict:
 
 
 def test_every_number_shown_twice_comes_from_one_value(greedy):
-    gen, timed, ar = greedy
+    gen, timed, ar, speedups = greedy
     gamma = gen.settings.gamma
     story = explain(timed.stats, ar.stats, gamma)
     point = run_point(timed.stats, gamma, ar.stats)
     status = views.done_status(gen, ar, timed)
-    metrics = charts.metrics_markdown(gen, ar, timed=timed)
+    metrics = charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups)
     fig = charts.time_figure(timed, ar)
     speed = speed_tab.for_run(point)
     title = fig.layout.title.text
@@ -71,6 +72,12 @@ def test_every_number_shown_twice_comes_from_one_value(greedy):
     marker = next(t for t in speed["curves"].data if (t.meta or {}).get("role") == "predicted")
     assert f"{marker.y[0]:.2f}×" == predicted
     assert f"{story.predicted_forwards:.2f}× (*this run (forwards only)*)" in metrics
+    # The repeats (issue 38): each one's speedup and their spread beside the pooled figure, which lies
+    # inside it (the run's wall times weight the repeats' ratios); the costs the prediction used.
+    assert len(speedups) == COMPARE_REPEATS and f"spread {min(speedups):.2f}–{max(speedups):.2f}×" in metrics
+    assert all(f"{x:.2f}×" in metrics for x in speedups)
+    assert min(speedups) * (1 - F64) <= story.measured <= max(speedups) * (1 + F64)
+    assert f"target step {point.whole_loop.target_step_ms:.2f} ms, c = {point.whole_loop.c:.3f}" in metrics
 
     # The chart's bars are the headline's timings: each run's parts add up to its wall time per token.
     for name, stats in (("speculative", timed.stats), ("autoregressive", ar.stats)):
@@ -99,7 +106,7 @@ def test_every_number_shown_twice_comes_from_one_value(greedy):
 
 
 def test_the_wall_time_names_every_part_and_they_add_up(greedy):
-    gen, timed, ar = greedy
+    gen, timed, ar, _ = greedy
     metrics = charts.metrics_markdown(gen, ar, timed=timed)
     split = time_split(timed.stats)
     assert f"everything else (sampling the output, bookkeeping, the trace) {split.other:.2f} s" in metrics
@@ -107,7 +114,7 @@ def test_the_wall_time_names_every_part_and_they_add_up(greedy):
 
 
 def test_greedy_runs_say_why_alpha_has_no_noise_and_why_tokens_differ(greedy):
-    gen, _, _ = greedy
+    gen, _, _, _ = greedy
     metrics = charts.metrics_markdown(gen)
     assert charts.alpha_noise(gen) == 0.0            # T = 0: every β is 0 or 1
     assert "±2σ = 0.000" not in metrics and "no noise to weigh it against" in metrics
@@ -140,7 +147,7 @@ def test_the_lab_names_its_skip_tv_and_the_decode_tabs_apart(sampled):
 
 
 def test_the_speed_explorer_speaks_in_tokens_per_second_with_the_runs_own_rates(greedy):
-    gen, timed, ar = greedy
+    gen, timed, ar, _ = greedy
     point = run_point(timed.stats, gen.settings.gamma, ar.stats)
     out = speed_tab.for_run(point)
     rates = out["rates"]
@@ -164,7 +171,7 @@ def test_the_speed_explorer_speaks_in_tokens_per_second_with_the_runs_own_rates(
 
 
 def test_a_profile_keeps_its_colour_whether_or_not_the_run_is_drawn(greedy):
-    gen, timed, ar = greedy
+    gen, timed, ar, _ = greedy
     point = run_point(timed.stats, gen.settings.gamma, ar.stats)
 
     def colours(p):
@@ -183,8 +190,14 @@ def test_the_intro_names_the_c_its_profile_has():
 
     profiles, _ = speed_tab.load_profiles()
     graphed = next(p for p in profiles if p.name == "H100, CUDA graphs, fp32")
-    said = float(re.search(r"CUDA graphs\* profile has c ≈ ([0-9.]+)", speed_tab.INTRO).group(1))
+    intro = " ".join(speed_tab.INTRO.split())   # as the page reads it: a line break is a space
+    said = float(re.search(r"CUDA graphs\* profile has c ≈ ([0-9.]+)", intro).group(1))
     assert said == pytest.approx(graphed.c, abs=display(2, 1))   # the intro gives c to 2 decimals
     # "set c to 0.89: drafting pays only if nearly every draft is accepted"
     v = graphed.verify(4)
     assert curve(0.95, 4, 0.89, v) < 1 < curve(1.0, 4, 0.89, v)
+
+
+def test_one_pair_of_runs_has_no_spread_and_is_refused(bundled):
+    with pytest.raises(ValueError, match="repeats must be at least 2"):
+        timed_repeats(bundled, PROMPT, RunSettings(max_new_tokens=4), repeats=1)

@@ -218,3 +218,40 @@ def test_the_features_drafter_s_card_is_a_profile_with_its_measured_c_and_alpha(
     assert speed_tab.features_card_profile(tmp_path / "missing.json") is None
     (tmp_path / "bad.json").write_text('{"cost": {}}')
     assert speed_tab.features_card_profile(tmp_path / "bad.json") is None
+
+
+def test_the_pair_s_card_is_read_from_the_card_and_the_costs_are_explained_side_by_side(tmp_path):
+    """Issue 38: a copy of the model card's costs in the profiles file went stale (3.71 ms a target
+    step there, 7.78 in the card); the profile is read from the card now, and the table's note
+    says why the bench's, the card's and this run's target steps differ, and why an eager H100
+    has v < 1. The INTRO's sentence on CUDA graphs uses the committed profiles' own numbers."""
+    card = json.loads(speed_tab.PAIR_MEASUREMENTS.read_text())["cost"]
+    prof = speed_tab.model_card_profile()
+    assert prof.target_step_ms == card["target_step_ms"] and prof.c == card["draft_step_ms"] / card["target_step_ms"]
+    assert prof.verify(card["gamma"]) == card["verify_ms"] / card["target_step_ms"]
+    assert speed_tab.CARD_PROFILE not in [d["name"] for d in raw_profiles()]   # one source, not two
+    assert speed_tab.model_card_profile(tmp_path / "missing.json") is None
+    profiles, _ = speed_tab.all_profiles(None)
+    note = speed_tab.costs_markdown(profiles, None)
+    bench = next(p for p in profiles if "bench" in p.name)
+    assert f"{bench.target_step_ms:.2f} ms" in note and f"{prof.target_step_ms:.2f} ms" in note
+    assert "v = 0.87 < 1" in note and "launches" in note
+    eager, graphed = (next(p for p in profiles if p.name == n)
+                      for n in ("H100, eager, fp32", "H100, CUDA graphs, fp32"))
+    said = (f"v = {eager.verify(4):.2f} eager, {graphed.verify(4):.2f} graphed", f"c stays small ({eager.c:.3f}, "
+            f"{graphed.c:.3f})", f"from {eager.speedup(0.65, 4):.2f}× to {graphed.speedup(0.65, 4):.2f}×",
+            f"from {4 * eager.c + eager.verify(4):.2f} to {4 * graphed.c + graphed.verify(4):.2f}")
+    intro = " ".join(speed_tab.INTRO.split())
+    assert all(s in intro for s in said), said
+
+
+def test_the_rates_legend_has_one_row_per_entry_under_the_plot():
+    """Issue 38: a legend that wraps as the width allows could not be sized on the server; one
+    taller than its margin covered the lines under 200 tokens/s. One entry per profile (its two
+    lines toggle together), one row each, and the bottom margin holds every row."""
+    profiles, _ = speed_tab.all_profiles(None)
+    fig = speed_charts.rates_figure(profiles, 4, 0.7)
+    shown = [t for t in fig.data if t.showlegend is not False]
+    assert len(shown) == len(profiles) and fig.layout.legend.orientation == "v"
+    assert {t.legendgroup for t in fig.data} == {p.name for p in profiles}
+    assert fig.layout.margin.b >= 48 + 20 * len(shown)

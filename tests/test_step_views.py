@@ -271,3 +271,29 @@ def test_a_fused_features_drafter_says_which_target_layers_it_read(bundled):
     caption = views.round_caption(gen, r)
     assert "fused with its residual stream after layers 4, 8 and 12" in caption
     assert "with layers 4, 8 and 12)" in caption[caption.index('<div class="q-source"'):]
+
+
+def test_at_t0_a_rejection_round_says_it_can_only_emit_the_target_s_top_token(greedy, run):
+    """Issue 38: at T = 0 learners worked out from the residual chart that a rejection emits p's
+    top token (the residual of two one-hots is p's one-hot). A rejection round says so, naming the
+    token it emitted, which is p's top; a round at T = 1 does not (a negative control)."""
+    rejected = [r for r in greedy.rounds if r.ending is Ending.RESIDUAL]
+    assert rejected, "the greedy run should reject a draft"
+    for rnd in rejected:
+        caption = views.round_caption(greedy, rnd.index)
+        pos = rnd.positions[rnd.n_accepted]
+        top = pos.p.ids[max(range(len(pos.p.probs)), key=pos.p.probs.__getitem__)]
+        assert rnd.emitted[-1] == top
+        assert "a rejection can only emit the target's top token" in caption
+        assert caption.rstrip(".").endswith(charts.md_text(token_label(greedy, top)))
+    at_t1 = [r for r in run.rounds if r.ending is Ending.RESIDUAL]
+    assert at_t1 and all("can only emit" not in views.round_caption(run, r.index) for r in at_t1)
+
+
+def test_the_two_chances_say_which_is_about_the_drafted_token_and_which_before_drafting(run):
+    """Issue 38: "chance this draft passes" beside "chance a draft from q passes here" read alike."""
+    rnd = next(r for r in run.rounds if r.ending is Ending.RESIDUAL)
+    rows = dict((str(k), v) for k, v in step_charts.acceptance_rows(run, rnd.index, rnd.n_accepted))
+    drafted = next(k for k in rows if k.startswith("min(1, p(x)/q(x))"))
+    beta = next(k for k in rows if k.startswith("β = Σ min(p, q)"))
+    assert "drafted token x" in drafted and "before it is drawn from q" in beta

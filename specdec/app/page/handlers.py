@@ -76,16 +76,18 @@ def _run_generation(*values, stops: list | None = None):
         gen, cached = yield from _stream(prompt, preset, settings, stop)
         timed = ar = None
         if request.compare_ar and not stop.is_set():
-            yield dict(status="Timing the run again, unstreamed, and the target alone…",
-                       metrics=charts.metrics_markdown(gen, running=True))
-            timed, ar = _checked(runs.timed_comparison, prompt, preset, settings, stop)
+            yield dict(status=f"Timing the run again, unstreamed, and the target alone ({runs.COMPARE_REPEATS} "
+                              "interleaved repeats)…", metrics=charts.metrics_markdown(gen, running=True))
+            repeats = _checked(runs.timed_comparison, prompt, preset, settings, stop)
+            timed, ar = repeats.spec, repeats.ar
             _refuse_if_timed_out(ar)
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
     if ar is None:   # the same finished run for a class: its view is built once (`_shared_view`)
         yield _shared_view(gen, cached)
     else:
-        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed)
+        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed,
+                               speedups=repeats.speedups)
 
 
 # A 64-token run's final view holds 12.5 MB of Python objects (tracemalloc; its figures). A class

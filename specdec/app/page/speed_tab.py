@@ -25,7 +25,9 @@ from ..shows.charts import md_text
 
 PROFILES_FILE = Path(__file__).resolve().parents[3] / "assets" / "bench" / "cost-profiles.json"
 FEATURES_MEASUREMENTS = ASSETS / FOLDER / "measurements.json"   # the features drafter's model card
-OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "note"]
+PAIR_MEASUREMENTS = ASSETS / "measurements.json"   # the bundled pair's model cards
+CARD_PROFILE = "this CPU, model card (width 5)"
+OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "costs", "note"]
 DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
 
 INTRO = """
@@ -36,14 +38,19 @@ average, so with **c** = a draft step ÷ a target step and **v(γ)** = a verify 
 
 **speedup(α, γ) = (1 − α^(γ+1)) / ((1 − α) (γ c + v(γ)))**
 
-The curves use costs measured on real devices: this run's (tick *compare with autoregressive* on the Decode
-tab), and the profiles the project measured and committed, each with where and when. Move **α**, **c** and
-**γ** to ask "what if". A ratio hides the device: *H100, eager* draws a high speedup curve because its
-baseline is slow (15.6 ms a step); the **tokens per second** chart below shows that CUDA graphs make both
-sides faster and the ratio smaller. The *H100, CUDA graphs* profile has c ≈ 0.08 for the bundled pair (a
-1-layer draft). A deep draft is another story: a 30-layer 135M-shaped draft costs about as much on that GPU as a
-24-layer 1.7B-shaped target, 3.3 vs 3.7 ms a step graphed, so c ≈ 0.89: set **c** to 0.89 on that profile and
-drafting pays only if nearly every draft is accepted.
+The curves cover γ 1–8, the widths whose verify costs were measured; a run with a larger γ (the Decode tab
+allows up to 16) is drawn at its own γ, on its own curve. They use costs measured on real devices: this run's
+(tick *compare with autoregressive* on the Decode tab), and the profiles the project measured and committed,
+each with where and when. Move **α**, **c** and **γ** to ask "what if". A ratio hides the device: *H100, eager*
+draws a high speedup curve because its baseline is slow (15.6 ms a step); the **tokens per second** chart below
+shows that CUDA graphs make both sides faster and the ratio smaller. Why smaller: graphs cut a target step 10×
+(15.6 → 1.47 ms) but a verify over 5 tokens only 7× (13.6 → 2.02 ms), so once launches no longer hide the
+arithmetic a verify costs more than a step (v = 0.87 eager, 1.37 graphed) while c stays small (0.080, 0.082): at
+α 0.65 and γ 4, γ c + v grows from 1.19 to 1.70 and the speedup falls from 2.12× to 1.49×. The *H100, CUDA
+graphs* profile has c ≈ 0.08 for the bundled pair (a 1-layer draft). A deep draft is another story: a 30-layer
+135M-shaped draft costs about as much on that GPU as a 24-layer 1.7B-shaped target, 3.3 vs 3.7 ms a step
+graphed, so c ≈ 0.89: set **c** to 0.89 on that profile and drafting pays only if nearly every draft is
+accepted.
 """
 
 
@@ -78,12 +85,32 @@ def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | N
         return None
 
 
+def model_card_profile(path: Path = PAIR_MEASUREMENTS) -> CostProfile | None:
+    """The bundled pair's costs as its model cards measured them (`python -m specdec card`, read at
+    each request): a copy kept in the profiles file went stale when the cards were measured again
+    (3.71 ms a target step there, 7.78 ms in the card). None where they cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cost = data["cost"]
+        return CostProfile(
+            name=CARD_PROFILE, where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
+            when="with the model cards", device="cpu", dtype="float32", engine="eager",
+            target_step_ms=cost["target_step_ms"], draft_step_ms=cost["draft_step_ms"],
+            verify_ms_by_width={1: cost["target_step_ms"], cost["gamma"] + 1: cost["verify_ms"]},
+            source=(f"python -m specdec card (assets/models/{path.name}: specdec.measure.cost, 60 forwards of each "
+                    f"width timed back to back on one prompt; only widths 1 and {cost['gamma'] + 1} measured)"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def all_profiles(point: RunPoint | None, path: Path = PROFILES_FILE) -> tuple[list[CostProfile], str]:
     """This run's profiles, the committed ones, and the features drafter's card's."""
     committed, problem = load_profiles(path)
     run = [p for p in (point.whole_loop, point.forwards_only) if p is not None] if point is not None else []
-    card = features_card_profile()
-    return run + committed + ([card] if card is not None else []), problem
+    card, features = model_card_profile(), features_card_profile()
+    cpu = [p for p in committed if p.device == "cpu"] + ([card] if card is not None else [])   # side by side
+    rest = [p for p in committed if p.device != "cpu"] + ([features] if features is not None else [])
+    return run + cpu + rest, problem
 
 
 def _number(value, default: float, lo: float, hi: float) -> float:
@@ -109,6 +136,7 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 rates=speed_charts.rates_figure(profiles, gamma, alpha, point),
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
+                costs=costs_markdown(profiles, point),
                 note=note_markdown(point, chosen, what_if) + (f"\n\n⚠ {problem}" if problem else ""))
 
 
@@ -165,6 +193,39 @@ def _forward_words(point: RunPoint) -> str:
     return f"; of it, one target forward {fw.target_step_ms:.2f} ms, against which c = {fw.c:.2f}"
 
 
+def costs_markdown(profiles: list[CostProfile], point: RunPoint | None) -> str:
+    """Why this CPU's target steps differ from one profile to the next, with their numbers, and
+    why an eager H100 verifies 5 tokens in less than a step: said where the costs stand side by
+    side (the table), so that three numbers for one step do not read as an error."""
+    by_name = {p.name: p for p in profiles}
+    lines = ["**One target step, several costs.** Each profile timed something else, at another time:"]
+    bench, card = by_name.get("this CPU, bench (every width)"), by_name.get(CARD_PROFILE)
+    if bench is not None:
+        lines.append(f"- *{bench.name}*: {bench.target_step_ms:.2f} ms, the median of forwards timed between the "
+                     f"bench's runs ({bench.when}), on contexts that grow over its 8 prompts.")
+    if card is not None:
+        lines.append(f"- *{card.name}*: {card.target_step_ms:.2f} ms, 60 forwards of each width timed back to back "
+                     "on one short prompt, when the model cards were written.")
+    if point is not None and point.whole_loop is not None:
+        forwards = point.forwards_only
+        inner = f", of which one target forward {forwards.target_step_ms:.2f} ms" if forwards is not None else ""
+        lines.append(f"- *this run*: {point.whole_loop.target_step_ms:.2f} ms a token for the target alone, "
+                     f"timed now with everything a token costs (sampling, the loop, the trace){inner}, on the "
+                     "machine serving this page, which it shares with every visitor.")
+    lines.append("\nAll on one torch thread, float32, eager. What was timed (one forward, or a whole token), the "
+                 "context's length and how busy the machine was move a CPU step a lot: the model cards' own command "
+                 "gave 3.71 ms on 2026-11-22 and 7.78 ms when run again. Compare the ratios c and v within a "
+                 "profile, not milliseconds across profiles.")
+    eager = by_name.get("H100, eager, fp32")
+    if eager is not None and eager.verify(4) is not None and eager.verify(4) < 1:
+        lines.append(f"\n*{eager.name}*: v = {eager.verify(4):.2f} < 1 (5 tokens in {eager.verify_ms_by_width[5]:.1f} "
+                     f"ms, one in {eager.target_step_ms:.1f} ms) does not mean 5 tokens are cheaper: an eager forward "
+                     "on an H100 waits on its kernel launches (about 1 ms a layer, whatever the width), so both "
+                     "widths cost the same launches, and the gap is how far launch time moved between the two "
+                     "timings.")
+    return "\n".join(lines)
+
+
 def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -> str:
     lines = run_lines(point)
     if chosen is not None:
@@ -191,9 +252,12 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     v.curves = gr.Plot(label="speedup against α, γ 1–8", elem_id="speed-curves")
     v.compare = gr.Plot(label="every measured profile at one γ", elem_id="speed-compare")
     v.rates = gr.Plot(label="tokens per second: target alone and speculative", elem_id="speed-rates")
-    with gr.Accordion("The profiles as a table", open=False):
+    with gr.Accordion("The profiles as a table, and why their costs differ", open=False):
+        # Widths that add up to the panel, with wrapping: sized by their content, the long names
+        # pushed c, v, the speedup and best γ past the panel's right edge (issue 38).
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
-                               elem_id="speed-table")
+                               column_widths=speed_charts.PROFILE_WIDTHS, elem_id="speed-table")
+        v.costs = gr.Markdown("", elem_id="speed-costs", latex_delimiters=[])
     # What the controls are set to, kept on the server: a run that ends while this tab is hidden,
     # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
     v.chosen = gr.State(None)

@@ -22,7 +22,7 @@ import gradio as gr
 
 from ...decoding import STOPPED, TIME_LIMIT, StopSignal, autoregressive_generate, speculative_generate
 from ...drafters import drafters_for
-from ...measure import compare_with_target
+from ...measure import Repeats, timed_repeats
 from ...sampling import Rule
 from ...settings import RunSettings
 from ...trace import Generation
@@ -150,16 +150,18 @@ def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
     threading.Thread(target=work, daemon=True, name="specdec-decode").start()
 
 
+COMPARE_REPEATS = 3   # interleaved repeats of the run and the target alone: a spread, as the bench shows
+
+
 @gpu
-def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: StopSignal
-                     ) -> tuple[Generation, Generation]:
+def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: StopSignal) -> Repeats:
     """The speculative run again, unstreamed (the same seed gives the same tokens), and the target
-    alone, timed fairly (`measure.compare_with_target`: both warmed up, in the order A B B A, on the
-    same engine, each timing waiting for the device), with no page being redrawn meanwhile. The
-    streamed run is not timed fairly: the page's figures are built while it decodes."""
+    alone, timed fairly (`measure.timed_repeats`: both warmed up, then COMPARE_REPEATS interleaved
+    repeats, on the same engine, each timing waiting for the device), with no page being redrawn
+    meanwhile. The streamed run is not timed fairly: the page's figures are built while it decodes."""
     pair = get_pair(preset)
     with _unstreamed_turn(pair, stop):
-        return compare_with_target(pair, prompt, settings, stop=stop)
+        return timed_repeats(pair, prompt, settings, repeats=COMPARE_REPEATS, stop=stop)
 
 
 @gpu

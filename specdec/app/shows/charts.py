@@ -14,8 +14,9 @@ import plotly.graph_objects as go
 
 from ...looks import LOOKS, PALETTE, token_label, visible_token
 from ...outcomes import Ending, Status, events
-from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, time_split
+from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
 from ...trace import Generation
+from .beta_strip import strip_html
 
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"
@@ -59,11 +60,13 @@ def fixed(x: float | None, digits: int = 4) -> str:
 
 def _span(outcome, text: str, title: str, round_index: int | None) -> str:
     """One token, marked by its fate. A newline is shown as ↵ where it is, and a token that ends a
-    line keeps its mark on that line (the line break comes after the mark, not before it)."""
+    line keeps its mark on that line (the line break comes after the mark, not before it). A
+    rejected draft is not part of the text: its ↵ breaks no line ("To be, or not to be a man."
+    read as three lines, issue 38)."""
     look = LOOKS[outcome]
     where = f' data-round="{round_index}"' if round_index is not None else ""
-    body = text.rstrip("\n")
-    breaks = len(text) - len(body)
+    body = text.rstrip("\n") if outcome != Status.REJECTED else text.replace("\n", "↵")
+    breaks = len(text) - len(body) if outcome != Status.REJECTED else 0
     shown = html.escape(body).replace("\n", "↵\n") + "↵" * breaks
     return (f'<span class="tok tok-{outcome.value}" data-kind="{outcome.value}"{where} '
             f'title="{html.escape(title, quote=True)}" style="{look.css}">{shown}'
@@ -93,9 +96,10 @@ def event_title(gen: Generation, ev) -> str:
             f"(p={pos.p_draft:.4f}, q={pos.q_draft:.4f}, u={pos.u:.4f} {test} min(1, p/q)={min(1.0, pos.ratio):.4f})")
 
 
-def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
+def text_html(gen: Generation | None, selected_round: int | None = None, strip: bool = True) -> str:
     """The prompt, then every generated token marked by its fate; rejected drafts struck through
-    where they were proposed. Every piece of text is escaped."""
+    where they were proposed, under the β strip (`beta_strip`, unless `strip` is False). Every
+    piece of text is escaped."""
     if gen is None:
         return '<div class="specdec-text" style="color:#666">Run a generation, or import a trace, to see it here.</div>'
     parts = [f'<span class="prompt" style="color:#555">{html.escape(gen.prompt)}</span>']
@@ -111,7 +115,8 @@ def text_html(gen: Generation | None, selected_round: int | None = None) -> str:
         outline = "box-shadow:0 0 0 2px #000;border-radius:2px;" if r == selected_round else ""
         parts.append(f'<span class="round" data-round="{r}" style="{outline}">{"".join(chunk)}</span>')
     body = "".join(parts)
-    return (legend_html() + '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'
+    return (legend_html() + (strip_html(gen) if strip else "") +
+            '<div class="specdec-text" style="white-space:pre-wrap;line-height:1.9;'
             f'font-family:ui-monospace,monospace;font-size:0.95em">{body}</div>')
 
 
@@ -150,7 +155,7 @@ def side_by_side_html(gen: Generation | None, other: Generation | None, label: s
     blocks = []
     for head, g in (("This run", gen), (f"The same prompt, seed and settings with {label}", other)):
         blocks.append(f'<div class="side-run" style="margin-bottom:1em"><div style="font-weight:600">'
-                      f"{html.escape(head)}: {html.escape(run_summary(g))}</div>{text_html(g)}</div>")
+                      f"{html.escape(head)}: {html.escape(run_summary(g))}</div>{text_html(g, strip=False)}</div>")
     return (f'<div class="side-by-side"><p>{html.escape(agreement(gen, other, same))}</p>{"".join(blocks)}</div>')
 
 
@@ -346,19 +351,34 @@ def _where_note(models: dict) -> str:
     return "Float32 weights and math: the verify pass and the target alone compute the same p."
 
 
-def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None) -> list[str]:
+def _repeats_cell(speedups: tuple[float, ...]) -> str:
+    """The repeats' own speedups and their spread, beside the pooled one (empty for one pair of runs)."""
+    if len(speedups) < 2:
+        return " (one run each)"
+    each = ", ".join(f"{x:.2f}×" for x in speedups)
+    return (f", pooled over {len(speedups)} interleaved repeats, which gave {each}: spread "
+            f"{min(speedups):.2f}–{max(speedups):.2f}×, and a difference inside it is noise")
+
+
+def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
+                     speedups: tuple[float, ...] = ()) -> list[str]:
     t, gamma = (timed or gen).stats, gen.settings.gamma
     story = explain(t, ar.stats, gamma)
     from_beta = predicted_at(t, ar.stats, t.expected_acceptance, gamma)
+    whole = run_point(t, gamma, ar.stats).whole_loop
+    costs = (f"target step {whole.target_step_ms:.2f} ms, c = {whole.c:.3f}, v = {whole.verify(gamma):.2f}"
+             if whole is not None else "")
+    mean = " (mean of the repeats)" if len(speedups) > 1 else ""
     return [
-        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s | "
+        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s{mean} | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
-        "back to back, the same way |",
-        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s, "
+        "interleaved, the same way |",
+        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s{mean}, "
         f"{ar.stats.target_forwards} target forwards | |",
-        f"| speedup over the target alone (tokens per second, one run each) | measured speedup "
-        f"**{story.measured:.2f}×** | predicted from this run's costs and α: **{story.predicted:.2f}×** (its whole "
-        f"loop, the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
+        f"| speedup over the target alone (tokens per second) | measured speedup "
+        f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
+        f"predicted from this run's costs (its whole loop: {costs}) and α: "
+        f"**{story.predicted:.2f}×** (the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
         f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
         "any u is drawn) |",
         "", story.sentence, "", depth_story(t, ar.stats, gen.models)]
@@ -375,7 +395,7 @@ def _why_tokens_differ(gen: Generation) -> str:
 
 
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,
-                     timed: Generation | None = None) -> str:
+                     timed: Generation | None = None, speedups: tuple[float, ...] = ()) -> str:
     """The run's numbers, each named once with a line that says what it answers."""
     if gen is None:
         return "_No run yet._"
@@ -389,8 +409,10 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| **acceptance rate α** | **{s.acceptance_rate:.3f}** ({s.accepted} of {s.tested} tested drafts) | "
         "How often did a tested draft pass u < p(x)/q(x)? Known only once the u are drawn. |",
         f"| **expected acceptance, mean β** | **{s.expected_acceptance:.3f}** | How often should it pass? "
-        "β = Σ min(p, q) is each position's chance, averaged over the tested ones: known from p and q before any "
-        f"u is drawn. α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
+        "β = Σ min(p, q) is each position's chance before its draft is drawn from q (a drafted token x's own "
+        "chance, min(1, p(x)/q(x)), is known once x is drawn), averaged over the tested positions: both known "
+        "before any u is drawn, β alone before drafting. "
+        f"α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
         f"| draft yield | {s.accepted_per_drafted:.3f} ({s.accepted} of {s.drafted} drafted) | How many drafts "
         "ended in the text? Drafts after a rejection are never tested (some call this ratio the acceptance rate). |",
         f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "
@@ -405,7 +427,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| where it ran | {_where(gen.models)} | {_where_note(gen.models)} |",
     ]
     if ar is not None:
-        lines += _comparison_rows(gen, ar, timed)
+        lines += _comparison_rows(gen, ar, timed, speedups)
     head = "**Running…** " if running else ""
     if gen.settings.skip_adjustment:
         head += "⚠ **Residual adjustment skipped: this run is biased** (its output does not follow p). "

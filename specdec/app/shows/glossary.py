@@ -9,7 +9,8 @@ GLOSSARY = """
 - **γ** (gamma): drafts per round: the draft proposes γ tokens, the target checks them all in one forward.
 - **α** (alpha): the acceptance rate a run observed: accepted ÷ tested drafts (a draft after a rejection is
   never tested).
-- **β** (beta) = Σ min(p, q): the chance a draft passes at one position, known from p and q before any draw;
+- **β** (beta) = Σ min(p, q): the chance a draft passes at one position before it is drawn from q (the drafted
+  token x's own chance is min(1, p(x)/q(x)), known once x is drawn);
   a run's **mean β** is what α should be, up to the draws' noise.
 - **TV** (total variation) = ½ Σ |a − b|: how far one distribution is from another; TV(p, q) = 1 − β. The
   exact rule's output has TV 0 to p; skipping the adjustment does not.

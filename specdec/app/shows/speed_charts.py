@@ -154,7 +154,11 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     """Tokens per second against α at one γ: for each profile the target alone (dashed, flat: one
     token a step) and speculative decoding (solid: the speedup times that rate), in the profile's
     colour; this run's two measured rates at its α. A ratio hides the device: a slow baseline
-    draws a high speedup curve; here a faster device sits higher on both lines."""
+    draws a high speedup curve; here a faster device sits higher on both lines.
+
+    One legend entry per profile (its two lines toggle together), one entry per row, under the
+    axis title: a legend that wraps into as many rows as the width allows cannot be sized before
+    the page's width is known, and one taller than its margin covered the lower lines (issue 38)."""
     fig = go.Figure()
     colours = profile_colours(profiles)
     for prof in profiles:
@@ -162,16 +166,17 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
         v, measured = prof.verify_nearest(gamma)
         fig.add_trace(go.Scatter(x=[ALPHAS[0], ALPHAS[-1]], y=[alone, alone], mode="lines",
                                  name=f"{prof.name}: target alone", line=dict(color=colours[prof.name], dash="dash"),
+                                 legendgroup=prof.name, showlegend=False,
                                  meta={"profile": prof.name, "role": "alone", "tokens_per_second": alone},
                                  hovertemplate=f"{label}: target alone %{{y:.0f}} tokens/s<extra></extra>"))
         fig.add_trace(go.Scatter(x=ALPHAS, y=[alone * curve(a, gamma, prof.c, v) for a in ALPHAS], mode="lines",
-                                 name=f"{prof.name}: speculative" + ("" if measured else " *"),
+                                 name=prof.name + ("" if measured else " *"), legendgroup=prof.name,
                                  line=dict(color=colours[prof.name], width=2.5), opacity=1.0 if measured else 0.5,
                                  meta={"profile": prof.name, "role": "speculative", "gamma": gamma, "c": prof.c,
                                        "v": v},
                                  hovertemplate=f"{label}: α = %{{x:.2f}}, %{{y:.0f}} tokens/s"
                                                "<extra>speculative</extra>"))
-    entries = 2 * len(profiles)
+    entries = len(profiles)
     if point is not None and point.measured is not None and point.whole_loop is not None:
         alone = 1000 / point.whole_loop.target_step_ms
         for role, y, symbol in (("measured alone", alone, "square"), ("measured", alone * point.measured, "x")):
@@ -182,9 +187,11 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
         entries += 2
     fig.add_vline(x=alpha, line=dict(color=PALETTE["black"], width=1, dash="dot"))
     _layout(fig, f"γ = {gamma}: tokens per second, target alone (dashed) and speculative (solid)<br>"
-                 "<span style='font-size:11px'>a faster device sits higher on both lines; its speedup is the gap "
-                 "between them</span>", 2, entries, columns=2)
-    fig.update_layout(yaxis=dict(title="tokens per second", type="log"))
+                 "<span style='font-size:11px'>one colour per profile; a faster device sits higher on both lines; "
+                 "its speedup is the gap between them</span>", 2, entries)
+    # A legend group (a profile's two lines) adds a 10 px gap after it by default: rows of 20 px, as
+    # the bottom margin counts them, or the legend pushed the margin and shrank the plot.
+    fig.update_layout(yaxis=dict(title="tokens per second", type="log"), legend=dict(tracegroupgap=0))
     ys = [y for trace in fig.data for y in trace.y]
     if ys:   # no profile and no run: nothing to label
         ticks = log_ticks(min(ys), max(ys))
@@ -204,10 +211,11 @@ def log_ticks(low: float, high: float) -> list[float]:
     return ticks[first:last + 1]
 
 
-# Where and how each was measured is in the chosen profile's note and the curves' legend: two long
-# text columns here pushed c, v and the speedup off the right edge.
-PROFILE_HEADERS = ["profile", "when", "engine", "target step ms", "draft step ms", "c", "v(γ)",
-                   "speedup at α", "best γ at α"]
+# Where, when and how each was measured is in the chosen profile's note, the compare chart's legend
+# and the note under this table (its name says the engine): text columns for them pushed c, v, the
+# speedup and best γ past the panel's right edge at 800 px (issue 38).
+PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α", "best γ at α"]
+PROFILE_WIDTHS = ["28%", "11%", "11%", "9%", "11%", "13%", "17%"]
 
 
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
@@ -217,7 +225,7 @@ def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[
         v, measured = prof.verify_nearest(gamma)
         best = max(((prof.speedup(alpha, g), g) for g in GAMMAS if prof.verify(g) is not None), default=None)
         best_text = "—" if best is None else f"γ = {best[1]}: {best[0]:.2f}×"
-        rows.append([prof.name, prof.when, prof.engine, round(prof.target_step_ms, 3),
+        rows.append([prof.name, round(prof.target_step_ms, 3),
                      round(prof.draft_step_ms, 3), round(prof.c, 3), f"{v:.2f}" + ("" if measured else " (nearest)"),
                      f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text])
     return rows

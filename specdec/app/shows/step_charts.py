@@ -275,9 +275,11 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
         0.0 if not gen.settings.skip_adjustment else _r(pos.skip_tv)
     return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
             ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
-            ["min(1, p/q): chance this draft passes", round(min(1.0, pos.ratio), 6)],
+            ["min(1, p(x)/q(x)): chance the drafted token x passes (known once x is drafted)",
+             round(min(1.0, pos.ratio), 6)],
             ["u" + (" (drawn, never used)" if untested else ""), round(pos.u, 6)],
-            ["β = Σ min(p, q): chance a draft from q passes here", round(pos.beta, 6)], ["verdict", pos.status.value],
+            ["β = Σ min(p, q): chance a draft passes here, before it is drawn from q (min(1, p/q) averaged over q)",
+             round(pos.beta, 6)], ["verdict", pos.status.value],
             ["TV(output here, p) under this run's rule", here],
             ["TV(output here, p) if the adjustment were skipped", "—" if untested else _r(pos.skip_tv)]]
 

@@ -89,6 +89,8 @@ def round_caption(gen: Generation, r: int) -> str:
                f"`{json.dumps(text, ensure_ascii=False)}`")
     if rnd.ending is Ending.RESIDUAL and rnd.n_accepted < len(rnd.positions):
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
+    if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
+        caption += "\n\n" + greedy_rejection(gen, rnd)
     if gen.settings.drafter == "features":
         caption += "\n\n" + where_q_came_from(gen, rnd) + q_source_picture(gen, rnd)
     return caption
@@ -154,6 +156,15 @@ def why_no_residual(gen: Generation, pos) -> str:
             "tokens the draft under-proposes (p > q); every token with q ≥ p gets 0 there.")
 
 
+def greedy_rejection(gen: Generation, rnd) -> str:
+    """At T = 0 what a rejection can emit, said at such a round: learners worked it out from the
+    residual chart (issue 38)."""
+    top = charts.md_text(token_label(gen, rnd.emitted[-1])) if rnd.emitted else "?"
+    return ("*At T = 0* p and q are one-hot (all their mass on each model's top token), so a draft passes only "
+            "if it is the target's top token, and after a rejection the residual max(0, p − q) is p's own "
+            f"one-hot: **a rejection can only emit the target's top token**, here {top}.")
+
+
 def slider(gen: Generation | None, value: int | None = None):
     n = len(gen.rounds) if gen is not None else 0
     if value is None:
@@ -177,13 +188,15 @@ def first_interesting_round(gen: Generation) -> int:
 
 
 def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
-               round_index: int | None = None, timed: Generation | None = None) -> dict:
-    """Everything the page shows for a finished (or imported) run."""
+               round_index: int | None = None, timed: Generation | None = None,
+               speedups: tuple[float, ...] = ()) -> dict:
+    """Everything the page shows for a finished (or imported) run; `speedups`, each repeat's own
+    when the comparison was timed in repeats (`measure.timed_repeats`)."""
     if round_index is None:
         round_index = first_interesting_round(gen)
     return dict(status=status, text=charts.text_html(gen, round_index),
                 timeline=charts.timeline_figure(gen, round_index),
-                metrics=charts.metrics_markdown(gen, ar, timed=timed),
+                metrics=charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups),
                 time_plot=charts.time_figure(timed or gen, ar),
                 run_state=gen, round_slider=slider(gen, round_index), export_file=None,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,

@@ -13,7 +13,28 @@
       box.dispatchEvent(new Event('input', {bubbles: true}));
     });
   };
-  setInterval(hook, 700);
+  // Plotly writes a chart's clip paths and pattern fills as url('<page address>#id') when the page
+  // has a <base> element (Gradio's has), with the address the page had when that chart was first
+  // drawn, and keeps it for the chart's later draws. Once the address bar changes (a run's link,
+  // `remember` below), those references point at another document: a first run's hatched q bars
+  // and its green min(1, p/q) bar were not drawn, and bars on a log axis were not clipped to the
+  // plot but ran over the tick labels (issue 38). Every chart is re-pointed at the address.
+  const rebase = () => {
+    const now = window.location.href.split('#')[0];
+    document.querySelectorAll('.js-plotly-plot').forEach((gd) => {
+      const context = gd._context;
+      if (!context || !context._baseUrl || context._baseUrl === now) return;
+      const old = context._baseUrl;
+      context._baseUrl = now;
+      gd.querySelectorAll('[clip-path], [fill], [style]').forEach((el) => {
+        for (const name of ['clip-path', 'fill', 'style']) {
+          const value = el.getAttribute(name);
+          if (value && value.includes(old)) el.setAttribute(name, value.split(old).join(now));
+        }
+      });
+    });
+  };
+  setInterval(() => { hook(); rebase(); }, 700);
   // Plotly sizes a chart to its container when it draws, and on a window resize. A chart drawn while
   // hidden (another tab, a closed accordion) gets Plotly's default 700 px, and one hidden during a
   // resize keeps its old width: the speed explorer came back at 700 of 1216 px after a Decode run,
@@ -49,8 +70,25 @@
     if (want === kept) return;
     kept = want;
     history.replaceState(history.state, '', location.pathname + want + location.hash);
+    rebase();
   };
   setInterval(remember, 400);
+  // The β strip over the text: a cell opens its round and position, by a click or, once Tab has
+  // reached it, by Enter or Space; through the same hidden box as a timeline click.
+  const openCell = (cell) => {
+    const box = document.querySelector('#timeline-click textarea, #timeline-click input');
+    if (!box) return;
+    box.value = `${cell.dataset.round}:${cell.dataset.position}:${Date.now()}`;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  };
+  document.addEventListener('click', (ev) => {
+    const cell = ev.target && ev.target.closest && ev.target.closest('#token-text .beta-cell');
+    if (cell) openCell(cell);
+  });
+  document.addEventListener('keydown', (ev) => {
+    const cell = ev.target && ev.target.closest && ev.target.closest('#token-text .beta-cell');
+    if (cell && (ev.key === 'Enter' || ev.key === ' ')) { ev.preventDefault(); openCell(cell); }
+  });
   // Keyboard: Enter in a number box applies it (Gradio applies a slider's typed number on blur
   // only); left / right arrow (outside text fields and sliders) step through the rounds.
   document.addEventListener('keydown', (ev) => {
