@@ -271,9 +271,10 @@ class Engine:
             self.start(len(context) + gamma + 2, max(gamma, 1))
             s, last = self._slots, len(context) - 1
             self._catch_up(s.target, context, last, "t_valid")
-            self._catch_up(s.draft, context, last, "d_valid")
             s.target.start.fill_(last)
-            s.draft.start.fill_(last)
+            if s.draft is not None:   # a pair with no draft model has no draft step to time
+                self._catch_up(s.draft, context, last, "d_valid")
+                s.draft.start.fill_(last)
             for buf in (s.t_in, s.d_in, s.drafts):
                 buf.fill_(context[-1])
             s.q_rows.fill_(1.0 / s.vocab)
@@ -282,7 +283,7 @@ class Engine:
             s.numbers.set(sampling)
             shape = DeviceSampling.shape(sampling)
             timed = {"draft_step_ms": _median_ms(lambda: self._run(("draft", 1, shape), self._draft_fn),
-                                                 repeats, self.device),
+                                                 repeats, self.device) if s.draft is not None else None,
                      "target_step_ms": _median_ms(lambda: self._run(("step", shape), self._step_fn),
                                                   repeats, self.device)}
             by_width = {1: timed["target_step_ms"]}
@@ -292,7 +293,8 @@ class Engine:
                     by_width[w] = _median_ms(lambda key=key: self._run(key, self._verify_fn), repeats, self.device)
             self.t_valid = self.d_valid = 0   # the timing wrote past the context: the next run starts afresh
         return {**timed, "target_ms_by_width": by_width,
-                "c": timed["draft_step_ms"] / timed["target_step_ms"], "engine": self.name}
+                "c": timed["draft_step_ms"] / timed["target_step_ms"] if s.draft is not None else None,
+                "engine": self.name}
 
     # -------------------------------------------------------------- what the graphs hold
     def _draft_fn(self, key):
