@@ -183,8 +183,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     widths = list(range(1, max(cfg.gammas) + 2))
     # The cost contexts grow by one token a step: keep them inside the models' context.
     steps = cfg.cost_steps if not limit else max(1, min(cfg.cost_steps, limit - len(prompt_ids[0]) - len(widths) - 4))
-    features = fx.available(pair)   # where its weights exist
-    lineup = contenders(cfg.gammas, cfg.temperatures, features, model=pair.draft is not None)
+    lineup = contenders(cfg.gammas, cfg.temperatures, features := fx.available(pair), model=pair.draft is not None)
     passes = [(r, i, s) for r in range(cfg.repeats) for i in range(len(cfg.prompts)) for s in cfg.seeds]
     # Cost steps before each pass (spread over the run, like the runs they predict).
     steps_before = [steps * (k + 1) // len(passes) - steps * k // len(passes) for k in range(len(passes))]
