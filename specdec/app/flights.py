@@ -33,6 +33,7 @@ from collections import OrderedDict, deque
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import realmodel
 from ..decoding import STOPPED, TIME_LIMIT
 from ..models import PRESETS
 from ..settings import RunSettings
@@ -65,8 +66,9 @@ def _manifest_digest(model: str) -> str:
 
 def key_of(prompt: str, preset: str, settings: RunSettings) -> tuple:
     """What a run is determined by: the prompt, the pair (its weights by their manifest), the settings and seed."""
-    p = PRESETS[preset]
-    return (prompt, preset, _manifest_digest(p.target), _manifest_digest(p.draft), repr(settings))
+    p = PRESETS[preset]   # a real model's weights are its converted folder's; a pair may have no draft model
+    target = str(realmodel.folder_of(realmodel.SOURCES[p.source])) if p.source else p.target
+    return (prompt, preset, _manifest_digest(target), _manifest_digest(p.draft) if p.draft else "", repr(settings))
 
 
 # ---------------------------------------------------------------- the cache of finished runs
