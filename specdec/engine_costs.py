@@ -60,9 +60,10 @@ def step_costs(engine, context: list[int], widths: list[int], sampling: Sampling
         engine.start(len(context) + gamma + 2, max(gamma, 1))
         s, last = engine._slots, len(context) - 1
         engine._catch_up(s.target, context, last, "t_valid")
-        engine._catch_up(s.draft, context, last, "d_valid")
         s.target.start.fill_(last)
-        s.draft.start.fill_(last)
+        if s.draft is not None:   # a pair with no draft model has no draft step to time
+            engine._catch_up(s.draft, context, last, "d_valid")
+            s.draft.start.fill_(last)
         for buf in (s.t_in, s.d_in, s.drafts):
             buf.fill_(context[-1])
         s.q_rows.fill_(1.0 / s.vocab)
@@ -71,7 +72,7 @@ def step_costs(engine, context: list[int], widths: list[int], sampling: Sampling
         s.numbers.set(sampling)
         shape = DeviceSampling.shape(sampling)
         timed = {"draft_step_ms": _median_ms(lambda: engine._run(("draft", 1, shape), engine._draft_fn),
-                                             repeats, engine.device),
+                                             repeats, engine.device) if s.draft is not None else None,
                  "target_step_ms": _median_ms(lambda: engine._run(("step", shape), engine._step_fn),
                                               repeats, engine.device)}
         by_width = {1: timed["target_step_ms"]}
@@ -81,4 +82,5 @@ def step_costs(engine, context: list[int], widths: list[int], sampling: Sampling
                 by_width[w] = _median_ms(lambda key=key: engine._run(key, engine._verify_fn), repeats, engine.device)
         engine.t_valid = engine.d_valid = 0   # the timing wrote past the context: the next run starts afresh
     return {**timed, "target_ms_by_width": by_width,
-            "c": timed["draft_step_ms"] / timed["target_step_ms"], "engine": engine.name}
+            "c": timed["draft_step_ms"] / timed["target_step_ms"] if s.draft is not None else None,
+            "engine": engine.name}

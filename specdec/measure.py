@@ -39,8 +39,9 @@ COST_WARMUP = 3   # untimed steps first: the first one fills the caches with the
 
 
 class CostMeter:
-    """Times one cached forward of the draft over 1 token and of the target over each of `widths`
-    tokens (width 1 = one decode step; gamma + 1 = one verify), one `step` at a time.
+    """Times one cached forward of the draft over 1 token (when the pair has a draft model) and of the
+    target over each of `widths` tokens (width 1 = one decode step; gamma + 1 = one verify), one
+    `step` at a time.
 
     A step times every item once, then the context grows by one token, so drift on a shared
     machine hits all widths alike; the bench spreads its steps between the passes so the costs
@@ -50,7 +51,8 @@ class CostMeter:
 
     def __init__(self, pair, prompt_ids: list[int], widths: list[int]):
         self.pair, self.widths = pair, list(widths)
-        self.items = [("draft", pair.draft, 1)] + [(w, pair.target, w) for w in widths]
+        drafts = [("draft", pair.draft, 1)] if pair.draft is not None else []
+        self.items = drafts + [(w, pair.target, w) for w in widths]
         self.caches = {key: KVCache(model) for key, model, _ in self.items}
         self.times: dict = {key: [] for key, _, _ in self.items}
         self.context = list(prompt_ids)
@@ -69,12 +71,13 @@ class CostMeter:
         self.context.append(self.context[-1])
 
     def result(self) -> dict:
-        """Median milliseconds per item, and c = draft step / target step."""
+        """Median milliseconds per item, and c = draft step / target step (both None without a draft model)."""
         target_ms = {w: statistics.median(self.times[w]) for w in self.widths}
-        draft_ms = statistics.median(self.times["draft"])
+        draft_ms = statistics.median(self.times["draft"]) if "draft" in self.times else None
         step_ms = target_ms.get(1)
         return {"draft_step_ms": draft_ms, "target_ms_by_width": target_ms, "target_step_ms": step_ms,
-                "c": draft_ms / step_ms if step_ms else None, "steps": len(self.times["draft"]),
+                "c": draft_ms / step_ms if step_ms and draft_ms is not None else None,
+                "steps": len(self.times[self.widths[0]]),
                 "context_tokens": [self.first_context, len(self.context)]}
 
 

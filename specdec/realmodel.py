@@ -281,8 +281,9 @@ def convert(gguf: Path, out: Path, progress: Progress = _quiet) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                   trust_remote_code=False, local_files_only=True)
     progress(0.65, "reading the tokenizer and chat template")
-    # Given the config, the tokenizer reads the GGUF once instead of twice (each read parses the
-    # 49,152-token vocabulary in Python: the slowest part of the conversion).
+    # Given the model's config, the tokenizer does not work one out again (measured: 10 s instead of
+    # 15). Each read of the GGUF parses its 49,152-token vocabulary in Python (gguf's reader, ~7-10 s
+    # here): three reads (config, weights, tokenizer) are most of the conversion's time.
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, config=loaded.config,
                                               trust_remote_code=False, local_files_only=True)
     progress(0.75, "copying the weights into a plain model")

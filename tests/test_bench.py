@@ -135,6 +135,11 @@ def test_every_contender_once_per_temperature_and_gamma():
     assert len(with_features) == 2 * (2 + 6 * 2) and Contender(SPECDEC_FEATURES, 1.0, 2) in with_features
 
 
+def test_a_pair_without_a_draft_model_has_no_draft_model_contenders():
+    lineup = contenders.contenders([1, 2], [0.0], features=True, model=False)
+    assert {c.kind for c in lineup} == {SPECDEC_AR, HF_GENERATE, SPECDEC_FEATURES, SPECDEC_NGRAM, HF_LOOKUP}
+
+
 def test_rotation_runs_everyone_once_per_pass_from_different_starts():
     items = list(range(10))
     orders = [contenders.rotated(items, k, 4) for k in range(4)]
@@ -410,6 +415,22 @@ def test_quick_bench_on_the_bundled_pair(tmp_path):
     assert r.stdout.startswith("smoke run (--quick)") and "goals: not checked: a smoke run" in r.stdout
     assert "NOT met" not in r.stdout and "goal: " not in r.stdout
     assert not (tmp_path / "speedup.html").exists()
+
+
+@pytest.mark.slow
+def test_a_quick_bench_of_a_target_alone_runs_its_drafters_and_agrees_greedily(tmp_path):
+    """A pair with no draft model (the real model's kind; here the bundled target, whose features
+    drafter exists): no draft-model contenders, no draft cost, the greedy outputs all the same."""
+    from specdec import load_pair
+    from specdec.models import ASSETS
+
+    pair = load_pair(target=str(ASSETS / "specdec-target"), device="cpu")
+    results = run.benchmark(pair, run.config_from_args(_args("--quick", "--out", str(tmp_path))))
+    assert {r["kind"] for r in results["rows"]} == {SPECDEC_AR, HF_GENERATE, SPECDEC_FEATURES, SPECDEC_NGRAM, HF_LOOKUP}
+    assert results["costs"]["draft_step_ms"] is None and results["costs"]["c"] is None
+    assert all(r["tok_s"] > 0 and r["predicted"] > 0 for r in results["rows"])
+    assert results["greedy"]["checked"] and results["greedy"]["agree"]
+    assert "specdec + n-gram" in report.format_table(results["rows"]) and "greedy" in report.format_summary(results)
 
 
 def test_saving_a_profile_replaces_the_one_of_its_name_where_it_stands(tmp_path):

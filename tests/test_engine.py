@@ -182,6 +182,16 @@ def test_engine_costs_are_measured_for_every_width(bundled_pairs):
         speculative_generate(bundled_pairs[0], "ROMEO.\n", s).token_ids
 
 
+def test_a_pair_without_a_draft_model_times_its_target_on_the_engine_and_decodes_the_same(bundled_pairs):
+    eager, static = bundled_pairs
+    alone = ModelPair(static.tokenizer, static.target, None, "target", None, engine="static")
+    costs = engine_for(alone).costs(alone.encode("ROMEO.\n")[1], [1, 3], SamplingConfig(), repeats=2)
+    assert set(costs["target_ms_by_width"]) == {1, 3} and costs["draft_step_ms"] is None and costs["c"] is None
+    s = RunSettings(drafter="ngram", max_new_tokens=12, sampling=SamplingConfig(temperature=0.0))
+    assert autoregressive_generate(alone, "ROMEO.\n", s).token_ids == \
+        speculative_generate(eager, "ROMEO.\n", s).token_ids == speculative_generate(alone, "ROMEO.\n", s).token_ids
+
+
 def test_a_whole_number_temperature_is_a_temperature_on_every_engine():
     pair = tiny_pair()
     s = RunSettings(gamma=3, max_new_tokens=16, seed=2, sampling=SamplingConfig(temperature=2, top_p=1))

@@ -52,6 +52,20 @@ def test_a_run_is_keyed_by_its_prompt_settings_seed_and_pair():
     assert len(key[2]) == 64 and len(key[3]) == 64   # the bundled pair's manifest, by its sha256
 
 
+def test_the_real_models_runs_are_keyed_by_its_converted_folders_manifest(tmp_path, monkeypatch):
+    """The real model (no draft model) is keyed by the manifest of its folder in the user's cache."""
+    import hashlib
+
+    from specdec import realmodel
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    folder = realmodel.folder_of(realmodel.SMOLLM2_135M)
+    folder.mkdir(parents=True)
+    (folder.parent / "manifest.json").write_text('{"files": {}}')
+    key = flights.key_of(PROMPT, "smollm2-135m", RunSettings(drafter="ngram"))
+    assert key[2] == hashlib.sha256(b'{"files": {}}').hexdigest() and key[3] == ""
+
+
 # ---------------------------------------------------------------- the line of decodes
 
 def test_the_line_admits_its_slots_first_come_first_served_and_tells_the_place():

@@ -59,10 +59,12 @@ class Contender:
         return KINDS[self.kind].label
 
 
-def contenders(gammas: list[int], temperatures: list[float], features: bool = False) -> list[Contender]:
+def contenders(gammas: list[int], temperatures: list[float], features: bool = False,
+               model: bool = True) -> list[Contender]:
     """Every contender, in table order: per T, the two baselines then each speculative kind over
-    gamma. The features drafter runs only where its weights for the pair's target exist (`features`)."""
-    kinds = [k for k in SPECULATIVE if features or k != SPECDEC_FEATURES]
+    gamma. The features drafter runs only where its weights for the pair's target exist (`features`),
+    the draft model's contenders (specdec's and transformers' assisted) only where there is one (`model`)."""
+    kinds = [k for k in SPECULATIVE if (features or k != SPECDEC_FEATURES) and (model or KINDS[k].drafter != "model")]
     out = []
     for t in temperatures:
         out += [Contender(k, t) for k in BASELINES]
@@ -99,7 +101,11 @@ def transformers_kwargs(kind: str, temperature: float, gamma: int | None, max_ne
 @contextmanager
 def assistant_settings(draft, gamma: int):
     """transformers 5.23 reads the assistant's settings from the assistant's own generation_config
-    (the same names passed to generate() do not reach it): set them there for one call."""
+    (the same names passed to generate() do not reach it): set them there for one call (no draft
+    model: nothing to set)."""
+    if draft is None:
+        yield
+        return
     config = draft.generation_config
     wanted = dict(ASSISTANT_SETTINGS, num_assistant_tokens=gamma)
     saved = {k: getattr(config, k, None) for k in wanted}
@@ -119,8 +125,9 @@ class ForwardCounter:
     def __init__(self, pair):
         self.target_widths: list[int] = []
         self.draft_forwards = 0
-        self._handles = [pair.target.register_forward_pre_hook(self._on_target, with_kwargs=True),
-                         pair.draft.register_forward_pre_hook(self._on_draft, with_kwargs=True)]
+        self._handles = [pair.target.register_forward_pre_hook(self._on_target, with_kwargs=True)]
+        if pair.draft is not None:
+            self._handles.append(pair.draft.register_forward_pre_hook(self._on_draft, with_kwargs=True))
 
     def _on_target(self, module, args, kwargs):
         ids = args[0] if args else kwargs.get("input_ids")

@@ -56,7 +56,7 @@ def aggregate(records: list[dict], costs: dict) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault((r["kind"], r["temperature"], r["gamma"]), []).append(r)
-    step_ms, draft_ms = costs["target_step_ms"], costs["draft_step_ms"]
+    step_ms, draft_ms = costs["target_step_ms"], costs["draft_step_ms"] or 0.0   # None: no draft model
     rows = []
     for (kind, t, gamma), runs in groups.items():
         rates = [r["new_tokens"] / r["seconds"] for r in runs if r["seconds"] > 0]

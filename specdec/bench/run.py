@@ -183,7 +183,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     widths = list(range(1, max(cfg.gammas) + 2))
     # The cost contexts grow by one token a step: keep them inside the models' context.
     steps = cfg.cost_steps if not limit else max(1, min(cfg.cost_steps, limit - len(prompt_ids[0]) - len(widths) - 4))
-    lineup = contenders(cfg.gammas, cfg.temperatures, features := fx.available(pair))   # where its weights exist
+    lineup = contenders(cfg.gammas, cfg.temperatures, features := fx.available(pair), model=pair.draft is not None)
     passes = [(r, i, s) for r in range(cfg.repeats) for i in range(len(cfg.prompts)) for s in cfg.seeds]
     # Cost steps before each pass (spread over the run, like the runs they predict).
     steps_before = [steps * (k + 1) // len(passes) - steps * k // len(passes) for k in range(len(passes))]
@@ -281,7 +281,7 @@ def run(args) -> int:
     pair = load_pair(target=getattr(args, "target", None), draft=getattr(args, "draft", None),
                      preset=getattr(args, "preset", None), device=getattr(args, "device", None),
                      dtype=getattr(args, "dtype", None), engine=getattr(args, "engine", None))
-    lineup = len(contenders(cfg.gammas, cfg.temperatures, fx.available(pair)))
+    lineup = len(contenders(cfg.gammas, cfg.temperatures, fx.available(pair), model=pair.draft is not None))
     passes = cfg.repeats * len(cfg.prompts) * len(cfg.seeds)
     if cfg.quick:
         print("smoke run (--quick): a few short runs to check that everything works; its numbers are not a "
@@ -302,8 +302,10 @@ def run(args) -> int:
     results["elapsed_s"] = time.perf_counter() - started
 
     costs = results["costs"]
-    print(f"costs: draft step {costs['draft_step_ms']:.2f} ms, target step {costs['target_step_ms']:.2f} ms, "
-          f"c = {costs['c']:.3f}; target forward over k tokens, in steps: "
+    draft = (f"draft step {costs['draft_step_ms']:.2f} ms, " if costs["draft_step_ms"] is not None
+             else "no draft model, ")
+    print(f"costs: {draft}target step {costs['target_step_ms']:.2f} ms, "
+          + (f"c = {costs['c']:.3f}; " if costs["c"] is not None else "") + "target forward over k tokens, in steps: "
           + " ".join(f"{k}:{ms / costs['target_step_ms']:.2f}" for k, ms in costs["target_ms_by_width"].items()))
     print()
     print(format_table(results["rows"]))
