@@ -333,7 +333,17 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
     have = drafters_for(pair)
     keep = drafter if drafter in have else ("features" if "features" in have else "ngram")
     return gr.update(value=keep), new_prompt, (f"{preset.label} is loaded: drafters {', '.join(have)}. "
-                                               "A question is sent as a user turn under its chat template.")
+                                               + chat_template_line(pair, new_prompt))
+
+
+def chat_template_line(pair, prompt: str) -> str:
+    """What the model reads for a prompt under its chat template (the ids the decoder sends, decoded),
+    so that a learner sees the wrapping, and that raw text skips it."""
+    if not pair.has_chat_template:
+        return ""
+    _, ids = pair.encode(prompt if isinstance(prompt, str) and prompt.strip() else "…", chat=True)
+    shown = pair.decode(ids).replace("\n", "↵ ").replace("`", "'")
+    return f"A question is sent as a user turn under its chat template (tick raw text to skip it): `{shown}`"
 
 
 def max_new_for(preset_key, prompt, current):

@@ -92,7 +92,8 @@ def _controls(v) -> None:
             v.prompt = gr.Textbox(d.prompt, label="Prompt", lines=3, elem_id="prompt")
             v.preset = gr.Dropdown([(p.label, key) for key, p in PRESETS.items()], value=d.preset,
                                    label="Model pair", elem_id="preset",
-                                   info="Hub pairs need the network; SmolLM2-135M-Instruct is fetched once (pip) when picked; the bundled pair is always here.")
+                                   info="Hub pairs need the network; SmolLM2-135M-Instruct is fetched once "
+                                        "(pip) when picked; the bundled pair is always here.")
             v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
                                  label="Drafter", elem_id="drafter")
             with gr.Row():
