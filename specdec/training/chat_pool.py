@@ -150,7 +150,7 @@ def prompts_for(tokenizer, questions: list[str], kind: str, generator: torch.Gen
 
 
 def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float], ...], length: int, seed: int,
-                   path: Path, log=print, batch: int = 32, text_every: int = 3) -> dict[str, torch.Tensor]:
+                   path: Path, log=print, batch: int = 32, text_every: int = 4) -> dict[str, torch.Tensor]:
     """`chunks` chunks of `batch` questions the target writes, each question then used per `uses`
     ((kind 'chat' or 'text', temperature) pairs; 'text' uses only every `text_every`-th chunk).
     Each chunk is seeded on its own and saved as it completes: a cut-off draw resumes."""
