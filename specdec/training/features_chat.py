@@ -195,3 +195,49 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
     (folder / "training.json").write_text(json.dumps(record, indent=2, default=str))
     log(f"done: {state['step']} steps in {state['elapsed'] / 60:.1f} min; saved to {folder}")
     return record
+
+
+USES = (("chat", 1.0), ("chat", 0.0), ("text", 1.0))   # each question: answered at T = 1 and greedily, continued
+
+
+def train_chat(folder, out, cfg: ChatFeaturesConfig, chunks: tuple[int, int] = (1, 24), batch: int = 64,
+               length: int = 160, log=print) -> dict:
+    """`specdec train --features --chat-target FOLDER`: draw the held-out and training pools from the
+    chat model in FOLDER (`chunks` of `batch` questions each, rows of `length` tokens), then train.
+    Every stage resumes from `out/.features-work`. Loaded safely: safetensors only, no remote code."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .chat_pool import draw_chat_pool
+
+    folder, out = Path(folder), Path(out)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{folder} has no chat template: the features drafter's chat training asks it questions")
+    target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
+                                                  trust_remote_code=False).eval()
+    work = out / ".features-work"
+    work.mkdir(parents=True, exist_ok=True)
+    pools = {split: draw_chat_pool(target, tokenizer, n, USES, length, seed, work / f"pool-{split}.pt", log, batch)
+             for split, n, seed in (("eval", chunks[0], cfg.seed + 7), ("train", chunks[1], cfg.seed))}
+    info = {"target": folder.name, "pool": {"chunks": list(chunks), "batch": batch, "length": length,
+                                            "uses": [list(u) for u in USES]}}
+    return train_chat_features(target, pools, out, cfg, log, info=info)
+
+
+def run_from_args(args, out: str) -> int:
+    """The command line's `train --features --chat-target FOLDER` (`--tiny`: a smoke run)."""
+    from pathlib import Path
+
+    cfg = ChatFeaturesConfig(minutes=args.minutes, threads=args.threads, seed=args.seed or 0)
+    sizes: dict = {"chunks": (1, 24)}
+    if args.tiny:
+        cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
+                                    "draft_vocab": 256, "batch_size": 2})
+        sizes = {"chunks": (1, 1), "batch": 2, "length": 72}
+    info = train_chat(args.chat_target, out, cfg, log=lambda msg: print(msg, flush=True), **sizes)
+    print(f"features drafter trained in {info['train_minutes']:.1f} min; it is in {Path(out) / 'specdec-features'}")
+    return 0
