@@ -27,8 +27,8 @@ import torch.nn.functional as F
 class ChatFeaturesConfig:
     seed: int = 0
     draft_vocab: int = 8192        # ids q reads (0 = all); chosen by coverage against head cost
-    intermediate_size: int = 1536  # the drafter layer's MLP (the target's own width for SmolLM2-135M)
-    unroll: int = 3
+    intermediate_size: int = 1024  # the drafter layer's MLP (SmolLM2-135M's own is 1536)
+    unroll: int = 2                # drafting steps trained as at test time (each costs a head product)
     steps: int = 6000
     minutes: float | None = None
     batch_size: int = 8
@@ -84,10 +84,18 @@ def subset_terms(g: torch.Tensor, feats: torch.Tensor, lse: torch.Tensor, weight
     return {"beta": beta, "kl": kl, "mass": p.sum(-1), "q_top": log_q.argmax(-1)}
 
 
+def cropped(batch: dict) -> dict:
+    """The batch without the columns after its last row's end (nothing there counts: a row ends at
+    its end of turn, and a batch of short answers would otherwise run the drafter over padding)."""
+    width = int(batch["ends"].max())
+    return {k: v[:, :width] if v.dim() > 1 else v for k, v in batch.items()}
+
+
 def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tensor
            ) -> tuple[torch.Tensor, list[float]]:
     from .features import unrolled_outputs
 
+    batch = cropped(batch)
     ids, feats, lse = batch["ids"], batch["feats"], batch["lse"]
     outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
     total, per_step = 0.0, []
@@ -119,7 +127,7 @@ def evaluate(net, target, pool: dict, cfg: ChatFeaturesConfig, weight: torch.Ten
         acc[1] += len(values)
 
     for a in range(0, len(pool["ids"]), batch):
-        part = {k: v[a:a + batch] for k, v in pool.items()}
+        part = cropped({k: v[a:a + batch] for k, v in pool.items()})
         ids, feats, lse, temps = part["ids"], part["feats"], part["lse"], part["temps"]
         outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
         for j, (g, m) in enumerate(zip(outs, step_masks(part["starts"], part["ends"], ids.shape[1], cfg.unroll)), 1):
