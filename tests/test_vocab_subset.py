@@ -136,3 +136,37 @@ def test_subset_beta_is_the_full_vocabularys_with_q_zero_outside():
     assert (terms["beta"] - torch.minimum(full_p, q).sum(-1)).abs().max() < tol
     assert (terms["mass"] - full_p[:, ids].sum(-1)).abs().max() < tol
     assert (1 - terms["beta"] - 0.5 * (full_p - q).abs().sum(-1)).abs().max() < tol   # it is 1 - TV
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
+    """`train --features --chat-target` on a tiny random chat model (the bundled tokenizer with a chat
+    template): pools drawn, the subset ranked on them and saved, and the drafter it writes loads and
+    decodes exactly the target's greedy tokens."""
+    from transformers import AutoTokenizer
+
+    from specdec.models import ASSETS
+    from tiny import tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(ASSETS / "specdec-target")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = tiny_model(vocab=len(tokenizer), layers=2, width=32, seed=4, context=128, eos=tokenizer.eos_token_id)
+    folder = tmp_path / "chat-model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    cfg = fc.ChatFeaturesConfig(steps=3, eval_every=3, checkpoint_every=3, warmup=1, draft_vocab=64, batch_size=2,
+                                intermediate_size=48, threads=1)
+    record = fc.train_chat(folder, tmp_path / "out", cfg, chunks=(1, 1), batch=2, length=96, log=lambda _: None)
+    assert record["steps"] == 3 and "subset mass at T=1" in record["after"]
+    net = fx.load(tmp_path / "out" / fx.FOLDER, model)
+    ranked = torch.load(tmp_path / "out" / ".features-work" / "vocab.pt")
+    assert net.vocab.tolist() == ranked.tolist() and len(ranked) == 64
+    pair = ModelPair(tokenizer, model, None, str(folder), "")
+    pair.feature_net = net
+    ref = model.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=20, min_new_tokens=20)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=20, drafter="features",
+                                                         sampling=SamplingConfig(temperature=0)))
+    assert gen.token_ids == ref[0, len(PROMPT):].tolist()

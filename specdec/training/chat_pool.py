@@ -136,16 +136,25 @@ def write_questions(target, tokenizer, count: int, generator: torch.Generator, b
     return questions[:count]
 
 
-def prompts_for(tokenizer, questions: list[str], kind: str, generator: torch.Generator) -> list[list[int]]:
+def prompts_for(tokenizer, questions: list[str], kind: str, generator: torch.Generator,
+                max_prompt: int) -> list[list[int]]:
     """'chat': each question as a user turn under the chat template; 'text': the question's first
-    words as raw text for the target to continue (no template)."""
-    if kind == "chat":
-        return [chat_prompt(tokenizer, q) for q in questions]
+    words as raw text for the target to continue (no template). A prompt longer than `max_prompt`
+    tokens has its question cut from the end until it fits."""
     out = []
     for q in questions:
         words = tokenizer(q, add_special_tokens=False)["input_ids"]
-        n = int(torch.randint(3, max(4, len(words)) + 1, (1,), generator=generator))
-        out.append(list(words[:n]))
+        if kind == "text":
+            n = int(torch.randint(3, max(4, len(words)) + 1, (1,), generator=generator))
+            out.append(list(words[:min(n, max_prompt)]))
+            continue
+        prompt = chat_prompt(tokenizer, q)
+        while len(prompt) > max_prompt and words:
+            words = words[:max(0, len(words) - (len(prompt) - max_prompt))]
+            prompt = chat_prompt(tokenizer, tokenizer.decode(words))
+        if len(prompt) > max_prompt:
+            raise ValueError(f"the chat template alone takes {len(prompt)} tokens, over {max_prompt}")
+        out.append(prompt)
     return out
 
 
@@ -166,7 +175,8 @@ def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float]
         for kind, temp in uses:
             if kind == "text" and k % text_every:
                 continue
-            got = sample_rows(target, prompts_for(tokenizer, questions, kind, gen), length, temp, eos, gen)
+            prompts = prompts_for(tokenizer, questions, kind, gen, length // 2)   # half a row at most
+            got = sample_rows(target, prompts, length, temp, eos, gen)
             got["temps"] = torch.full((batch,), float(temp))
             rows.append(got)
         parts.append({key: torch.cat([r[key] for r in rows]) for key in rows[0]})

@@ -245,7 +245,7 @@ def run_from_args(args, out: str) -> int:
     if args.tiny:
         cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
                                     "draft_vocab": 256, "batch_size": 2})
-        sizes = {"chunks": (1, 1), "batch": 2, "length": 72}
+        sizes = {"chunks": (1, 1), "batch": 2, "length": 96}
     info = train_chat(args.chat_target, out, cfg, log=lambda msg: print(msg, flush=True), **sizes)
     print(f"features drafter trained in {info['train_minutes']:.1f} min; it is in {Path(out) / 'specdec-features'}")
     return 0
