@@ -159,8 +159,18 @@ def load_pools(work, names: dict[str, list[str]]) -> dict[str, dict]:
         parts = [p for f in files if (work / f).exists() for p in torch.load(work / f)]
         if not parts:
             raise ValueError(f"no {split} pool in {work}: draw one first")
-        out[split] = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+        width = max(p["ids"].shape[1] for p in parts)
+        out[split] = {k: torch.cat([widened(p[k], width) for p in parts]) for k in parts[0]}
     return out
+
+
+def widened(values: torch.Tensor, width: int) -> torch.Tensor:
+    """A pool tensor [N, L, ...] padded with zeros to `width` columns (pools drawn with different row
+    lengths; a row's padding lies past its end, where nothing counts); [N] tensors as they are."""
+    if values.dim() < 2 or values.shape[1] >= width:
+        return values
+    pad = values.new_zeros(values.shape[0], width - values.shape[1], *values.shape[2:])
+    return torch.cat([values, pad], 1)
 
 
 def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=print, progress: bool = False,
