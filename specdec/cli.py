@@ -305,7 +305,10 @@ def run_draft_only(args, out: str) -> int:
 
 
 def run_features(args, out: str) -> int:
-    """`train --features`: train the features drafter on the target of --source (its own samples)."""
+    """`train --features`: the features drafter for the target of --source or --chat-target (a chat model)."""
+    if args.chat_target:
+        from .training.features_chat import run_from_args
+        return run_from_args(args, out)
     from .models import ASSETS
     from .training.features import FeaturesConfig, train_features
 
@@ -364,6 +367,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "bundled drafter uses 4,8,12)")
     p.add_argument("--init-from", type=folder, default=None,
                    help="with --features: start from this saved features drafter (a fusion it lacks starts at zero)")
+    p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,

@@ -169,7 +169,7 @@ class FeaturesDrafter:
         self.head = target.get_output_embeddings()
         self.forward = fx.LeanForward(net)   # the net's math without transformers' per-call overhead
         self.rows_of = _row_lookup(self.embed)
-        self.logits = _head_product(self.head, vocab_size)
+        self.logits = fx.head_logits(self.head, vocab_size, net.vocab)   # q through a vocabulary subset, if any
         self.feats = torch.zeros(0, net.row_width, device=self.embed.weight.device)   # the target's rows at 0, 1, ...
         self.cache = DynamicCache(config=net.config)
         self.ids: list[int] = []   # x_{i+1} of each cached element
@@ -224,16 +224,6 @@ def _row_lookup(embed):
         weight = embed.weight
         return lambda token: weight[token:token + 1]
     return lambda token: embed(torch.tensor([token], device=embed.weight.device))
-
-
-def _head_product(head, vocab_size: int):
-    """feature [1, d] -> logits [1, vocab_size] through the target's own output head: a bias-free
-    `nn.Linear` as one product with its first vocab_size rows (the ids past them are padding,
-    `align_logits`), any other head called and cut."""
-    if type(head) is torch.nn.Linear and head.bias is None:
-        weight = head.weight[:vocab_size]
-        return lambda feature: torch.nn.functional.linear(feature, weight).float()
-    return lambda feature: head(feature)[..., :vocab_size].float()
 
 
 def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:

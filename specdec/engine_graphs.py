@@ -76,7 +76,7 @@ class StepGraphs:
             else:       # the drafter's own feature from the step before
                 feats = f.prev[None]
             feature = f.norm(f.model.forward(feats, f.embed(f.tokens[:width]))[-1])
-            q = s.numbers.probs(align_logits(f.head(feature), s.vocab), shape)
+            q = s.numbers.probs(f.logits(feature), shape)
             # The feature goes to `prev` outside the step: a step that read and wrote `prev` would
             # move it on at each of a capture's warm-up runs.
             return q, sample(q, uniforms=s.u_one), feature

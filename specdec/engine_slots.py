@@ -81,3 +81,4 @@ class FeatureSlots:
         self.embed = pair.target.get_input_embeddings()
         self.norm = pair.target.get_decoder().norm
         self.head = pair.target.get_output_embeddings()
+        self.logits = fx.head_logits(self.head, pair.vocab_size, self.net.vocab)   # q through its vocabulary subset

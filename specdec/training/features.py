@@ -236,8 +236,14 @@ def lr_at(step: int, elapsed: float, cfg: FeaturesConfig) -> tuple[float, float]
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))), done
 
 
-def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, progress: bool = True) -> dict:
+def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, progress: bool = True,
+              loss_fn=None, eval_fn=None, stop_at: int | None = None) -> dict:
+    """Train `net` on pools["train"] (seeded, resumable from `ckpt`); `loss_fn` and `eval_fn` take
+    (net, target, batch or pool, cfg) (default: this module's `losses` and `evaluate`); `stop_at`:
+    pause at that step (checkpointed; a later call resumes the same schedule, e.g. on a grown pool)."""
     from tqdm.auto import tqdm
+
+    loss_fn, eval_fn = loss_fn or losses, eval_fn or evaluate
 
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -257,12 +263,12 @@ def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, pr
     while True:
         state["elapsed"] = base + time.perf_counter() - t0
         lr, done = lr_at(state["step"], state["elapsed"], cfg)
-        if done >= 1:
+        if done >= 1 or (stop_at is not None and state["step"] >= stop_at):
             break
         for group in opt.param_groups:
             group["lr"] = lr
         rows = torch.randint(0, n_pool, (cfg.batch_size,), generator=gen)
-        loss, tv = losses(net, target, {k: v[rows] for k, v in pool.items()}, cfg)
+        loss, tv = loss_fn(net, target, {k: v[rows] for k, v in pool.items()}, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -270,20 +276,23 @@ def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, pr
         state["step"] += 1
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", tv=" ".join(f"{t:.3f}" for t in tv))
+        if not progress and state["step"] % 10 == 0:   # a log file instead of a bar
+            log(f"step {state['step']} lr {lr:.2e} loss {loss.item():.4f} 1-beta " + " ".join(f"{t:.3f}" for t in tv)
+                + f" ({state['elapsed'] / 60:.1f} min)")
         if state["step"] % cfg.eval_every == 0:
-            _evaluate_into(net, target, pools, cfg, state, loss.item(), bar.write)
+            _evaluate_into(net, target, pools, cfg, state, loss.item(), bar.write, eval_fn)
         if state["step"] % cfg.checkpoint_every == 0:
             torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "state": state},
                        ckpt)
     bar.close()
     if not state["history"] or state["history"][-1]["step"] != state["step"]:
-        _evaluate_into(net, target, pools, cfg, state, float("nan"), log)
+        _evaluate_into(net, target, pools, cfg, state, float("nan"), log, eval_fn)
     torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "state": state}, ckpt)
     return state
 
 
-def _evaluate_into(net, target, pools, cfg, state, loss: float, write) -> None:
-    now = evaluate(net.eval(), target, pools["eval"], cfg)
+def _evaluate_into(net, target, pools, cfg, state, loss: float, write, eval_fn=None) -> None:
+    now = (eval_fn or evaluate)(net.eval(), target, pools["eval"], cfg)
     net.train()
     state["history"].append({"step": state["step"], "loss": round(loss, 4), "minutes": round(state["elapsed"] / 60, 1),
                              **{k: round(v, 4) for k, v in now.items()}})

@@ -1,0 +1,185 @@
+"""On-policy training text for a chat (instruct) target, with no data download.
+
+The target writes its own questions (asked, under its chat template, to write one about a topic
+from a short list below), then answers them under its chat template, greedy and at T = 1; and it
+continues raw text (its own questions, without the template). Every position's post-norm feature
+is kept while sampling, with what the loss needs of the target's full p there: the log of its
+normaliser over the whole vocabulary (`lse`, so p on a vocabulary subset is exp(logit - lse)) and
+its argmax (`top`, for greedy agreement). So training reads p through the subset's rows only.
+
+A row ends at the target's end-of-turn token (`ends`: one past it); the positions after it are
+masked out of the loss, as a run stops there.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from .. import features as fx
+
+TOPICS = (
+    "cooking pasta", "the solar system", "photosynthesis", "the French Revolution", "saving money",
+    "learning a language", "dogs", "cats", "gardening", "climate change", "the human heart",
+    "volcanoes", "writing a resume", "Python programming", "machine learning", "the Roman Empire",
+    "healthy sleep", "running a marathon", "baking bread", "electric cars", "the water cycle",
+    "World War II", "chess", "the stock market", "vaccines", "the moon", "recycling", "coffee",
+    "the Internet", "black holes", "Shakespeare", "music theory", "painting", "meditation",
+    "time management", "job interviews", "the ocean", "rainforests", "earthquakes", "DNA",
+    "ancient Egypt", "democracy", "the immune system", "soccer", "basketball", "travel in Japan",
+    "renewable energy", "nutrition", "algebra", "geometry", "probability", "poetry", "friendship",
+    "public speaking", "first aid", "birds", "insects", "weather forecasts", "smartphones",
+    "social media", "the Great Wall of China", "Albert Einstein", "electricity", "magnets",
+    "the printing press", "inflation", "taxes", "renting an apartment", "writing an essay",
+    "philosophy", "the brain", "diabetes", "exercise", "yoga", "camping", "mountains", "rivers",
+    "deserts", "the Olympic Games", "movies", "video games", "robots", "space travel", "bees",
+    "chemistry", "atoms", "the periodic table", "Paris", "London", "New York", "Africa", "India",
+    "email etiquette", "cybersecurity", "passwords", "databases", "the history of computers",
+)
+
+ASKS = (
+    "Write one question that someone might ask an assistant about {topic}. Reply with the question only.",
+    "Ask me a question about {topic}.",
+    "Write a short question about {topic} that begins with \"{word}\".",
+    "Give me an interesting question about {topic}, and nothing else.",
+    "Write a request that a student could send to a helpful assistant about {topic}.",
+)
+WORDS = ("What", "How", "Why", "Can you", "Explain", "Which", "Is it", "Tell me", "Write", "Describe")
+
+
+def chat_prompt(tokenizer, user_text: str) -> list[int]:
+    """The ids of one user turn under the target's chat template, ready for the assistant's answer."""
+    out = tokenizer.apply_chat_template([{"role": "user", "content": user_text}], add_generation_prompt=True,
+                                        tokenize=True)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def ask_texts(count: int, generator: torch.Generator) -> list[str]:
+    """`count` requests asking the target to write a question, drawn from TOPICS × ASKS × WORDS."""
+    picks = torch.randint(0, 1 << 30, (count, 3), generator=generator).tolist()
+    return [ASKS[a % len(ASKS)].format(topic=TOPICS[t % len(TOPICS)], word=WORDS[w % len(WORDS)])
+            for t, a, w in picks]
+
+
+@torch.no_grad()
+def sample_rows(target, prompts: list[list[int]], length: int, temperature: float, eos: int,
+                generator: torch.Generator, keep_features: bool = True) -> dict[str, torch.Tensor]:
+    """Continue each prompt (0 = greedy) until `length` tokens or every row has ended at `eos`.
+    ids [B, L] (eos after a row's end), starts / ends [B] (prompt length; one past the first
+    sampled eos, or L), and when `keep_features`: feats [B, L, d], lse and top [B, L] of the
+    target's logits at every position (the distribution of the token at position + 1)."""
+    from transformers import DynamicCache
+
+    b = len(prompts)
+    starts = torch.tensor([len(p) for p in prompts])
+    if int(starts.max()) >= length:
+        raise ValueError(f"a prompt of {int(starts.max())} tokens leaves no room in {length}")
+    ids = torch.full((b, length), eos, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, :len(p)] = torch.tensor(p)
+    ends = torch.full((b,), length)
+    out = {"ids": ids, "starts": starts, "ends": ends}
+    if keep_features:
+        out |= {"feats": torch.zeros(b, length, target.config.hidden_size), "lse": torch.zeros(b, length),
+                "top": torch.zeros(b, length, dtype=torch.long)}
+    cache = DynamicCache(config=target.config)
+    first = int(starts.min())
+
+    def keep(a: int, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        z = logits.float()
+        if keep_features:
+            out["feats"][:, a:a + z.shape[1]] = rows
+            out["lse"][:, a:a + z.shape[1]] = torch.logsumexp(z, -1)
+            out["top"][:, a:a + z.shape[1]] = z.argmax(-1)
+        return z[:, -1]
+
+    z = keep(0, *fx.forward_with_features(target, ids[:, :first], cache))
+    for pos in range(first, length):
+        if temperature == 0:
+            nxt = z.argmax(-1)
+        else:
+            nxt = torch.multinomial(torch.softmax(z / temperature, -1), 1, generator=generator).squeeze(1)
+        live = (pos >= starts) & (ends == length)
+        ids[:, pos] = torch.where(pos < starts, ids[:, pos], torch.where(live, nxt, eos))
+        ends[live & (nxt == eos)] = pos + 1
+        if bool((ends < length).all()) or pos + 1 == length:
+            break
+        z = keep(pos, *fx.forward_with_features(target, ids[:, pos:pos + 1], cache))
+    return out
+
+
+def question_of(tokenizer, ids: torch.Tensor, start: int, end: int) -> str:
+    """The text the target wrote for a question, tidied: quotes and a leading 'Question:' dropped."""
+    text = tokenizer.decode(ids[start:end], skip_special_tokens=True).strip().strip('"').strip()
+    for lead in ("Question:", "Q:"):
+        if text.startswith(lead):
+            text = text[len(lead):].strip()
+    return text
+
+
+def write_questions(target, tokenizer, count: int, generator: torch.Generator, batch: int = 64,
+                    length: int = 40, temperature: float = 0.7) -> list[str]:
+    """`count` questions the target writes itself (at `temperature`: at T = 1 a 135M model rambles
+    more than it asks), at most `length` tokens each."""
+    eos = tokenizer.eos_token_id
+    questions: list[str] = []
+    while len(questions) < count:
+        prompts = [chat_prompt(tokenizer, a) for a in ask_texts(batch, generator)]
+        got = sample_rows(target, prompts, max(map(len, prompts)) + length, temperature, eos, generator,
+                          keep_features=False)
+        for i in range(batch):
+            text = question_of(tokenizer, got["ids"][i], int(got["starts"][i]), int(got["ends"][i]))
+            if 8 <= len(text) <= 400:
+                questions.append(text)
+    return questions[:count]
+
+
+def prompts_for(tokenizer, questions: list[str], kind: str, generator: torch.Generator,
+                max_prompt: int) -> list[list[int]]:
+    """'chat': each question as a user turn under the chat template; 'text': the question's first
+    words as raw text for the target to continue (no template). A prompt longer than `max_prompt`
+    tokens has its question cut from the end until it fits."""
+    out = []
+    for q in questions:
+        words = tokenizer(q, add_special_tokens=False)["input_ids"]
+        if kind == "text":
+            n = int(torch.randint(3, max(4, len(words)) + 1, (1,), generator=generator))
+            out.append(list(words[:min(n, max_prompt)]))
+            continue
+        prompt = chat_prompt(tokenizer, q)
+        while len(prompt) > max_prompt and words:
+            words = words[:max(0, len(words) - (len(prompt) - max_prompt))]
+            prompt = chat_prompt(tokenizer, tokenizer.decode(words))
+        if len(prompt) > max_prompt:
+            raise ValueError(f"the chat template alone takes {len(prompt)} tokens, over {max_prompt}")
+        out.append(prompt)
+    return out
+
+
+def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float], ...], length: int, seed: int,
+                   path: Path, log=print, batch: int = 32, text_every: int = 4) -> dict[str, torch.Tensor]:
+    """`chunks` chunks of `batch` questions the target writes, each question then used per `uses`
+    ((kind 'chat' or 'text', temperature) pairs; 'text' uses only every `text_every`-th chunk).
+    Each chunk is seeded on its own and saved as it completes: a cut-off draw resumes."""
+    parts = torch.load(path) if path.exists() else []
+    eos = tokenizer.eos_token_id
+    for k in range(chunks):
+        if k < len(parts):
+            continue
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + k)
+        questions = write_questions(target, tokenizer, batch, gen, batch=batch)
+        rows = []
+        for kind, temp in uses:
+            if kind == "text" and k % text_every:
+                continue
+            prompts = prompts_for(tokenizer, questions, kind, gen, length // 2)   # half a row at most
+            got = sample_rows(target, prompts, length, temp, eos, gen)
+            got["temps"] = torch.full((batch,), float(temp))
+            rows.append(got)
+        parts.append({key: torch.cat([r[key] for r in rows]) for key in rows[0]})
+        torch.save(parts, path)
+        log(f"{path.name}: chunk {k + 1}/{chunks} ({len(parts[-1]['ids'])} rows) in {time.perf_counter() - t0:.0f} s")
+    return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}

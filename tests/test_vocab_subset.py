@@ -1,0 +1,172 @@
+"""The features drafter reading q through a vocabulary subset (FR-Spec): q is 0 outside it, and the
+exact rule still gives exactly p (a token outside can only come from the residual). Tiny models,
+random nets with a few ids, so that p often puts its mass, and its argmax, outside the subset."""
+
+import pytest
+import torch
+
+import bounds
+from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec import features as fx
+from specdec.drafters import FeaturesDrafter
+from specdec.models import ModelPair
+from specdec.sampling import logits_to_probs
+from specdec.training import features_chat as fc
+from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value
+from test_features import exact_joint_2_3, tokens_2_3
+from tiny import tiny_pair
+
+
+def subset_net(target, ids: list[int], seed: int = 0) -> fx.FeatureNet:
+    torch.manual_seed(seed)
+    net = fx.FeatureNet(fx.layer_config(target.config, draft_vocab=len(ids)))
+    net.vocab.copy_(torch.tensor(ids))
+    return net.eval()
+
+
+def subset_pair(pair, ids: list[int], seed: int = 0) -> ModelPair:
+    new = ModelPair(pair.tokenizer, pair.target, pair.draft, pair.target_name, pair.draft_name)
+    new.feature_net = subset_net(pair.target, ids, seed)
+    return new
+
+
+def test_q_is_the_subset_rows_softmax_and_zero_outside():
+    pair = subset_pair(tiny_pair(vocab=16, seed=1), [5, 0, 11, 3])
+    drafter = FeaturesDrafter(pair.feature_net, pair.target, pair.vocab_size)
+    with torch.no_grad():
+        _, rows = fx.forward_with_features(pair.target, torch.tensor([PROMPT]), None)
+    drafter.observe(0, rows[0])
+    sampling = SamplingConfig(temperature=0.7)
+    drafts, q = drafter.propose(PROMPT, 3, sampling, torch.Generator().manual_seed(0))
+    inside = torch.tensor([5, 0, 11, 3])
+    outside = torch.ones(16, dtype=torch.bool)
+    outside[inside] = False
+    assert len(drafts) == 3 and set(drafts) <= set(inside.tolist())
+    assert (q[:, outside] == 0).all()   # exactly: -inf logits under the warpers
+    # the first row, recomputed from the subset rows alone
+    with torch.no_grad():
+        feature = pair.target.get_decoder().norm(fx.LeanForward(pair.feature_net)(
+            rows[0, :-1], pair.target.get_input_embeddings()(torch.tensor(PROMPT[1:])), 0,
+            __import__("transformers").DynamicCache(config=pair.feature_net.config))[-1:])
+        want = logits_to_probs(feature @ pair.target.lm_head.weight[inside].T, sampling)[0]
+    assert (q[0, inside] - want).abs().max() < bounds.rounding(16)
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_equals_target_generate_with_a_subset(gamma):
+    pair = subset_pair(tiny_pair(vocab=16, seed=1), [2, 7, 9])
+    ref = pair.target.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=30, min_new_tokens=30)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=gamma, max_new_tokens=30, drafter="features",
+                                                         sampling=SamplingConfig(temperature=0)))
+    assert gen.token_ids == ref[0, len(PROMPT):].tolist()
+    outside = [t for t in gen.token_ids if t not in (2, 7, 9)]
+    assert outside, "the target's greedy tokens should leave the subset, or this test proves little"
+
+
+def test_greedy_equals_target_generate_bundled_with_a_subset(bundled):
+    pair = subset_pair(bundled, list(range(0, 2048, 4)), seed=3)   # every 4th id: 512 of 2,048
+    prompt = "KING HENRY.\nNow, lords, the day is ours; the French are fled,"
+    ids = bundled.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    ref = bundled.target.generate(ids, do_sample=False, max_new_tokens=40)
+    gen = speculative_generate(pair, prompt, RunSettings(gamma=4, max_new_tokens=40, drafter="features",
+                                                         sampling=SamplingConfig(temperature=0)))
+    assert gen.token_ids == ref[0, ids.shape[1]:].tolist()
+
+
+RUNS = 1000   # as tests/test_features.py: the control below fails with a p-value far under SIGNIFICANCE
+
+
+@pytest.fixture(scope="module")
+def joint_subset():
+    pair = subset_pair(tiny_pair(vocab=8, seed=0), [1, 4, 6], seed=1)
+    sampling = SamplingConfig(temperature=1.0)
+    return pair, sampling, exact_joint_2_3(pair, PROMPT, sampling)
+
+
+@pytest.mark.slow
+def test_joint_of_the_drafted_tokens_is_the_targets_with_a_subset(joint_subset):
+    pair, sampling, joint = joint_subset
+    settings = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features")
+    spec = [speculative_generate(pair, PROMPT, settings.with_(seed=s)) for s in range(RUNS)]
+    assert all(len(g.rounds[1].positions) == 2 for g in spec)
+    tokens = [tokens_2_3(g) for g in spec]
+    assert any(t // 8 not in (1, 4, 6) for t in tokens)   # outside the subset: from the residual
+    assert gof_p_value(tokens, joint) > SIGNIFICANCE
+    ar = [tokens_2_3(autoregressive_generate(pair, PROMPT, settings.with_(seed=10**6 + s))) for s in range(RUNS)]
+    assert gof_p_value(ar, joint) > SIGNIFICANCE
+
+
+@pytest.mark.slow
+def test_negative_control_skip_adjustment_fails_with_a_subset(joint_subset):
+    # Skipping the adjustment resamples a rejected draft from p: tokens in the subset get too much mass.
+    pair, sampling, joint = joint_subset
+    skip = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features", rule=Rule.SKIP_ADJUSTMENT)
+    samples = [tokens_2_3(speculative_generate(pair, PROMPT, skip.with_(seed=s))) for s in range(RUNS)]
+    assert gof_p_value(samples, joint) < SIGNIFICANCE
+
+
+def test_subset_saves_and_loads_with_its_ids(tmp_path):
+    pair = tiny_pair(vocab=16, seed=1)
+    net = subset_net(pair.target, [9, 4, 15])
+    fx.save(net, tmp_path / "net")
+    back = fx.load(tmp_path / "net", pair.target)
+    assert back.vocab.dtype == torch.long and back.vocab.tolist() == [9, 4, 15]
+    with pytest.raises(ValueError, match="past this pair's 12"):
+        fx.head_logits(pair.target.lm_head, 12, back.vocab)
+
+
+def test_rank_vocab_counts_sampled_tokens_only_ties_by_id():
+    ids = torch.tensor([[7, 7, 7, 3, 3, 5, 0], [7, 7, 1, 1, 5, 2, 2]])
+    pool = {"ids": ids, "starts": torch.tensor([3, 2]), "ends": torch.tensor([6, 5])}
+    # sampled: row 0 -> 3, 3, 5; row 1 -> 1, 1, 5. Counts 1: 2, 3: 2, 5: 2 (ties by id), then unseen by id
+    assert fc.rank_vocab(pool, 5, 8).tolist() == [1, 3, 5, 0, 2]
+
+
+def test_subset_beta_is_the_full_vocabularys_with_q_zero_outside():
+    torch.manual_seed(0)
+    v, d = 40, 8
+    weight = torch.randn(v, d)
+    ids = torch.tensor([3, 17, 8, 30, 21, 5])
+    feats, g = torch.randn(5, d), torch.randn(5, d)
+    full_p = torch.softmax(feats @ weight.T, -1)
+    terms = fc.subset_terms(g, feats, torch.logsumexp(feats @ weight.T, -1), weight[ids])
+    q = torch.zeros(5, v)
+    q[:, ids] = torch.softmax(g @ weight[ids].T, -1)
+    tol = bounds.rounding(v)
+    assert (terms["beta"] - torch.minimum(full_p, q).sum(-1)).abs().max() < tol
+    assert (terms["mass"] - full_p[:, ids].sum(-1)).abs().max() < tol
+    assert (1 - terms["beta"] - 0.5 * (full_p - q).abs().sum(-1)).abs().max() < tol   # it is 1 - TV
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
+    """`train --features --chat-target` on a tiny random chat model (the bundled tokenizer with a chat
+    template): pools drawn, the subset ranked on them and saved, and the drafter it writes loads and
+    decodes exactly the target's greedy tokens."""
+    from transformers import AutoTokenizer
+
+    from specdec.models import ASSETS
+    from tiny import tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(ASSETS / "specdec-target")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = tiny_model(vocab=len(tokenizer), layers=2, width=32, seed=4, context=128, eos=tokenizer.eos_token_id)
+    folder = tmp_path / "chat-model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    cfg = fc.ChatFeaturesConfig(steps=3, eval_every=3, checkpoint_every=3, warmup=1, draft_vocab=64, batch_size=2,
+                                intermediate_size=48, threads=1)
+    record = fc.train_chat(folder, tmp_path / "out", cfg, chunks=(1, 1), batch=2, length=96, log=lambda _: None)
+    assert record["steps"] == 3 and "subset mass at T=1" in record["after"]
+    net = fx.load(tmp_path / "out" / fx.FOLDER, model)
+    ranked = torch.load(tmp_path / "out" / ".features-work" / "vocab.pt")
+    assert net.vocab.tolist() == ranked.tolist() and len(ranked) == 64
+    pair = ModelPair(tokenizer, model, None, str(folder), "")
+    pair.feature_net = net
+    ref = model.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=20, min_new_tokens=20)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=20, drafter="features",
+                                                         sampling=SamplingConfig(temperature=0)))
+    assert gen.token_ids == ref[0, len(PROMPT):].tolist()
