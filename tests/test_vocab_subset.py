@@ -194,3 +194,23 @@ def test_coverage_and_card_of_a_chat_drafter():
               "train_minutes": 1.0, "threads": 1, "after": {"beta at T=1 step 1": 0.4}}
     text = fcc.card(record, {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
     assert "0.500 (10 tested)" in text and "beta at T=1 step 1 0.400" in text
+
+
+SUBSET_SAMPLINGS = [SamplingConfig(temperature=0), SamplingConfig(), SamplingConfig(temperature=0.8, top_k=3, top_p=.9)]
+
+
+@pytest.mark.parametrize("sampling", SUBSET_SAMPLINGS, ids=["greedy", "T1", "topkp"])
+def test_the_engine_drafts_through_the_subset_as_the_eager_drafter(sampling):
+    """The static engine and its emulated graphs read q through the same subset: token for token the
+    eager run, and q is 0 outside the subset in every drafted row."""
+    from graph_emulation import Emulator
+    from test_features_engine import on, same_runs
+
+    pair = tiny_pair(vocab=16, seed=2)
+    net = subset_net(pair.target, [4, 11, 2, 7, 13], seed=6)
+    eager, static, graphed = on(pair, "eager", net), on(pair, "static", net), on(pair, "static", net, Emulator())
+    s = RunSettings(gamma=3, max_new_tokens=24, sampling=sampling, seed=1, drafter="features")
+    a = speculative_generate(eager, PROMPT, s)
+    for other in (static, graphed):
+        same_runs(a, speculative_generate(other, PROMPT, s), 16)
+    assert all(p.draft_token in (4, 11, 2, 7, 13) for r in a.rounds for p in r.positions)
