@@ -378,7 +378,6 @@ def test_the_drafters_embedding_and_head_shortcuts_equal_the_modules():
     """A plain embedding is read as a view and a bias-free head as one product with its first rows;
     any other module (max_norm renormalises, a bias adds) is called: both equal the module's output."""
     from specdec.drafters import _row_lookup
-    from specdec.features import head_logits
 
     torch.manual_seed(0)
     feature = torch.randn(1, 6)
@@ -388,6 +387,10 @@ def test_the_drafters_embedding_and_head_shortcuts_equal_the_modules():
             assert got.equal(embed(torch.tensor([7])))
     for head in (torch.nn.Linear(6, 10, bias=False), torch.nn.Linear(6, 10, bias=True)):
         with torch.no_grad():
-            got, want = head_logits(head, 8)(feature), head(feature)[..., :8]
-        assert got.shape == (1, 8)
+            got, want = fx.head_logits(head, 8)(feature), head(feature)[..., :8]
+            some = fx.head_logits(head, 8, torch.tensor([6, 1, 3]))(feature)   # a vocabulary subset
+        assert got.shape == some.shape == (1, 8)
         assert (got - want).abs().max() <= bounds.rounding(6, scale=float(want.abs().max()))
+        inside = torch.tensor([1, 3, 6])
+        assert (some[0, inside] - want[0, inside]).abs().max() <= bounds.rounding(6, scale=float(want.abs().max()))
+        assert some[0, [0, 2, 4, 5, 7]].eq(-torch.inf).all()

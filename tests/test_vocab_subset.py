@@ -170,3 +170,47 @@ def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
     gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=20, drafter="features",
                                                          sampling=SamplingConfig(temperature=0)))
     assert gen.token_ids == ref[0, len(PROMPT):].tolist()
+
+
+def test_coverage_and_card_of_a_chat_drafter():
+    from specdec.training import features_chat_card as fcc
+    from tiny import tiny_model
+
+    model = tiny_model(vocab=16, layers=1, width=8, seed=2)
+    torch.manual_seed(1)
+    feats = torch.randn(2, 6, 8)
+    with torch.no_grad():
+        z = model.lm_head(feats)
+    pool = {"ids": torch.zeros(2, 6, dtype=torch.long), "starts": torch.tensor([2, 3]), "ends": torch.tensor([6, 5]),
+            "feats": feats, "lse": torch.logsumexp(z, -1), "top": z.argmax(-1)}
+    ids = torch.tensor([3, 9, 1])
+    got = fcc.coverage(model, pool, ids)
+    counted = [(0, i) for i in range(1, 5)] + [(1, i) for i in range(2, 4)]   # position i: token i + 1 sampled
+    mass = torch.stack([torch.softmax(z[r, i], -1)[ids].sum() for r, i in counted])
+    assert got["positions"] == 6 and abs(got["mean_mass"] - float(mass.mean())) < bounds.rounding(16)
+    row = {"temperature": 0.0, "alpha": 0.5, "tested": 10, "tokens_per_target_forward": 1.5, "c": 0.1,
+           "predicted_speedup": 1.1, "measured_speedup": 1.0}
+    record = {"config": fc.ChatFeaturesConfig().__dict__, "params": 1e6, "pool_sequences": 4, "steps": 3,
+              "train_minutes": 1.0, "threads": 1, "after": {"beta at T=1 step 1": 0.4}}
+    text = fcc.card(record, {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
+    assert "0.500 (10 tested)" in text and "beta at T=1 step 1 0.400" in text
+
+
+SUBSET_SAMPLINGS = [SamplingConfig(temperature=0), SamplingConfig(), SamplingConfig(temperature=0.8, top_k=3, top_p=.9)]
+
+
+@pytest.mark.parametrize("sampling", SUBSET_SAMPLINGS, ids=["greedy", "T1", "topkp"])
+def test_the_engine_drafts_through_the_subset_as_the_eager_drafter(sampling):
+    """The static engine and its emulated graphs read q through the same subset: token for token the
+    eager run, and q is 0 outside the subset in every drafted row."""
+    from graph_emulation import Emulator
+    from test_features_engine import on, same_runs
+
+    pair = tiny_pair(vocab=16, seed=2)
+    net = subset_net(pair.target, [4, 11, 2, 7, 13], seed=6)
+    eager, static, graphed = on(pair, "eager", net), on(pair, "static", net), on(pair, "static", net, Emulator())
+    s = RunSettings(gamma=3, max_new_tokens=24, sampling=sampling, seed=1, drafter="features")
+    a = speculative_generate(eager, PROMPT, s)
+    for other in (static, graphed):
+        same_runs(a, speculative_generate(other, PROMPT, s), 16)
+    assert all(p.draft_token in (4, 11, 2, 7, 13) for r in a.rounds for p in r.positions)
