@@ -84,7 +84,7 @@ def main(tmp_path_factory):
     (snapshot / "model.safetensors").write_bytes(b"\x00" * 64)
     settled = tmp_path_factory.mktemp("settled") / "count"
     server = serverload.start_server(
-        {"SPECDEC_MAX_UPLOAD_MB": "1", "SPECDEC_FILE_MAX_AGE_SECONDS": "2", "SPECDEC_CLEAN_EVERY_SECONDS": "1",
+        {"SPECDEC_MAX_UPLOAD_MB": "1", "SPECDEC_FILE_MAX_AGE_SECONDS": "6", "SPECDEC_CLEAN_EVERY_SECONDS": "1",
          "HF_HUB_CACHE": str(cache), SETTLED_ENV: str(settled), **serverload.NO_RUN_CACHE,
          **serverload.THREADS_ONLY},
         argv=[__import__("sys").executable, "-c", LAUNCHER])
@@ -253,7 +253,7 @@ def test_an_export_names_models_not_server_paths_and_is_deleted_when_old(main, c
     models = json.loads(text)["models"]
     assert models["target"] == "specdec-target" and models["draft"] == "specdec-draft"
     assert str(ASSETS) not in text and "/root" not in text and "/home" not in text
-    deadline = time.time() + 20
+    deadline = time.time() + 30   # the age (6 s: room for a loaded machine to read the export first) and a sweep
     while time.time() < deadline and Path(path).exists():
         time.sleep(0.5)
     assert not Path(path).exists(), "an export older than SPECDEC_FILE_MAX_AGE_SECONDS was kept"
