@@ -20,7 +20,7 @@ from ...settings import DRAFTERS
 from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
-from ..server.api import DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
+from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, views
@@ -322,7 +322,7 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
     preset = PRESETS.get(preset_key)
     if preset is None:
         return gr.skip(), gr.skip(), gr.skip()
-    new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, default_prompt("smollm2-135m")) else prompt
+    new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
         keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
         return gr.update(value=keep), new_prompt, gr.skip()

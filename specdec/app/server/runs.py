@@ -28,7 +28,7 @@ from ...settings import RunSettings
 from ...trace import Generation
 from . import device_queue, flights, limits, workers
 from .api import DEFAULT_PROMPT
-from .pairs import get_pair
+from .pairs import get_pair, ready
 
 try:   # Hugging Face ZeroGPU: borrow a GPU for the decoding call only
     import spaces
@@ -137,7 +137,7 @@ def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
 
     def work():
         try:
-            pair = get_pair(preset)
+            pair = ready(preset)   # a real model this server lacks is fetched first (an example picks it)
             limits.check_prompt_tokens(len(pair.encode(prompt)[1]))
             with flights.LINE.slot(stop, lambda ahead, s: flight.put(Waiting(ahead, pair.device, s))), \
                     device_queue.turn(pair.device, stop, on_wait=lambda ahead: flight.put(Waiting(ahead, pair.device))):
