@@ -5,6 +5,8 @@ In-process, on the session's cache of the real model (`real_cache`: fetched by p
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 from specdec.app.page import handlers
@@ -19,7 +21,8 @@ def in_real_cache(real_cache, monkeypatch):
     return real_cache
 
 
-def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_real_cache):
+def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_real_cache, monkeypatch):
+    monkeypatch.setattr(pairs, "_LOADED", OrderedDict())   # none loaded yet, whatever ran before in this worker
     heard = []
     drafter, prompt, status = handlers.pick_pair(REAL, "model", api.DEFAULT_PROMPT,
                                                  progress=lambda f, desc: heard.append((f, desc)))
