@@ -225,8 +225,7 @@ def opening_pair() -> dict:
     if not is_loaded(key):
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
-    have = drafters_for(get_pair(key))
-    return dict(preset=key, prompt=default_prompt(key), drafter="features" if "features" in have else "ngram")
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -330,10 +329,15 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
         return gr.skip(), gr.skip(), failed_status(user_message(err))
+    loaded = f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
+    return gr.update(value=drafter_for(pair, drafter)), new_prompt, loaded + chat_template_line(pair, new_prompt)
+
+
+def drafter_for(pair, current: str | None = None) -> str:
+    """The drafter a pair opens with: the current one when the pair has it, else its features
+    drafter when it has one, else n-gram (every pair has that)."""
     have = drafters_for(pair)
-    keep = drafter if drafter in have else ("features" if "features" in have else "ngram")
-    return gr.update(value=keep), new_prompt, (f"{preset.label} is loaded: drafters {', '.join(have)}. "
-                                               + chat_template_line(pair, new_prompt))
+    return current if current in have else ("features" if "features" in have else "ngram")
 
 
 def chat_template_line(pair, prompt: str) -> str:
