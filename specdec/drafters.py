@@ -125,9 +125,10 @@ class NgramDrafter:
 
     name = "ngram"
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3):
+    def __init__(self, vocab_size: int, max_ngram: int = 3, device: str | torch.device = "cpu"):
         self.vocab_size = vocab_size
         self.max_ngram = max_ngram
+        self.device = device   # q lives where the target's p does (on a GPU a CPU q broke the round's summary)
         self.forwards = 0   # no model
 
     def lookup(self, context: list[int], gamma: int) -> list[int]:
@@ -142,9 +143,9 @@ class NgramDrafter:
 
     def propose(self, context, gamma, sampling, generator, stop=None):   # no forward to stop between
         drafts = self.lookup(context, gamma) if gamma > 0 else []
-        q = torch.zeros(len(drafts), self.vocab_size)
+        q = torch.zeros(len(drafts), self.vocab_size, device=self.device)
         if drafts:
-            q[torch.arange(len(drafts)), torch.tensor(drafts)] = 1.0
+            q[torch.arange(len(drafts)), torch.tensor(drafts)] = 1.0   # CPU indices index a device tensor
         return drafts, q
 
 
@@ -253,7 +254,7 @@ def check_drafter(name: str, pair) -> None:
 def make_drafter(name: str, pair) -> Drafter:
     """The drafter a run names (see `settings.DRAFTERS`), over the pair's shared vocabulary."""
     if name == "ngram":
-        return NgramDrafter(pair.vocab_size)
+        return NgramDrafter(pair.vocab_size, device=pair.device)
     if name == "model":
         check_drafter(name, pair)
         return ModelDrafter(pair.draft, pair.vocab_size)

@@ -17,7 +17,7 @@ from specdec import (
     load_trace,
     speculative_generate,
 )
-from specdec.drafters import KVCache, NgramDrafter
+from specdec.drafters import KVCache, NgramDrafter, make_drafter
 from specdec.models import ModelPair
 from specdec.outcomes import Status
 from specdec.sampling import logits_to_probs
@@ -283,6 +283,15 @@ def test_ngram_drafter_proposes_latest_continuation():
     drafts, q = d.propose([4, 4, 9, 4, 4], 2, SamplingConfig(), torch.Generator())
     assert drafts == [9, 4] and q.sum(-1).tolist() == [1.0, 1.0] and q[0, 9] == 1 and q[1, 4] == 1
     assert d.propose([4, 4, 4], 2, SamplingConfig(), torch.Generator())[0] == [4]   # only what followed
+
+
+def test_ngram_drafter_puts_q_on_the_pairs_device():
+    # On a GPU its q met the target's p on the device (found on an H200: a CPU q broke the round's
+    # summary). "meta" stands in for a device here: q must be made there, not moved afterwards.
+    pair = tiny_pair()
+    pair.device = "meta"
+    drafts, q = make_drafter("ngram", pair).propose([4, 4, 9, 4, 4], 2, SamplingConfig(), torch.Generator())
+    assert drafts == [9, 4] and q.device.type == "meta" and q.shape == (2, pair.vocab_size)
 
 
 def test_callback_sees_every_round():
