@@ -44,6 +44,8 @@ CHI_PASS, CONTROL_FAIL = 1e-3, 1e-6   # the exact rule passes above, the skip co
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=None, metavar="PRESET",
+                   help="the pair to check (a preset key, e.g. smollm2-135m; default the bundled pair)")
     p.add_argument("--device", default=None,
                    help="cuda (default; without one gpu-check says so and exits 2) or cpu (the same checks on the CPU)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
@@ -55,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: few samples (the skip control is skipped, and said so), short runs, no pytest")
     p.add_argument("--no-tests", action="store_true", help="skip running pytest -m gpu")
+    p.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6], help="γ values the speed table times")
+    p.add_argument("--speed-only", action="store_true",
+                   help="only the speed table (e.g. of the eager engine beside a full check on graphs)")
     p.add_argument("--out", default="runs/gpu-check", help="folder for results.json (default runs/gpu-check)")
     p.add_argument("--save-profile", action="store_true",
                    help="add the measured costs to assets/bench/cost-profiles.json (the speed explorer's curves)")
@@ -78,19 +83,22 @@ def run(args) -> int:
     if args.shapes is not None:
         return run_shapes(args, device)
     samples, tokens = (200, 24) if args.quick else (args.samples, args.tokens)
-    pair = load_pair(device=device, dtype=args.dtype, engine=args.engine)
-    reference = load_pair(device=device, dtype=args.dtype, engine="eager")
+    pair = load_pair(preset=args.pair, device=device, dtype=args.dtype, engine=args.engine)
+    reference = load_pair(preset=args.pair, device=device, dtype=args.dtype, engine="eager")
+    prompts = prompts_for(pair)
     started = time.perf_counter()
     report = {"machine": _machine(device), "pair": pair.describe(), "checks": []}
     print(f"{report['machine']['name']}  torch {torch.__version__}  dtype {pair.describe()['dtype']}  "
           f"engine {pair.engine}", flush=True)
-    if not (args.quick or args.no_tests):
+    if not (args.quick or args.no_tests or args.speed_only):
         report["checks"].append(_pytest_gpu())
-    drafters = ["model"] + (["features"] if fx.available(pair) else [])
-    for drafter in drafters:
-        report["checks"] += exactness(pair, samples, control=not args.quick, drafter=drafter)
-        report["checks"] += greedy_identity(pair, reference, tokens, drafter=drafter)
-    report["speed"] = speed(pair, tokens, rounds=1 if args.quick else 3, drafters=drafters)
+    # a pair with no draft model (a real model) is checked with the n-gram drafter instead
+    drafters = ["model" if pair.draft is not None else "ngram"] + (["features"] if fx.available(pair) else [])
+    for drafter in drafters if not args.speed_only else []:
+        report["checks"] += exactness(pair, samples, control=not args.quick, prompt=prompts[2], drafter=drafter)
+        report["checks"] += greedy_identity(pair, reference, tokens, drafter=drafter, prompts=prompts)
+    report["speed"] = speed(pair, tokens, rounds=1 if args.quick else 3, gammas=tuple(args.gammas), drafters=drafters,
+                            prompts=prompts)
     report["checks"].append(graphs_in_use(pair))   # after every run: a capture may have failed in any
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(format_report(report))
@@ -98,12 +106,17 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print(f"wrote {out / 'results.json'} ({report['seconds']:.0f} s)")
-    if args.save_profile:
+    if args.save_profile and report["speed"]["costs"]["draft_step_ms"] is None:
+        print("no profile saved: this pair has no drafter whose step was timed")
+    elif args.save_profile:
         from . import profiles
 
-        entry = profiles.profile(report["speed"]["costs"], pair.describe(), report["machine"]["name"],
+        d = pair.describe()   # a pair other than the bundled one is named in its profile's name
+        name = None if pair.draft is not None else \
+            f"{report['machine']['name']}, {Path(str(pair.target_name)).name}, {d['engine']}, {d['dtype']}"
+        entry = profiles.profile(report["speed"]["costs"], d, report["machine"]["name"],
                                  f"python -m specdec gpu-check (torch {torch.__version__}, median of 50 timed calls a "
-                                 "width, sampling and the verify step included)")
+                                 "width, sampling and the verify step included)", name=name)
         print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
     return 0 if all(c["ok"] for c in report["checks"]) else 1
 
@@ -140,6 +153,16 @@ def run_shapes(args, device: str) -> int:
                                      name=f"{machine['name']}, {r['label']}, {r['costs']['engine']}")
             print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
     return 0 if all(r["graphs"]["ok"] for r in rows) else 1
+
+
+def prompts_for(pair) -> list[str]:
+    """The prompts the checks run: chat questions for a chat model (asked under its template), the
+    bundled pair's Shakespeare openings otherwise."""
+    if pair.has_chat_template:
+        from ..training.features_chat_card import PROMPTS as CHAT
+
+        return list(CHAT)
+    return list(PROMPTS)
 
 
 def _machine(device: str) -> dict:
@@ -262,7 +285,7 @@ def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2], drafter: st
     return out
 
 
-def greedy_identity(pair, reference, tokens: int, drafter: str = "model") -> list[dict]:
+def greedy_identity(pair, reference, tokens: int, drafter: str = "model", prompts=PROMPTS) -> list[dict]:
     from ..decoding import autoregressive_generate, speculative_generate
 
     out = []
@@ -270,7 +293,7 @@ def greedy_identity(pair, reference, tokens: int, drafter: str = "model") -> lis
     which = "" if drafter == "model" else f", {drafter} drafter"
     for gamma in (1, 3, 8):
         same = total = 0
-        for prompt in PROMPTS[:3]:
+        for prompt in prompts[:3]:
             s = RunSettings(gamma=gamma, max_new_tokens=tokens, sampling=greedy, drafter=drafter)
             spec = speculative_generate(pair, prompt, s).token_ids
             same += spec == autoregressive_generate(pair, prompt, s).token_ids
@@ -282,8 +305,8 @@ def greedy_identity(pair, reference, tokens: int, drafter: str = "model") -> lis
     same = 0
     for seed in range(3):
         s = RunSettings(gamma=4, max_new_tokens=tokens, seed=seed, drafter=drafter)
-        same += speculative_generate(pair, PROMPTS[0], s).token_ids == speculative_generate(
-            reference, PROMPTS[0], s).token_ids
+        same += speculative_generate(pair, prompts[0], s).token_ids == speculative_generate(
+            reference, prompts[0], s).token_ids
     out.append({"check": f"{pair.engine} engine == eager decoder (T = 1, seeds 0-2){which}", "ok": True,
                 "result": f"{same} of 3 runs token for token (float rounding may differ between the paths; "
                           "reported, not required)"})
@@ -292,14 +315,16 @@ def greedy_identity(pair, reference, tokens: int, drafter: str = "model") -> lis
 
 # ---------------------------------------------------------------- speed
 
-def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafters=("model",)) -> dict:
+def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafters=("model",), prompts=PROMPTS) -> dict:
     """Forward costs on the pair's engine, then the target alone and speculative decoding with each
-    drafter at each γ, T = 0 and 1, interleaved (a rotating order each round), tokens per second."""
+    drafter at each γ, T = 0 and 1, interleaved (a rotating order each round), tokens per second.
+    Where the pair has no draft model, the draft step's cost is the features drafter's, read off
+    its runs (milliseconds per draft, sampling included), when it ran."""
     from ..decoding import autoregressive_generate, speculative_generate
     from ..engine import engine_for
     from ..measure import measure_costs
 
-    prompt_ids = pair.encode(PROMPTS[0])[1]
+    prompt_ids = pair.encode(prompts[0])[1]
     engine = engine_for(pair)
     widths = [1] + [g + 1 for g in gammas]
     costs = (engine.costs(prompt_ids, widths, SamplingConfig()) if engine is not None
@@ -308,26 +333,28 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafter
               "rows": []}
     for temp in (0.0, 1.0):
         lineup = [("model", 0)] + [(d, g) for d in drafters for g in gammas]   # γ 0: the target alone
-        totals = {key: [0.0, 0, 0, 0] for key in lineup}   # seconds, tokens, accepted, tested
+        totals = {key: [0.0, 0, 0, 0, 0.0, 0] for key in lineup}   # seconds, tokens, accepted, tested, drafting, drafts
         for k in range(rounds + 1):   # round 0 warms every contender up
             for key in lineup[k % len(lineup):] + lineup[:k % len(lineup)]:
                 drafter, g = key
                 s = RunSettings(gamma=max(g, 1), max_new_tokens=tokens, sampling=SamplingConfig(temperature=temp),
                                 seed=k, drafter=drafter)
-                gen = (autoregressive_generate(pair, PROMPTS[k % len(PROMPTS)], s) if g == 0
-                       else speculative_generate(pair, PROMPTS[k % len(PROMPTS)], s, trace=False))
+                gen = (autoregressive_generate(pair, prompts[k % len(prompts)], s) if g == 0
+                       else speculative_generate(pair, prompts[k % len(prompts)], s, trace=False))
                 if k:
                     t = totals[key]
                     t[0] += gen.stats.wall_seconds
                     t[1] += gen.stats.new_tokens
                     t[2] += gen.stats.accepted
                     t[3] += gen.stats.tested
+                    t[4] += gen.stats.draft_seconds if g else 0.0
+                    t[5] += gen.stats.drafted if g else 0
         base = totals[lineup[0]][1] / totals[lineup[0]][0]
         for drafter, g in lineup:
-            secs, n, acc, tested = totals[(drafter, g)]
+            secs, n, acc, tested = totals[(drafter, g)][:4]
             row = {"temperature": temp, "gamma": g, "drafter": drafter, "tokens_per_s": n / secs,
                    "speedup": (n / secs) / base}
-            if g and drafter == "features":   # no model of its own to time alone: no predicted figure
+            if g and drafter != "model":   # only the draft model's step was timed alone: no predicted figure
                 row.update(alpha=acc / tested if tested else 0.0, predicted=None)
             elif g:
                 alpha = acc / tested if tested else 0.0
@@ -336,7 +363,16 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafter
                                                                     costs["draft_step_ms"], verify,
                                                                     costs["target_step_ms"]))
             result["rows"].append(row)
+    feats = [t for (d, g), t in totals.items() if d == "features" and g and t[5]]   # the last loop's: T = 1
+    if result["costs"]["draft_step_ms"] is None and feats:
+        ms = 1000 * sum(t[4] for t in feats) / sum(t[5] for t in feats)
+        result["costs"].update(draft_step_ms=ms, c=ms / result["costs"]["target_step_ms"],
+                               draft_from="the features drafter's runs (T = 1), ms per draft with sampling")
     return result
+
+
+def _ms(value) -> str:
+    return "none (no draft model)" if value is None else f"{value:.3f}"
 
 
 def format_report(report: dict) -> str:
@@ -346,8 +382,9 @@ def format_report(report: dict) -> str:
         lines.append(f"{c['check']:<60} {mark:<5} {c['result']}")
     sp = report["speed"]
     c = sp["costs"]
-    lines += ["", f"costs on the {c.get('engine', 'eager')} engine (ms): draft step {c['draft_step_ms']:.3f}, "
-              f"target step {c['target_step_ms']:.3f}, c = {c['c']:.3f}; target forward by width: "
+    lines += ["", f"costs on the {c.get('engine', 'eager')} engine (ms): draft step {_ms(c['draft_step_ms'])}"
+              + (f" ({c['draft_from']})" if c.get("draft_from") else "") + ", "
+              f"target step {c['target_step_ms']:.3f}, c = {_ms(c['c'])}; target forward by width: "
               + ", ".join(f"{w}: {ms:.3f}" for w, ms in c["target_ms_by_width"].items()), "",
               "  T   γ   tokens/s   speedup   α      predicted   measured ÷ predicted", "-" * 70]
     for r in sp["rows"]:
