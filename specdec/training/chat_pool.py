@@ -73,17 +73,23 @@ def sample_rows(target, prompts: list[list[int]], length: int, temperature: floa
     from transformers import DynamicCache
 
     b = len(prompts)
-    starts = torch.tensor([len(p) for p in prompts])
+    device = target.get_input_embeddings().weight.device   # the rows live where the target does
+    starts = torch.tensor([len(p) for p in prompts], device=device)
     if int(starts.max()) >= length:
         raise ValueError(f"a prompt of {int(starts.max())} tokens leaves no room in {length}")
     ids = torch.full((b, length), eos, dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = torch.tensor(p)
-    ends = torch.full((b,), length)
+    ids = ids.to(device)
+    ends = torch.full((b,), length, device=device)
     out = {"ids": ids, "starts": starts, "ends": ends}
     if keep_features:
-        out |= {"feats": torch.zeros(b, length, target.config.hidden_size), "lse": torch.zeros(b, length),
-                "top": torch.zeros(b, length, dtype=torch.long)}
+        out |= {"feats": torch.zeros(b, length, target.config.hidden_size, device=device),
+                "lse": torch.zeros(b, length, device=device),
+                "top": torch.zeros(b, length, dtype=torch.long, device=device)}
+    if device.type != "cpu":   # a CPU generator cannot sample device tensors: one seeded from it
+        seed = int(torch.randint(0, 1 << 62, (1,), generator=generator))
+        generator = torch.Generator(device=device).manual_seed(seed)
     cache = DynamicCache(config=target.config)
     first = int(starts.min())
 
@@ -112,7 +118,7 @@ def sample_rows(target, prompts: list[list[int]], length: int, temperature: floa
 
 def question_of(tokenizer, ids: torch.Tensor, start: int, end: int) -> str:
     """The text the target wrote for a question, tidied: quotes and a leading 'Question:' dropped."""
-    text = tokenizer.decode(ids[start:end], skip_special_tokens=True).strip().strip('"').strip()
+    text = tokenizer.decode(ids[start:end].tolist(), skip_special_tokens=True).strip().strip('"').strip()
     for lead in ("Question:", "Q:"):
         if text.startswith(lead):
             text = text[len(lead):].strip()
@@ -163,7 +169,7 @@ def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float]
     """`chunks` chunks of `batch` questions the target writes, each question then used per `uses`
     ((kind 'chat' or 'text', temperature) pairs; 'text' uses only every `text_every`-th chunk).
     Each chunk is seeded on its own and saved as it completes: a cut-off draw resumes."""
-    parts = torch.load(path) if path.exists() else []
+    parts = torch.load(path) if path is not None and path.exists() else []
     eos = tokenizer.eos_token_id
     for k in range(chunks):
         if k < len(parts):
@@ -177,9 +183,11 @@ def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float]
                 continue
             prompts = prompts_for(tokenizer, questions, kind, gen, length // 2)   # half a row at most
             got = sample_rows(target, prompts, length, temp, eos, gen)
-            got["temps"] = torch.full((batch,), float(temp))
+            got["temps"] = torch.full((batch,), float(temp), device=got["ids"].device)
             rows.append(got)
         parts.append({key: torch.cat([r[key] for r in rows]) for key in rows[0]})
-        torch.save(parts, path)
-        log(f"{path.name}: chunk {k + 1}/{chunks} ({len(parts[-1]['ids'])} rows) in {time.perf_counter() - t0:.0f} s")
+        if path is not None:   # None: kept in memory only (a GPU's pools would take long to save each chunk)
+            torch.save(parts, path)
+        log(f"{path.name if path is not None else 'pool'}: chunk {k + 1}/{chunks} ({len(parts[-1]['ids'])} rows) "
+            f"in {time.perf_counter() - t0:.0f} s")
     return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}

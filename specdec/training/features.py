@@ -137,14 +137,14 @@ def rows_of(batch: dict) -> torch.Tensor:
 
 # ---------------------------------------------------------------- the unrolled drafter
 
-def unroll_mask(n: int, k: int) -> torch.Tensor:
+def unroll_mask(n: int, k: int, device=None) -> torch.Tensor:
     """[1, 1, k*n, k*n] boolean: query (copy j, element i) may see copy 1 (exact features) at
     elements <= i - j + 1 and copy s (2 <= s <= j) at element i - j + s: the drafting chain that
     started after exact element i - j + 1, exactly what drafting step j sees at test time."""
-    j = torch.arange(1, k + 1).repeat_interleave(n)[:, None]
-    i = torch.arange(n).repeat(k)[:, None]
-    s = torch.arange(1, k + 1).repeat_interleave(n)[None, :]
-    e = torch.arange(n).repeat(k)[None, :]
+    j = torch.arange(1, k + 1, device=device).repeat_interleave(n)[:, None]
+    i = torch.arange(n, device=device).repeat(k)[:, None]
+    s = torch.arange(1, k + 1, device=device).repeat_interleave(n)[None, :]
+    e = torch.arange(n, device=device).repeat(k)[None, :]
     exact = (s == 1) & (e <= i - j + 1)
     chain = (s >= 2) & (s <= j) & (e == i - j + s)
     return (exact | chain)[None, None]
@@ -161,8 +161,8 @@ def unrolled_outputs(net, target, ids: torch.Tensor, feats: torch.Tensor, k: int
     n = length - 1
     embeds = target.get_input_embeddings()(ids[:, 1:])
     norm = target.get_decoder().norm
-    pos = torch.arange(n)[None].expand(b, -1)
-    mask = unroll_mask(n, k)
+    pos = torch.arange(n, device=feats.device)[None].expand(b, -1)
+    mask = unroll_mask(n, k, feats.device)
     cache = DynamicCache(config=net.config)
     step_in, outs = net.fused(feats[:, :-1]), []
     for j in range(1, k + 1):
@@ -267,7 +267,7 @@ def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, pr
             break
         for group in opt.param_groups:
             group["lr"] = lr
-        rows = torch.randint(0, n_pool, (cfg.batch_size,), generator=gen)
+        rows = torch.randint(0, n_pool, (cfg.batch_size,), generator=gen).to(pool["ids"].device)
         loss, tv = loss_fn(net, target, {k: v[rows] for k, v in pool.items()}, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -45,10 +45,10 @@ def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
     """The `size` token ids the target sampled most often in `pool` (positions from each row's
     start to its end), most frequent first, ties by id; ids never sampled fill up by id."""
     ids, starts, ends = pool["ids"], pool["starts"], pool["ends"]
-    pos = torch.arange(ids.shape[1])[None]
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
     sampled = (pos >= starts[:, None]) & (pos < ends[:, None])
     counts = torch.bincount(ids[sampled], minlength=vocab_size).double()
-    order = torch.argsort(-counts + torch.arange(vocab_size) / (2.0 * vocab_size))   # ties by id
+    order = torch.argsort(-counts + torch.arange(vocab_size, device=ids.device) / (2.0 * vocab_size))   # ties by id
     return order[:size].clone()
 
 
@@ -64,7 +64,7 @@ def subset_weight(target, ids: torch.Tensor | None) -> torch.Tensor:
 def step_masks(starts: torch.Tensor, ends: torch.Tensor, length: int, k: int) -> list[torch.Tensor]:
     """[B, n] bool per drafting step j: element i counts when the token it predicts (i + 2) was
     sampled before the row's end and the chain has its j - 1 earlier steps (i >= j - 1)."""
-    i = torch.arange(length - 1)[None]
+    i = torch.arange(length - 1, device=starts.device)[None]
     ok = (i + 2 >= starts[:, None]) & (i + 2 < ends[:, None])
     return [ok & (i >= j - 1) for j in range(1, k + 1)]
 
@@ -149,7 +149,7 @@ def net_ids(net) -> torch.Tensor:
     """Subset position -> token id (the identity when the net reads the whole vocabulary)."""
     if net.vocab is not None:
         return net.vocab
-    return torch.arange(net.config.vocab_size)
+    return torch.arange(net.config.vocab_size, device=net.fc.weight.device)
 
 
 def load_pools(work, names: dict[str, list[str]]) -> dict[str, dict]:
@@ -198,8 +198,10 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
         ids = torch.load(work / "vocab.pt")
     weight = subset_weight(target, ids)
     torch.manual_seed(cfg.seed)
-    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, (), cfg.draft_vocab))
+    device = target.get_output_embeddings().weight.device
+    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, (), cfg.draft_vocab)).to(device)
     if ids is not None:
+        ids = ids.to(device)
         net.vocab.copy_(ids)
     state = train_net(net, target, pools, cfg, work / "checkpoint.pt", log, progress, stop_at=stop_at,
                       loss_fn=partial(losses, weight=weight), eval_fn=partial(evaluate, weight=weight))
