@@ -109,7 +109,10 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     rounds = rounds_for(pair, settings)
     if settings.drafter == "features":   # which of the target's layers its q read (the page says so)
-        gen.models["feature_layers"] = list(fx.net_for(pair).feature_layers)
+        net = fx.net_for(pair)
+        gen.models["feature_layers"] = list(net.feature_layers)
+        if net.vocab is not None:   # q reads a vocabulary subset (the step viewer says how much p lies outside)
+            gen.models["draft_vocab"] = len(net.vocab)
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     pending: list[Pending] = []
     ending = None

@@ -80,13 +80,14 @@ def _positions(pending: list[Pending], rows: list[Rows | None]) -> list[list[Pos
         if d is None:
             continue
         kept = order_kept(d.cand, d.valid, d.values)
-        (beta, skip_tv), (p_tail, q_tail), (p_mass, q_mass) = d.sums, d.tails, d.totals
+        (beta, skip_tv, unreachable), (p_tail, q_tail), (p_mass, q_mass) = d.sums, d.tails, d.totals
         # The draft token is each row's last candidate: its p and q are there.
         p_draft, q_draft = d.values[0][:, -1].tolist(), d.values[1][:, -1].tolist()
         out[r.index] = [Position(draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i],
                                  ratio=_ratio(p_draft[i], q_draft[i]), u=r.u[i], status=status_at(i, r.n_accepted),
                                  beta=beta[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]),
-                                 q=tr.dist(ids, qv, q_mass[i], q_tail[i]), skip_tv=skip_tv[i])
+                                 q=tr.dist(ids, qv, q_mass[i], q_tail[i]), skip_tv=skip_tv[i],
+                                 p_where_q_is_0=min(1.0, unreachable[i]))
                         for i, (tok, (ids, pv, qv)) in enumerate(zip(r.drafts, kept))]
     return [out.get(r.index, []) for r in pending]
 

@@ -23,7 +23,7 @@ import torch
 
 # Columns per row: ids and valid flags (C each), values (C per distribution), then per
 # distribution (tail where p >= q, tail where p < q, total), then the row's extra sums.
-DRAFTED = 2, 2    # distributions (p, q); extra sums (beta, skip_tv)
+DRAFTED = 2, 3    # distributions (p, q); extra sums (beta, skip_tv, p's mass where q is 0)
 END = 3, 1        # distributions (drawn, p, q); extra sum (residual mass)
 
 
@@ -90,7 +90,10 @@ def round_summary(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, end_di
         beta = overlap.sum(1, keepdim=True, dtype=torch.float64)
         # Bias of the skip rule here, in closed form: TV(min(p,q) + (1-beta) p, p).
         skip_tv = 0.5 * (overlap.double() - beta * pd.double()).abs().sum(1, keepdim=True)
-        parts.append(torch.cat([_summarize([pd, q], pd, q, drafts, n), beta, skip_tv], 1).reshape(-1))
+        # p where q is 0: no draft can be those tokens, only the residual gives them (outside a
+        # drafter's vocabulary subset, or cut by top-k / top-p).
+        unreachable = (pd * (q == 0)).sum(1, keepdim=True, dtype=torch.float64)
+        parts.append(torch.cat([_summarize([pd, q], pd, q, drafts, n), beta, skip_tv, unreachable], 1).reshape(-1))
     at = n_accepted.reshape(1).long()
     p_end = p.index_select(0, at)
     if g:   # q at the end position exists only where a draft was rejected there

@@ -138,6 +138,9 @@ class Position:
     # bias of skipping the adjustment at this position, on the full rows (the exact rule's is 0).
     # None in a schema-1 trace.
     skip_tv: float | None = None
+    # p's mass where q is 0, on the full rows: tokens no draft can be, which only the residual gives
+    # (outside a features drafter's vocabulary subset, or cut by top-k / top-p). None in older traces.
+    p_where_q_is_0: float | None = None
 
 
 @dataclass

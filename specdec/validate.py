@@ -191,7 +191,7 @@ def _same_ids(a: dict, b: dict, where: str, names: str) -> None:
 
 def _position(pos, where: str, vocab: int) -> dict:
     object_field(pos, where, ("draft_token", "p_draft", "q_draft", "ratio", "u", "status", "beta", "p", "q"),
-         ("skip_tv",))
+         ("skip_tv", "p_where_q_is_0"))
     tok = token_id(pos["draft_token"], f"{where}.draft_token", vocab)
     p_x = probability(pos["p_draft"], f"{where}.p_draft")
     q_x = probability(pos["q_draft"], f"{where}.q_draft")
@@ -200,8 +200,9 @@ def _position(pos, where: str, vocab: int) -> dict:
     if not isinstance(pos["status"], str):
         fail(f"{where}.status", f"is {shown(pos['status'])}: expected 'accepted', 'rejected' or 'unused'")
     probability(pos["beta"], f"{where}.beta")
-    if pos.get("skip_tv") is not None:
-        probability(pos["skip_tv"], f"{where}.skip_tv")
+    for key in ("skip_tv", "p_where_q_is_0"):
+        if pos.get(key) is not None:
+            probability(pos[key], f"{where}.{key}")
     p = _dist(pos["p"], f"{where}.p", vocab)
     q = _dist(pos["q"], f"{where}.q", vocab)
     _same_ids(p, q, where, "p and q")
@@ -416,7 +417,9 @@ def _check(d, lim: ImportLimits) -> None:
         fail("version", f"is {found}: this specdec reads trace versions "
                          f"{' and '.join(map(str, VERSIONS))} (a whole number, not text)")
     object_field(d, "the trace", _TOP, ("token_text", "eos_token_id", "title", "notes"))
-    models = object_field(d["models"], "models", (), ("feature_layers",))
+    models = object_field(d["models"], "models", (), ("feature_layers", "draft_vocab"))
+    if "draft_vocab" in models:   # how many token ids a features drafter's q reads (a vocabulary subset)
+        whole(models["draft_vocab"], "models.draft_vocab", 1, MAX_ID + 1)
     if "feature_layers" in models:   # the target layers a features drafter fused (a list of layer numbers)
         for i, layer in enumerate(list_field(models["feature_layers"], "models.feature_layers", 64)):
             whole(layer, f"models.feature_layers[{i}]", 1, 1024)

@@ -210,6 +210,15 @@ def test_probability_above_one(good):
     refused(bad(good, lambda d: d["rounds"][0]["positions"][0].update(u=1.5)), "rounds[0].positions[0].u is 1.5")
 
 
+def test_the_mass_where_q_is_0_is_a_probability_and_may_be_absent(good):
+    assert good["rounds"][0]["positions"][0]["p_where_q_is_0"] is not None   # every new trace stores it
+    refused(bad(good, lambda d: d["rounds"][0]["positions"][0].update(p_where_q_is_0=1.5)),
+            "rounds[0].positions[0].p_where_q_is_0 is 1.5")
+    older = bad(good, lambda d: [pos.pop("p_where_q_is_0") for r in d["rounds"] for pos in r["positions"]])
+    check_trace(older)   # a trace from before it was stored
+    assert load_trace(older).rounds[0].positions[0].p_where_q_is_0 is None
+
+
 def test_masses_must_add_up(good):
     def halve(d):
         dist = d["rounds"][0]["positions"][0]["q"]

@@ -105,6 +105,35 @@ def test_negative_control_skip_adjustment_fails_with_a_subset(joint_subset):
     assert gof_p_value(samples, joint) < SIGNIFICANCE
 
 
+def test_each_position_stores_p_outside_the_subset_and_the_step_viewer_says_it():
+    """The trace keeps p's mass where q is 0 at every drafted position: at T = 1 with no top-k/top-p,
+    exactly the mass outside the drafter's vocabulary, 1 - sum of p over the subset (here recomputed
+    from the target alone). The step viewer says it in words; a run without a subset says nothing."""
+    from specdec.app.shows import step_charts
+
+    ids = [2, 7, 9]
+    pair = subset_pair(tiny_pair(vocab=16, seed=1), ids)
+    sampling = SamplingConfig(temperature=1.0)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=20, drafter="features", seed=3,
+                                                         sampling=sampling))
+    assert gen.models["draft_vocab"] == 3
+    checked = 0
+    for rnd in gen.rounds:
+        for i, pos in enumerate(rnd.positions):
+            context = PROMPT + gen.token_ids[:rnd.start] + [d.draft_token for d in rnd.positions[:i]]   # the drafts
+            with torch.no_grad():
+                p = logits_to_probs(pair.target(torch.tensor([context])).logits[0, -1], sampling)
+            want = 1 - float(p[ids].sum())
+            assert abs(pos.p_where_q_is_0 - want) < bounds.rounding(16), (rnd.index, i)
+            checked += 1
+    assert checked >= 5 and max(pos.p_where_q_is_0 for r in gen.rounds for pos in r.positions) > 0.1
+    pos = next(pos for r in gen.rounds for pos in r.positions)
+    note = step_charts.unreachable_note(gen, pos)
+    assert "3 of the 16 token ids" in note and f"{pos.p_where_q_is_0:.4f}" in note and "residual" in note
+    again = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=8, drafter="ngram", seed=3))
+    assert "draft_vocab" not in again.models and step_charts.unreachable_note(again, pos) == ""   # no subset there
+
+
 def test_subset_saves_and_loads_with_its_ids(tmp_path):
     pair = tiny_pair(vocab=16, seed=1)
     net = subset_net(pair.target, [9, 4, 15])

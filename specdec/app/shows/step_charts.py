@@ -228,7 +228,7 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
     anchor, ax = ("left", 10) if pos.u < 0.2 else ("right", -10) if pos.u > 0.8 else ("center", 0)
     u_label = dict(x=pos.u, y=0.3, text=f"u = {pos.u:.3f}", showarrow=True, arrowhead=2, ax=ax, ay=-24,
                    xanchor=anchor, bgcolor="white", bordercolor=HIGHLIGHT, borderwidth=1, font=dict(size=12))
-    notes = [bias_note(gen, pos)]
+    notes = [bias_note(gen, pos)] + [n for n in (unreachable_note(gen, pos),) if n]
     if gen.settings.sampling.greedy:
         notes.append("Temperature 0: p and q are one-hot, so min(1, p/q) is 0 or 1 and u, though drawn, "
                      "cannot change the outcome.")
@@ -264,6 +264,23 @@ def bias_note(gen: Generation, pos) -> str:
             f"skipped: TV = {pos.skip_tv:.4f}.")
 
 
+def unreachable_note(gen: Generation, pos) -> str:
+    """The p-mass where q is 0 at one position, in words: the tokens no draft can be, which only the
+    residual gives. For a drafter that reads a vocabulary subset, that is (mostly) the mass outside
+    its vocabulary; empty where the trace does not store it or the run's drafter has no subset."""
+    vocab, mass = gen.models.get("draft_vocab"), pos.p_where_q_is_0
+    if mass is None or not vocab:
+        return ""
+    total = gen.models.get("vocab_size")
+    holds = f"{vocab:,} of the {total:,} token ids" if total else f"{vocab:,} token ids"
+    sampling = gen.settings.sampling
+    cut = (" or cut by top-k / top-p" if not sampling.greedy and (sampling.top_k or sampling.top_p < 1) else
+           ", or, at temperature 0, anywhere but the drafter's one token" if sampling.greedy else "")
+    return (f"Outside the drafter's vocabulary: its q reads {holds}, so here p puts {mass:.4f} of its mass where "
+            f"q is 0 (outside that vocabulary{cut}). No draft can be such a token; only the residual gives it, "
+            "which is why the output stays exactly p.")
+
+
 def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
     if gen is None or not gen.rounds:
         return []
@@ -281,7 +298,9 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
             ["β = Σ min(p, q): chance a draft passes here, before it is drawn from q (min(1, p/q) averaged over q)",
              round(pos.beta, 6)], ["verdict", pos.status.value],
             ["TV(output here, p) under this run's rule", here],
-            ["TV(output here, p) if the adjustment were skipped", "—" if untested else _r(pos.skip_tv)]]
+            ["TV(output here, p) if the adjustment were skipped", "—" if untested else _r(pos.skip_tv)],
+            ["p's mass where q is 0 (no draft can be those tokens; only the residual gives them)",
+             "— (not stored)" if pos.p_where_q_is_0 is None else round(pos.p_where_q_is_0, 6)]]
 
 
 # ---------------------------------------------------------------- how the round ended
