@@ -35,6 +35,19 @@ PROMPTS = [
 ]
 SEEDS = [0, 1, 2]   # acceptance() and the model cards
 
+# Chat questions a visitor might type (a chat model's prompts; none is among its drafter's training
+# topics' wording): asked under the model's chat template.
+CHAT_PROMPTS = ("What is the capital of France?", "How do I make a good cup of tea?", "Explain why the sky is blue.",
+                "Give me three tips for staying focused while studying.", "What are the benefits of regular exercise?",
+                "Write a short poem about autumn.", "How does a refrigerator keep food cold?",
+                "What should I pack for a weekend hiking trip?")
+
+
+def prompts_for(pair) -> list[str]:
+    """The prompts a pair is measured on: chat questions for a chat model, the bundled pair's
+    Shakespeare openings otherwise."""
+    return list(CHAT_PROMPTS if pair.has_chat_template else PROMPTS)
+
 COST_WARMUP = 3   # untimed steps first: the first one fills the caches with the prompt
 
 

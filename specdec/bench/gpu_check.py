@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ..measure import PROMPTS
+from ..measure import PROMPTS, prompts_for
 from ..sampling import Rule, SamplingConfig
 from ..settings import RunSettings
 from ..speed import expected_tokens_per_round, predicted_speedup
@@ -153,16 +153,6 @@ def run_shapes(args, device: str) -> int:
                                      name=f"{machine['name']}, {r['label']}, {r['costs']['engine']}")
             print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
     return 0 if all(r["graphs"]["ok"] for r in rows) else 1
-
-
-def prompts_for(pair) -> list[str]:
-    """The prompts the checks run: chat questions for a chat model (asked under its template), the
-    bundled pair's Shakespeare openings otherwise."""
-    if pair.has_chat_template:
-        from ..training.features_chat_card import PROMPTS as CHAT
-
-        return list(CHAT)
-    return list(PROMPTS)
 
 
 def _machine(device: str) -> dict:

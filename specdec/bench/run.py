@@ -31,7 +31,7 @@ import json
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -40,7 +40,7 @@ from .. import features as fx
 from ..app.server import limits
 from ..checks import whole_number
 from ..engine import engine_for
-from ..measure import COST_WARMUP, PROMPTS, CostMeter
+from ..measure import COST_WARMUP, PROMPTS, CostMeter, prompts_for
 from ..sampling import SamplingConfig
 from .contenders import HF_ASSISTED, Contender, ForwardCounter, Run, contenders, rotated, run_contender
 from .report import (
@@ -281,6 +281,8 @@ def run(args) -> int:
     pair = load_pair(target=getattr(args, "target", None), draft=getattr(args, "draft", None),
                      preset=getattr(args, "preset", None), device=getattr(args, "device", None),
                      dtype=getattr(args, "dtype", None), engine=getattr(args, "engine", None))
+    if pair.has_chat_template:   # a chat model is asked questions under its template, not Shakespeare
+        cfg = replace(cfg, prompts=prompts_for(pair)[:len(cfg.prompts)])
     lineup = len(contenders(cfg.gammas, cfg.temperatures, fx.available(pair), model=pair.draft is not None))
     passes = cfg.repeats * len(cfg.prompts) * len(cfg.seeds)
     if cfg.quick:
@@ -325,7 +327,9 @@ def run(args) -> int:
         raise ValueError(f"cannot write to {cfg.out}: {err.strerror}") from None
     written = json_path if cfg.quick else f"{json_path} and {html_path}"
     print(f"wrote {written}; elapsed {_duration(results['elapsed_s'])}")
-    if getattr(args, "save_profile", False) and not cfg.quick:
+    if getattr(args, "save_profile", False) and not cfg.quick and costs["draft_step_ms"] is None:
+        print("no profile saved: this pair has no draft model whose step the bench timed")
+    elif getattr(args, "save_profile", False) and not cfg.quick:
         from . import profiles
 
         entry = profiles.profile(results["costs"], pair.describe(), f"this CPU ({profiles.machine()})",

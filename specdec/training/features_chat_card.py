@@ -19,11 +19,7 @@ from ..sampling import SamplingConfig
 from ..settings import RunSettings
 from ..speed import predicted_speedup, speedup
 
-# Chat questions a visitor might type; none is among the training's topics' wording.
-PROMPTS = ("What is the capital of France?", "How do I make a good cup of tea?", "Explain why the sky is blue.",
-           "Give me three tips for staying focused while studying.", "What are the benefits of regular exercise?",
-           "Write a short poem about autumn.", "How does a refrigerator keep food cold?",
-           "What should I pack for a weekend hiking trip?")
+PROMPTS = measure.CHAT_PROMPTS   # chat questions a visitor might type; none is among the training's topics' wording
 SEEDS = (0, 1)
 
 
@@ -94,6 +90,22 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _where_trained(record: dict) -> str:
+    if record.get("device", "CPU") == "CPU":
+        return "`python -m specdec train --features --chat-target FOLDER`"
+    return ("`scripts/train_chat_gpu.py`: the pools and loss of `python -m specdec train --features "
+            "--chat-target FOLDER`, on a GPU")
+
+
+def _on_what(record: dict) -> str:
+    """Where the steps ran, in words (a GPU run also says how its pools were drawn)."""
+    if record.get("device", "CPU") == "CPU":
+        return f"on {record['threads']} torch thread(s) of a heavily shared 2-core machine"
+    pool = record.get("pool", {})
+    return (f"on one {record['device']} (TF32 products in training; the pools, {pool.get('batch', '?')} "
+            f"questions a batch, drawn in float32 in {record.get('pool_seconds', 0):.0f} s and kept in memory)")
+
+
 def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str) -> str:
     """The drafter's README.md from its training record, its measures and its subset's coverage."""
     cfg = record["config"]
@@ -118,14 +130,14 @@ q is computed through a **frequency-ranked vocabulary subset** (FR-Spec, Zhao et
 it; the exact rule still gives exactly p (a token outside can only come from the residual).
 Weights in fp16 ({record['params'] / 1e6:.2f} M parameters, {size_mb:.1f} MB), q computed in float32.
 
-## Training (`python -m specdec train --features --chat-target FOLDER`)
+## Training ({_where_trained(record)})
 
 On-policy, no data download: the target wrote its own questions (asked to write one about a topic
 from a fixed list, T = 0.7), answered them under its chat template at T = 1 and greedily, and
 continued some as raw text; {record['pool_sequences']} training rows. {record['steps']} steps of
-{cfg['batch_size']} rows in {record['train_minutes']:.1f} min on {record['threads']} torch thread(s) of a
-heavily shared 2-core machine; unroll {cfg['unroll']}, lr {cfg['lr']}, TV + {cfg['kl_weight']} KL +
-{cfg['reg_weight']} smooth-L1, read through the subset. Held out at the end: {betas}.
+{cfg['batch_size']} rows in {record['train_minutes']:.1f} min {_on_what(record)}; unroll {cfg['unroll']},
+lr {cfg['lr']}, TV + {cfg['kl_weight']} KL + {cfg['reg_weight']} smooth-L1, read through the subset.
+Held out at the end: {betas}.
 
 ## Coverage of the subset (held-out answers, T = 1)
 
