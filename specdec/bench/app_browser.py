@@ -37,6 +37,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PROMPT = "To be, or not to be"
+
+
+def what_runs(preset: str | None) -> dict:
+    """The pair, prompt and drafter every timed run uses: the bundled pair's Shakespeare with its draft
+    model, or a real chat model asked a question with its features drafter (γ 4, T = 1 for both)."""
+    from ..app.server.api import CHAT_PROMPT
+    from ..models import BUNDLED, PRESETS
+
+    if preset in (None, BUNDLED):
+        return {"preset": BUNDLED, "prompt": PROMPT, "drafter": "model"}
+    if preset not in PRESETS or PRESETS[preset].source is None:
+        raise ValueError(f"--preset {preset!r}: the page benchmark runs the bundled pair or a real model "
+                         f"({', '.join(k for k, p in PRESETS.items() if p.source)})")
+    return {"preset": preset, "prompt": CHAT_PROMPT, "drafter": "features"}
 CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if Path(p).exists()), None)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -164,8 +178,9 @@ def page_run(page, tokens: int, seed: int) -> tuple[float, float]:
     return ms / 1000, longest / 1000
 
 
-def browser_figures(url: str, sizes: list[int], repeats: int, seed: int) -> dict:
-    """{tokens: ([page seconds], [longest task seconds])}, after one untimed run (Plotly's JS loads)."""
+def browser_figures(url: str, sizes: list[int], repeats: int, seed: int, runs: dict | None = None) -> dict:
+    """{tokens: ([page seconds], [longest task seconds])}, after one untimed run (Plotly's JS loads; a
+    real model's first run loads it). `runs` (`what_runs`): the page opens on them by its link."""
     from playwright.sync_api import sync_playwright
 
     out = {}
@@ -174,7 +189,9 @@ def browser_figures(url: str, sizes: list[int], repeats: int, seed: int) -> dict
         try:
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             page.add_init_script(LONGTASKS)
-            page.goto(url, wait_until="load")
+            link = "" if not runs or runs["preset"] == what_runs(None)["preset"] else "?" + urllib.parse.urlencode(
+                {"pair": runs["preset"], "prompt": runs["prompt"], "drafter": runs["drafter"]})
+            page.goto(url + link, wait_until="load")
             page.wait_for_selector("#run")
             page.wait_for_selector("#timeline .js-plotly-plot", timeout=60_000)
             page_run(page, 8, seed + 999)   # untimed: the first render loads Plotly
@@ -205,23 +222,26 @@ def rounds_opened(page, times: int) -> list[float]:
 
 # ---------------------------------------------------------------- the decoder, and a class
 
-def decoder_seconds(sizes: list[int], repeats: int, seed: int) -> dict:
+def decoder_seconds(sizes: list[int], repeats: int, seed: int, runs: dict | None = None) -> dict:
     """{tokens: [seconds]}: the library's traced run of the same settings and seeds as the page's."""
     import torch
 
     from ..decoding import speculative_generate
-    from ..models import BUNDLED, load_pair
+    from ..models import load_pair
     from ..settings import RunSettings
 
+    runs = runs or what_runs(None)
     torch.set_num_threads(1)   # the app's default (SPECDEC_THREADS)
-    pair = load_pair(preset=BUNDLED)
-    speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=8))   # warm, as the app is
+    pair = load_pair(preset=runs["preset"])
+    prompt, drafter = runs["prompt"], runs["drafter"]
+    speculative_generate(pair, prompt, RunSettings(gamma=4, max_new_tokens=8, drafter=drafter))   # warm, as the app is
     out = {}
     for tokens in sizes:
         out[tokens] = []
         for k in range(repeats):
             t0 = time.perf_counter()
-            speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=tokens, seed=seed + tokens + k))
+            speculative_generate(pair, prompt, RunSettings(gamma=4, max_new_tokens=tokens, seed=seed + tokens + k,
+                                                           drafter=drafter))
             out[tokens].append(time.perf_counter() - t0)
     return out
 
@@ -285,7 +305,7 @@ def visit(endpoint: Endpoint, values: list) -> float:
     raise RuntimeError("the event stream ended before the run did")
 
 
-def class_figures(url: str, size: int, seed: int, gradio_client: bool = False) -> dict:
+def class_figures(url: str, size: int, seed: int, gradio_client: bool = False, runs: dict | None = None) -> dict:
     """One visitor alone, then `size` identical and `size` distinct requests at once (64 tokens each):
     seconds from the send to each result. `gradio_client`: the visitors are gradio_client Clients."""
     from ..app.server.api import RunRequest
@@ -314,10 +334,11 @@ def class_figures(url: str, size: int, seed: int, gradio_client: bool = False) -
             return None
         return time.perf_counter() - t0
 
-    alone = send((0, RunRequest(seed=seed)))
+    runs = runs or what_runs(None)
+    alone = send((0, RunRequest(seed=seed, **runs)))
     with ThreadPoolExecutor(size) as pool:
-        same = list(pool.map(send, [(k, RunRequest(seed=seed + 1)) for k in range(size)]))
-        distinct = list(pool.map(send, [(k, RunRequest(seed=seed + 2 + k)) for k in range(size)]))
+        same = list(pool.map(send, [(k, RunRequest(seed=seed + 1, **runs)) for k in range(size)]))
+        distinct = list(pool.map(send, [(k, RunRequest(seed=seed + 2 + k, **runs)) for k in range(size)]))
     return dict(alone=alone, same=same, distinct=distinct,
                 clients="gradio_client" if gradio_client else "lean clients of Gradio's queue protocol")
 
@@ -331,16 +352,18 @@ def run(args) -> int:
     if not (root / "app.py").is_file():
         raise ValueError(f"--app-root {root} holds no app.py")
     sizes, repeats, seed = [64, 200], max(1, args.repeats), 1000 + args.seed
+    runs = what_runs(getattr(args, "preset", None))
     log = Path(tempfile.mkdtemp(prefix="specdec-bench-app-")) / "server.log"
-    print(f"specdec page benchmark: {root} (bundled pair, γ=4, T=1, chromium 1400x1000, {os.cpu_count()} CPU "
+    print(f"specdec page benchmark: {root} ({runs['preset']} pair, {runs['drafter']} drafter, γ=4, T=1, "
+          f"chromium 1400x1000, {os.cpu_count()} CPU "
           f"cores, medians of {repeats}; server log {log})", flush=True)
     proc, url = start_server(root, log)
     try:
-        page = browser_figures(url, sizes, repeats, seed)
-        decoder = decoder_seconds(sizes, repeats, seed)
+        page = browser_figures(url, sizes, repeats, seed, runs)
+        decoder = decoder_seconds(sizes, repeats, seed, runs)
         print_page(sizes, page, decoder)
         if args.class_size:
-            print_class(class_figures(url, args.class_size, seed + 5000, args.gradio_client),
+            print_class(class_figures(url, args.class_size, seed + 5000, args.gradio_client, runs),
                         statistics.median(decoder[64]))
     finally:
         stop_server(proc)

@@ -83,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch CPU threads (default 1, the app's default; SPECDEC_THREADS sets the app's)")
     parser.add_argument("--browser", action="store_true",
                         help="time the page in chromium against the decoder, and a class of visitors (app_browser)")
+    parser.add_argument("--preset", default=None,
+                        help="with --browser: the pair the page runs (default the bundled pair; smollm2-135m: the real "
+                             "model with its features drafter, asked a chat question)")
     parser.add_argument("--app-root", default=None,
                         help="with --browser: the checkout whose app.py to serve (default: this one)")
     parser.add_argument("--class-size", type=int, default=30,
