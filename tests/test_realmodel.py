@@ -88,6 +88,23 @@ def test_greedy_speculative_chat_is_transformers_generate_token_for_token(real_p
     assert transformers_greedy(real_pair, raw_ids, GREEDY.max_new_tokens) != gen.token_ids
 
 
+def test_the_shipped_features_drafter_serves_the_real_model_exactly(real_pair):
+    """The drafter trained for SmolLM2 ships with the bundled models (recorded in their manifest) and
+    is found for the converted model in the user's cache; greedy, its output is transformers' own,
+    with most drafts accepted (a trained drafter: an untrained one would have almost none)."""
+    from specdec import features as fx
+    from specdec.drafters import drafters_for
+
+    folder = fx.weights_folder(real_pair)
+    assert folder == fx.BUNDLED / f"{SOURCE.name}-features" and manifest.differences(folder) == []
+    assert "features" in drafters_for(real_pair)
+    net = fx.net_for(real_pair)
+    assert net.vocab is not None and len(net.vocab) == 8192 and (folder / "model.safetensors").stat().st_size < 10e6
+    gen = speculative_generate(real_pair, REPEAT, GREEDY.with_(drafter="features"))
+    assert gen.token_ids == transformers_greedy(real_pair, gen.prompt_ids, GREEDY.max_new_tokens)
+    assert gen.stats.accepted > gen.stats.tested / 2, gen.stats
+
+
 def test_the_answer_ends_at_the_end_of_turn_and_its_special_tokens_read_legibly(real_pair):
     gen = speculative_generate(real_pair, FRANCE, GREEDY)
     assert gen.text == "The capital of France is Paris.<|im_end|>" and gen.stats.stopped == "eos"

@@ -26,7 +26,7 @@ def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_re
     heard = []
     drafter, prompt, status = handlers.pick_pair(REAL, "model", api.DEFAULT_PROMPT,
                                                  progress=lambda f, desc: heard.append((f, desc)))
-    assert drafter["value"] == "ngram"                       # it has no draft model
+    assert drafter["value"] == "features"                    # no draft model; its trained drafter ships
     assert prompt == api.CHAT_PROMPT                         # a chat model opens on a question
     assert status.startswith("SmolLM2-135M-Instruct") and "is loaded" in status and "chat template" in status
     assert heard and heard[-1][0] == 1.0 and pairs.is_loaded(REAL)
@@ -65,6 +65,6 @@ def test_a_server_that_opens_on_the_real_model_says_so_until_it_is_loaded(in_rea
     monkeypatch.setattr(limits, "OPEN_ON", REAL)
     pairs.get_pair(REAL)
     opened = handlers.opening_pair()
-    assert opened == {"preset": REAL, "prompt": api.CHAT_PROMPT, "drafter": "ngram"}
+    assert opened == {"preset": REAL, "prompt": api.CHAT_PROMPT, "drafter": "features"}
     monkeypatch.setattr(limits, "OPEN_ON", "bundled")
     assert set(handlers.opening_pair()) == {"status"}      # the default: nothing changes

@@ -1,0 +1,48 @@
+"""Measure the features drafter shipped for SmolLM2-135M-Instruct on this CPU and write its card
+(README.md beside its weights, in assets/models/SmolLM2-135M-Instruct-features).
+
+α at greedy and T = 1, c and the speedup over the target alone on one torch thread
+(`training.features_chat_card.measure_chat`), and the p-mass its vocabulary subset holds on a
+held-out pool the target draws here (its own questions and answers, seeded apart from training's).
+
+    python scripts/chat_drafter_card.py [--questions 16] [--timed 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--questions", type=int, default=16, help="held-out questions for the coverage")
+    ap.add_argument("--timed", type=int, default=8, help="chat prompts timed against the target alone")
+    args = ap.parse_args(argv)
+
+    from specdec import features as fx
+    from specdec.models import load_pair
+    from specdec.training import features_chat_card as fcc
+    from specdec.training.chat_pool import draw_chat_pool
+    from specdec.training.features_chat import USES
+
+    t0 = time.perf_counter()
+    pair = load_pair(preset="smollm2-135m", drafter="features")
+    folder = fx.weights_folder(pair)
+    record = json.loads((folder / "training.json").read_text())
+    measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed)
+    print(json.dumps(measures, indent=1), flush=True)
+    pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
+    cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)
+    print(json.dumps(cover), flush=True)
+    size_mb = (folder / "model.safetensors").stat().st_size / 1e6
+    (folder / "README.md").write_text(fcc.card(record, measures, cover, size_mb, pair.label), encoding="utf-8")
+    (folder / "measures.json").write_text(json.dumps({"measures": measures, "coverage": cover}, indent=1) + "\n",
+                                          encoding="utf-8")
+    print(f"wrote {folder / 'README.md'} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
