@@ -19,6 +19,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=16, help="held-out questions for the coverage")
     ap.add_argument("--timed", type=int, default=8, help="chat prompts timed against the target alone")
+    ap.add_argument("--from-measures", action="store_true",
+                    help="write the card again from the folder's measures.json (no measuring)")
     args = ap.parse_args(argv)
 
     from specdec import features as fx
@@ -31,11 +33,15 @@ def main(argv=None) -> int:
     pair = load_pair(preset="smollm2-135m", drafter="features")
     folder = fx.weights_folder(pair)
     record = json.loads((folder / "training.json").read_text())
-    measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed)
-    print(json.dumps(measures, indent=1), flush=True)
-    pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
-    cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)
-    print(json.dumps(cover), flush=True)
+    if args.from_measures:
+        saved = json.loads((folder / "measures.json").read_text())
+        measures, cover = saved["measures"], saved["coverage"]
+    else:
+        measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed)
+        print(json.dumps(measures, indent=1), flush=True)
+        pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
+        cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)
+        print(json.dumps(cover), flush=True)
     size_mb = (folder / "model.safetensors").stat().st_size / 1e6
     (folder / "README.md").write_text(fcc.card(record, measures, cover, size_mb, pair.label), encoding="utf-8")
     (folder / "measures.json").write_text(json.dumps({"measures": measures, "coverage": cover}, indent=1) + "\n",

@@ -218,11 +218,16 @@ def test_coverage_and_card_of_a_chat_drafter():
     mass = torch.stack([torch.softmax(z[r, i], -1)[ids].sum() for r, i in counted])
     assert got["positions"] == 6 and abs(got["mean_mass"] - float(mass.mean())) < bounds.rounding(16)
     row = {"temperature": 0.0, "alpha": 0.5, "tested": 10, "tokens_per_target_forward": 1.5, "c": 0.1,
-           "predicted_speedup": 1.1, "measured_speedup": 1.0}
+           "predicted_speedup": 1.1, "measured_speedup": 1.0, "gamma": 4, "target_step_ms": 20.0, "verify_ms": 30.0}
     record = {"config": fc.ChatFeaturesConfig().__dict__, "params": 1e6, "pool_sequences": 4, "steps": 3,
               "train_minutes": 1.0, "threads": 1, "after": {"beta at T=1 step 1": 0.4}}
     text = fcc.card(record, {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
     assert "0.500 (10 tested)" in text and "beta at T=1 step 1 0.400" in text
+    assert "a target step took 20 ms there and a verify of γ + 1 = 5 tokens 30 ms (1.5 steps" in text
+    assert "heavily shared 2-core machine" in text   # trained on the CPU (no device in the record)
+    gpu = fcc.card({**record, "device": "NVIDIA H200", "pool": {"batch": 1024}, "pool_seconds": 92.0},
+                   {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
+    assert "on one NVIDIA H200" in gpu and "scripts/train_chat_gpu.py" in gpu and "2-core" not in gpu
 
 
 SUBSET_SAMPLINGS = [SamplingConfig(temperature=0), SamplingConfig(), SamplingConfig(temperature=0.8, top_k=3, top_p=.9)]

@@ -90,6 +90,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _steps(measures: dict) -> str:
+    """What a target step and a verify cost where the speedups were measured (they set the speedup
+    as much as α does, and differ from machine to machine)."""
+    rows = measures["acceptance"]
+    step = sum(r["target_step_ms"] for r in rows) / len(rows)
+    verify = sum(r["verify_ms"] for r in rows) / len(rows)
+    return (f"a target step took {step:.0f} ms there and a verify of γ + 1 = {rows[0]['gamma'] + 1} tokens "
+            f"{verify:.0f} ms ({verify / step:.1f} steps: on this CPU a verify is bound by arithmetic, not only by "
+            "reading the weights).")
+
+
 def _where_trained(record: dict) -> str:
     if record.get("device", "CPU") == "CPU":
         return "`python -m specdec train --features --chat-target FOLDER`"
@@ -150,5 +161,5 @@ q can reach.
 | T | α | tokens per target forward | c | predicted speedup | measured speedup |
 |---|---:|---:|---:|---:|---:|
 {rows}
-Measured on {measures['machine']} (a machine shared with other work: the speedups are noisy).
+Measured on {measures['machine']}: {_steps(measures)}
 """
