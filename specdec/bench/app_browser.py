@@ -38,6 +38,10 @@ from pathlib import Path
 
 PROMPT = "To be, or not to be"
 
+CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if Path(p).exists()), None)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
 
 def what_runs(preset: str | None) -> dict:
     """The pair, prompt and drafter every timed run uses: the bundled pair's Shakespeare with its draft
@@ -51,9 +55,7 @@ def what_runs(preset: str | None) -> dict:
         raise ValueError(f"--preset {preset!r}: the page benchmark runs the bundled pair or a real model "
                          f"({', '.join(k for k, p in PRESETS.items() if p.source)})")
     return {"preset": preset, "prompt": CHAT_PROMPT, "drafter": "features"}
-CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if Path(p).exists()), None)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
 
 # Page script: every long task (Chromium's 'longtask' entries, over 50 ms) with its start and length.
 LONGTASKS = """
