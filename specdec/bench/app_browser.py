@@ -45,8 +45,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 def what_runs(preset: str | None) -> dict:
     """The pair, prompt and drafter every timed run uses: the bundled pair's Shakespeare with its draft
-    model, or a real chat model asked a question with its features drafter (γ 4, T = 1 for both)."""
-    from ..app.server.api import CHAT_PROMPT
+    model, or a real chat model asked a question with its features drafter (γ 4, T = 1 for both): one
+    whose answer runs long ("What is the capital of France?" ends after 8 tokens, so the page's 64- and
+    200-token runs would time an answer of a few tokens)."""
+    from ..measure import CHAT_PROMPTS
     from ..models import BUNDLED, PRESETS
 
     if preset in (None, BUNDLED):
@@ -54,7 +56,7 @@ def what_runs(preset: str | None) -> dict:
     if preset not in PRESETS or PRESETS[preset].source is None:
         raise ValueError(f"--preset {preset!r}: the page benchmark runs the bundled pair or a real model "
                          f"({', '.join(k for k, p in PRESETS.items() if p.source)})")
-    return {"preset": preset, "prompt": CHAT_PROMPT, "drafter": "features"}
+    return {"preset": preset, "prompt": CHAT_PROMPTS[1], "drafter": "features"}   # a cup of tea
 
 
 # Page script: every long task (Chromium's 'longtask' entries, over 50 ms) with its start and length.
