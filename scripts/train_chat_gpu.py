@@ -53,13 +53,7 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     t0 = time.perf_counter()
-    source = realmodel.SMOLLM2_135M
-    if args.gguf:
-        folder, _ = realmodel.check_cached(source)
-        folder = folder or realmodel._build(source, realmodel.cache_root(), lambda f, w: None,
-                                            lambda tmp: Path(args.gguf), download=False)
-    else:
-        folder = realmodel.prepare(source)
+    folder = realmodel.prepare(realmodel.SMOLLM2_135M, gguf=args.gguf)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
                                                   trust_remote_code=False).to(args.device).eval()

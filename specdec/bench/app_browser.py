@@ -193,7 +193,8 @@ def browser_figures(url: str, sizes: list[int], repeats: int, seed: int, runs: d
         try:
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             page.add_init_script(LONGTASKS)
-            link = "" if not runs or runs["preset"] == what_runs(None)["preset"] else "?" + urllib.parse.urlencode(
+            runs = runs or what_runs(None)   # a link opens the page on another pair than the bundled one
+            link = "" if runs == what_runs(None) else "?" + urllib.parse.urlencode(
                 {"pair": runs["preset"], "prompt": runs["prompt"], "drafter": runs["drafter"]})
             page.goto(url + link, wait_until="load")
             page.wait_for_selector("#run")
