@@ -37,9 +37,15 @@ def wait_plot(page, elem_id: str, names: list[str]) -> None:
 
 def wait_done(page) -> None:
     """Until the status line says the run ended: its own "Done:" or "Imported", not the bare "Done"
-    that Gradio's progress tracker shows there when any event on it completes (the page's load)."""
+    that Gradio's progress tracker shows there when any event on it completes (the page's load);
+    and until that tracker is hidden, i.e. the run's event has ended. "Done:" comes with the run's
+    last update, while the event still shows as generating (133 ms later on a quiet machine, more
+    under load), and Gradio drops a click on Run in between (its trigger_mode "once"): a test
+    that clicked Run again at once waited 120 s for a run that never started."""
     page.wait_for_function("() => { const s = document.querySelector('#run-status');"
-                           " return s && /Done:|Imported/.test(s.innerText); }", timeout=RUN_TIMEOUT)
+                           " return s && /Done:|Imported/.test(s.innerText)"
+                           " && [...s.querySelectorAll('.wrap')].every(w => w.classList.contains('hide')); }",
+                           timeout=RUN_TIMEOUT)
 
 
 # Whether the page showed the run while it streamed: the status line at "Round k" with the text
