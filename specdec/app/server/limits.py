@@ -69,8 +69,12 @@ to spare; it holds about 150 of the largest bundled-pair traces. Every bundled-p
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from ...validate import ImportLimits
+# `validate` imports torch, and the CLI reads these limits to build its parser: imported where
+# used, so building the parser (--help, an argument error) loads less.
+if TYPE_CHECKING:
+    from ...validate import ImportLimits
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
@@ -179,6 +183,8 @@ def check_lab_samples(n: int, name: str = "samples per rule") -> None:
 
 def import_limits() -> ImportLimits:
     """The bounds an imported trace is held to on this server, named by their variables."""
+    from ...validate import ImportLimits
+
     return ImportLimits(max_bytes=MAX_UPLOAD_BYTES, max_depth=MAX_JSON_DEPTH, max_tokens=MAX_NEW_TOKENS,
                         max_prompt_tokens=MAX_PROMPT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
                         names={"max_bytes": "SPECDEC_MAX_UPLOAD_MB", "max_depth": "SPECDEC_MAX_JSON_DEPTH",
