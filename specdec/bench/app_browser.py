@@ -356,7 +356,7 @@ def run(args) -> int:
     root = Path(args.app_root or Path(__file__).resolve().parents[2]).resolve()
     if not (root / "app.py").is_file():
         raise ValueError(f"--app-root {root} holds no app.py")
-    sizes, repeats, seed = [64, 200], max(1, args.repeats), 1000 + args.seed
+    sizes, repeats, seed = [64, 128, 200], max(1, args.repeats), 1000 + args.seed   # 128: the goal's answer
     runs = what_runs(getattr(args, "preset", None))
     log = Path(tempfile.mkdtemp(prefix="specdec-bench-app-")) / "server.log"
     print(f"specdec page benchmark: {root} ({runs['preset']} pair, {runs['drafter']} drafter, γ=4, T=1, "
