@@ -173,8 +173,9 @@ def set_number(page, elem_id: str, value) -> None:
 
 # No event of the page shows progress on its status line any more (Gradio's tracker there hidden): a
 # link's run, or the last run, has ended. Gradio drops a click on Run while its last run's event is
-# still pending, and a link's run sets the controls when it ends: without this wait, a real model's
-# first timed run measured the end of the link's run (2.9 s for a 64-token run that decodes in 6.3 s).
+# still pending, and a link's run sets the controls when it ends: without this wait, on a real
+# model's link each timed run measured the end of the run before it (a 64-token run timed 2.9 s,
+# the end of the previous one, against the 6.3 s it takes to decode).
 IDLE = """() => { const s = document.querySelector('#run-status');
   return s && [...s.querySelectorAll('.wrap')].every(w => w.classList.contains('hide')); }"""
 
