@@ -394,6 +394,20 @@ def test_take_from_run_is_exact_on_real_runs(bundled, drafter):
     assert skip_miss > 100 * bounds.rounding(vocab + lab.MAX_TOKENS), skip_miss   # the bound can fail
 
 
+def test_a_runs_rows_that_miss_1_say_why_before_the_lab_normalises_them():
+    """A real model's float32 p over 49,152 ids sums to 1 +- 1.5e-5: taken into the lab, the status
+    says why before the lab's own "p summed to ...; normalised to 1" can puzzle; rows within the
+    lab's tolerance get no such sentence."""
+    pytest.importorskip("gradio")
+    from specdec.app.page import lab_tab
+
+    q = np.array([0.5, 0.5])
+    note = lab_tab.off_one_note(np.array([0.6, 0.4 + 1.5e-5]), q)
+    assert "p sums to 1.0000150, not 1" in note and "float32" in note and "q sums" not in note
+    assert lab.run(["a", "b"], [0.6, 0.4 + 1.5e-5], q, 100, seed=0).notes[0].startswith("p summed to 1.000015")
+    assert lab_tab.off_one_note(np.array([0.6, 0.4 + lab.SUM_TOLERANCE / 2]), q) == ""
+
+
 def test_new_p_and_q_clear_the_last_lab_runs_results():
     """A preset or a position from the run replaces the table: the charts and tables of the last
     lab run described other p and q, so both empty them (issue 27)."""

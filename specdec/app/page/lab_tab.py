@@ -157,7 +157,20 @@ def position_rows_note(pos, tokens: list[str], p, q) -> str:
         here = lab.bias(p, q, lab.Rule.SKIP_ADJUSTMENT)
         text += (f" The skip rule's TV does not add up within a row (|min(p, q) − β p| changes sign inside it): on "
                  f"these rows it is {here:.4f}, on the model's full rows {pos.skip_tv:.4f} (the Decode tab's figure).")
-    return text
+    return text + off_one_note(p, q)
+
+
+def off_one_note(p, q) -> str:
+    """Why a run's p or q may not sum to 1, said before the lab's own note ("p summed to …;
+    normalised to 1") can puzzle: the model computed it in float32 over its whole vocabulary."""
+    sums = [(name, float(sum(row))) for name, row in (("p", p), ("q", q))]
+    off = [f"{name} sums to {total:.7f}" for name, total in sums if abs(total - 1) > lab.SUM_TOLERANCE]
+    if not off:
+        return ""
+    it = "them" if len(off) > 1 else "it"
+    return (f" As the models computed {it}, {' and '.join(off)}, not 1: a softmax runs in float32, and the sum it "
+            f"divides by, over the whole vocabulary, is rounded too. The lab normalises {it} to 1 and says so when it "
+            "runs.")
 
 
 def run_lab(df, samples, seed) -> dict:
