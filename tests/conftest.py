@@ -46,9 +46,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")        # tests never reach a model 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if Path(p).exists()), None)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+# Debian's chromium and its flags, as the page benchmark launches it (one place for both).
+from specdec.bench.app_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (after the environment above)
+
 # Where the browser tests save their pictures: a temporary folder, or SPECDEC_SCREENSHOTS (the
 # refresh command, scripts/screenshots.py, sets it to assets/screenshots).
 SCREENSHOTS_ENV = "SPECDEC_SCREENSHOTS"
