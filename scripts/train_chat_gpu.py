@@ -38,6 +38,9 @@ def main(argv=None) -> int:
     ap.add_argument("--intermediate", type=int, default=1536)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--questions", choices=("model", "templates", "mixed"), default="mixed",
+                    help="who writes the questions (training.chat_pool.draw_chat_pool)")
+    ap.add_argument("--init-from", default=None, help="a saved drafter folder to go on from (its vocabulary too)")
     ap.add_argument("--out", default="runs/chat-drafter")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: a few rows, a few steps, a small vocabulary")
     args = ap.parse_args(argv)
@@ -61,7 +64,8 @@ def main(argv=None) -> int:
     if args.tiny:
         args.chunks, args.batch, args.length = (1, 1), 4, 96
     t1 = time.perf_counter()
-    pools = {split: draw_chat_pool(target, tokenizer, n, USES, args.length, seed, None, log, args.batch)
+    pools = {split: draw_chat_pool(target, tokenizer, n, USES, args.length, seed, None, log, args.batch,
+                                   questions=args.questions)
              for split, n, seed in (("eval", args.chunks[0], 7), ("train", args.chunks[1], 0))}
     if len(pools["eval"]["ids"]) > 512:   # every k-th row: the three uses mixed, an evaluation in seconds
         step = len(pools["eval"]["ids"]) // 384
@@ -74,7 +78,8 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True   # the drafter's training only (the pools are drawn)
     cfg = ChatFeaturesConfig(draft_vocab=args.vocab, intermediate_size=args.intermediate, unroll=args.unroll,
                              steps=args.steps, minutes=args.minutes, batch_size=args.batch_size, lr=args.lr,
-                             warmup=200, eval_every=1000, checkpoint_every=10 ** 9, threads=None)
+                             warmup=200, eval_every=1000, checkpoint_every=10 ** 9, threads=None,
+                             init_from=args.init_from)
     if args.tiny:
         cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "minutes": None, "eval_every": 2, "warmup": 1,
                                     "draft_vocab": 256, "batch_size": 2, "intermediate_size": 64})
@@ -83,7 +88,8 @@ def main(argv=None) -> int:
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     info = {"target": folder.name, "device": device_name, "pool_seconds": round(pool_seconds, 1),
             "pool": {"chunks": list(args.chunks), "batch": args.batch, "length": args.length,
-                     "uses": [list(u) for u in USES], "drawn": "in memory, scripts/train_chat_gpu.py"}}
+                     "uses": [list(u) for u in USES], "questions": args.questions,
+                     "drawn": "in memory, scripts/train_chat_gpu.py"}}
     record = train_chat_features(target, pools, out, cfg, log, info=info)
     shipped = fx.BUNDLED / f"{folder.name}-features"
     if not args.tiny:

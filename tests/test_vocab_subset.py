@@ -201,6 +201,52 @@ def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
     assert gen.token_ids == ref[0, len(PROMPT):].tolist()
 
 
+def test_chat_training_goes_on_from_a_saved_drafter_with_its_vocabulary(tmp_path):
+    """`init_from`: a run that goes on from a saved drafter starts from its weights and keeps its
+    vocabulary subset (ranked on another pool, the subset would differ); a step at learning rate 0
+    saves the drafter it started from. Its pool here has the templated questions."""
+    from transformers import AutoTokenizer
+
+    from specdec.models import ASSETS
+    from tiny import tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(ASSETS / "specdec-target")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = tiny_model(vocab=len(tokenizer), layers=2, width=32, seed=4, context=128, eos=tokenizer.eos_token_id)
+    folder = tmp_path / "chat-model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    first = subset_net(model, list(range(100, 164)), seed=9)
+    fx.save(first, tmp_path / "first")
+    cfg = fc.ChatFeaturesConfig(steps=1, lr=0.0, warmup=1, draft_vocab=64, batch_size=2, threads=1,
+                                intermediate_size=first.config.intermediate_size, init_from=str(tmp_path / "first"))
+    record = fc.train_chat(folder, tmp_path / "out", cfg, chunks=(1, 1), batch=2, length=96, log=lambda _: None,
+                           questions="templates")
+    assert record["steps"] == 1 and record["pool"]["questions"] == "templates"
+    again = fx.load(tmp_path / "out" / fx.FOLDER, model)
+    assert again.vocab.tolist() == list(range(100, 164))
+    saved = fx.load(tmp_path / "first", model)
+    for name, value in saved.state_dict().items():
+        assert torch.equal(again.state_dict()[name], value), name
+    with pytest.raises(ValueError, match="reads 64 token ids"):
+        fc.train_chat(folder, tmp_path / "out2", fc.ChatFeaturesConfig(**{**cfg.__dict__, "draft_vocab": 32}),
+                      chunks=(1, 1), batch=2, length=96, log=lambda _: None, questions="templates")
+
+
+def test_templated_questions_are_seeded_filled_in_and_hold_out_the_cards_prompts():
+    """The questions a chat drafter can train on besides the target's own: the same seed gives the
+    same questions, every slot is filled, and none is (or is about) one of the card's held-out prompts."""
+    from specdec.measure import CHAT_PROMPTS
+    from specdec.training.chat_pool import template_questions
+
+    qs = template_questions(5000, torch.Generator().manual_seed(3))
+    assert qs == template_questions(5000, torch.Generator().manual_seed(3))
+    assert len(set(qs)) > 1000 and not any("{" in q or "}" in q for q in qs)
+    assert not set(qs) & set(CHAT_PROMPTS)
+    held_out = ("tea", "sky", "refrigerator", "autumn", "hiking", "France", "studying")
+    assert not [q for q in qs if any(word in q.split() or word + "?" in q.split() for word in held_out)]
+
+
 def test_coverage_and_card_of_a_chat_drafter():
     from specdec.training import features_chat_card as fcc
     from tiny import tiny_model

@@ -48,6 +48,41 @@ ASKS = (
 )
 WORDS = ("What", "How", "Why", "Can you", "Explain", "Which", "Is it", "Tell me", "Write", "Describe")
 
+# Questions as people type them, from forms and subjects (`template_questions`). Why: a 135M model
+# asked to write a question mostly rambles ("One of the most intriguing questions in all of
+# physics. How about that, ..."), so a drafter trained only on answers to its own questions met
+# another distribution on a visitor's prompt. Measured on the shipped drafter (greedy, γ 4, 48
+# tokens): α 0.62 on 12 questions the target wrote, 0.42 on the card's 8 hand-written prompts.
+# No form or subject here is one of the card's prompts (`measure.CHAT_PROMPTS`, held out; a test
+# checks it).
+FORMS = (
+    "What is {topic}?", "Tell me about {topic}.", "Explain {topic} in simple terms.", "Why is {topic} important?",
+    "What are the most important facts about {topic}?", "Give me {n} tips about {topic}.",
+    "What are the pros and cons of {topic}?", "Write a short poem about {topic}.",
+    "Write a short story that involves {topic}.", "Summarize the history of {topic} in a few sentences.",
+    "What do people often get wrong about {topic}?", "How would you explain {topic} to a child?",
+    "What should a beginner know about {topic}?", "Can you give me a fun fact about {topic}?",
+    "Write a paragraph about {topic} for a school essay.", "List {n} things I should know about {topic}.",
+    "How has {topic} changed over time?", "Describe {topic} in one paragraph.",
+    "What is the difference between {topic} and {other}?", "I am curious about {topic}. Where should I start?",
+)
+TASK_FORMS = (
+    "How do I {task}?", "Can you help me {task}?", "What is the best way to {task}?", "What do I need to {task}?",
+    "Give me step-by-step instructions to {task}.", "I want to {task}. Any advice?",
+    "What mistakes should I avoid when I {task}?", "How long does it take to {task}?",
+)
+TASKS = (
+    "bake cookies", "change a flat tire", "learn to swim", "write a cover letter", "plant tomatoes",
+    "start a budget", "train a puppy", "clean a laptop keyboard", "prepare for an exam", "make friends in a new city",
+    "ask for a raise", "improve my handwriting", "choose a laptop", "cook rice", "fall asleep faster",
+    "stop procrastinating", "learn to draw", "write a thank-you note", "organize my closet", "save for a vacation",
+    "reduce stress", "speak more confidently", "learn to play guitar", "care for a houseplant", "make a smoothie",
+    "back up my photos", "plan a birthday party", "memorize a speech", "start running", "write a haiku",
+    "learn to code", "fix a leaking tap", "paint a room", "make pancakes", "prepare for a job interview",
+    "write a short story", "learn chess openings", "grow herbs indoors", "set up a home network", "read faster",
+)
+NUMBERS = ("three", "five", "a few", "two", "four")
+
 
 def chat_prompt(tokenizer, user_text: str) -> list[int]:
     """The ids of one user turn under the target's chat template, ready for the assistant's answer."""
@@ -116,6 +151,20 @@ def sample_rows(target, prompts: list[list[int]], length: int, temperature: floa
     return out
 
 
+def template_questions(count: int, generator: torch.Generator) -> list[str]:
+    """`count` questions a visitor might type, from FORMS × TOPICS and TASK_FORMS × TASKS (a third
+    of them about a task), seeded by `generator`."""
+    picks = torch.randint(0, 1 << 30, (count, 4), generator=generator).tolist()
+    out = []
+    for a, b, c, d in picks:
+        if a % 3 == 0:
+            out.append(TASK_FORMS[b % len(TASK_FORMS)].format(task=TASKS[c % len(TASKS)]))
+            continue
+        topic, other = TOPICS[c % len(TOPICS)], TOPICS[d % len(TOPICS)]
+        out.append(FORMS[b % len(FORMS)].format(topic=topic, other=other, n=NUMBERS[d % len(NUMBERS)]))
+    return [q[0].upper() + q[1:] for q in out]
+
+
 def question_of(tokenizer, ids: torch.Tensor, start: int, end: int) -> str:
     """The text the target wrote for a question, tidied: quotes and a leading 'Question:' dropped."""
     text = tokenizer.decode(ids[start:end].tolist(), skip_special_tokens=True).strip().strip('"').strip()
@@ -164,11 +213,19 @@ def prompts_for(tokenizer, questions: list[str], kind: str, generator: torch.Gen
     return out
 
 
+QUESTIONS = ("model", "templates", "mixed")
+
+
 def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float], ...], length: int, seed: int,
-                   path: Path, log=print, batch: int = 32, text_every: int = 4) -> dict[str, torch.Tensor]:
-    """`chunks` chunks of `batch` questions the target writes, each question then used per `uses`
-    ((kind 'chat' or 'text', temperature) pairs; 'text' uses only every `text_every`-th chunk).
-    Each chunk is seeded on its own and saved as it completes: a cut-off draw resumes."""
+                   path: Path, log=print, batch: int = 32, text_every: int = 4, questions: str = "model"
+                   ) -> dict[str, torch.Tensor]:
+    """`chunks` chunks of `batch` questions, each question then used per `uses` ((kind 'chat' or
+    'text', temperature) pairs; 'text' uses only every `text_every`-th chunk). `questions`: who
+    writes them: 'model' (the target), 'templates' (`template_questions`), 'mixed' (templates in
+    even chunks, the target in odd ones). Each chunk is seeded on its own and saved as it
+    completes: a cut-off draw resumes."""
+    if questions not in QUESTIONS:
+        raise ValueError(f"questions must be one of {QUESTIONS}, got {questions!r}")
     parts = torch.load(path) if path is not None and path.exists() else []
     eos = tokenizer.eos_token_id
     for k in range(chunks):
@@ -176,12 +233,14 @@ def draw_chat_pool(target, tokenizer, chunks: int, uses: tuple[tuple[str, float]
             continue
         t0 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed * 1_000_003 + k)
-        questions = write_questions(target, tokenizer, batch, gen, batch=batch)
+        templated = questions == "templates" or (questions == "mixed" and k % 2 == 0)
+        texts = (template_questions(batch, gen) if templated
+                 else write_questions(target, tokenizer, batch, gen, batch=batch))
         rows = []
         for kind, temp in uses:
             if kind == "text" and k % text_every:
                 continue
-            prompts = prompts_for(tokenizer, questions, kind, gen, length // 2)   # half a row at most
+            prompts = prompts_for(tokenizer, texts, kind, gen, length // 2)   # half a row at most
             got = sample_rows(target, prompts, length, temp, eos, gen)
             got["temps"] = torch.full((batch,), float(temp), device=got["ids"].device)
             rows.append(got)

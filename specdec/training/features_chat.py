@@ -39,6 +39,7 @@ class ChatFeaturesConfig:
     eval_every: int = 200
     checkpoint_every: int = 50
     threads: int | None = 1
+    init_from: str | None = None   # a saved drafter to go on from: its weights and its vocabulary subset
 
 
 def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
@@ -181,6 +182,7 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
     import json
     from dataclasses import asdict
     from functools import partial
+    from pathlib import Path
 
     from .. import features as fx
     from .features import train_net
@@ -191,7 +193,17 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
         p.requires_grad_(False)
     work = out / ".features-work"
     work.mkdir(parents=True, exist_ok=True)
-    ids = None
+    ids, start = None, None
+    if cfg.init_from:   # going on from a saved drafter: its subset too (its weights learned to read it)
+        from safetensors.torch import load_file
+
+        start = {k: v.float() if v.is_floating_point() else v
+                 for k, v in load_file(Path(cfg.init_from) / "model.safetensors").items()}
+        if "vocab" in start and len(start["vocab"]) != cfg.draft_vocab:
+            raise ValueError(f"{cfg.init_from} reads {len(start['vocab'])} token ids, "
+                             f"not draft_vocab {cfg.draft_vocab}")
+        if "vocab" in start and not (work / "vocab.pt").exists():
+            torch.save(start["vocab"].clone(), work / "vocab.pt")
     if cfg.draft_vocab:   # ranked once, on the pool the first call sees: a resumed run keeps it
         if not (work / "vocab.pt").exists():
             torch.save(rank_vocab(pools["train"], cfg.draft_vocab, target.config.vocab_size), work / "vocab.pt")
@@ -200,6 +212,11 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
     torch.manual_seed(cfg.seed)
     device = target.get_output_embeddings().weight.device
     net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, (), cfg.draft_vocab)).to(device)
+    if start is not None:   # a resumed run's checkpoint, if any, replaces these in train_net
+        left = net.load_state_dict(start, strict=False)
+        if [k for k in left.missing_keys if not k.startswith("rotary.")] or left.unexpected_keys:
+            raise ValueError(f"{cfg.init_from} does not fit this drafter's shape: {left}")
+        log(f"going on from {cfg.init_from}")
     if ids is not None:
         ids = ids.to(device)
         net.vocab.copy_(ids)
@@ -221,10 +238,11 @@ USES = (("chat", 1.0), ("chat", 0.0), ("text", 1.0))   # each question: answered
 
 
 def train_chat(folder, out, cfg: ChatFeaturesConfig, chunks: tuple[int, int] = (1, 24), batch: int = 64,
-               length: int = 160, log=print) -> dict:
+               length: int = 160, log=print, questions: str = "model") -> dict:
     """`specdec train --features --chat-target FOLDER`: draw the held-out and training pools from the
-    chat model in FOLDER (`chunks` of `batch` questions each, rows of `length` tokens), then train.
-    Every stage resumes from `out/.features-work`. Loaded safely: safetensors only, no remote code."""
+    chat model in FOLDER (`chunks` of `batch` questions each, rows of `length` tokens; who writes the
+    questions: `chat_pool.draw_chat_pool`), then train. Every stage resumes from `out/.features-work`.
+    Loaded safely: safetensors only, no remote code."""
     from pathlib import Path
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -241,10 +259,11 @@ def train_chat(folder, out, cfg: ChatFeaturesConfig, chunks: tuple[int, int] = (
                                                   trust_remote_code=False).eval()
     work = out / ".features-work"
     work.mkdir(parents=True, exist_ok=True)
-    pools = {split: draw_chat_pool(target, tokenizer, n, USES, length, seed, work / f"pool-{split}.pt", log, batch)
+    pools = {split: draw_chat_pool(target, tokenizer, n, USES, length, seed, work / f"pool-{split}.pt", log, batch,
+                                   questions=questions)
              for split, n, seed in (("eval", chunks[0], cfg.seed + 7), ("train", chunks[1], cfg.seed))}
     info = {"target": folder.name, "pool": {"chunks": list(chunks), "batch": batch, "length": length,
-                                            "uses": [list(u) for u in USES]}}
+                                            "uses": [list(u) for u in USES], "questions": questions}}
     return train_chat_features(target, pools, out, cfg, log, info=info)
 
 
