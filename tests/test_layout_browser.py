@@ -90,32 +90,15 @@ def test_every_dropdown_shows_its_whole_choice(page, width):
     assert page.console_errors == []
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_decode_tab_figures_have_no_overlapping_clipped_or_dropped_text(page, width):
-    page.set_viewport_size({"width": width, "height": 1000})
-    default_run_with_comparison(page)
+def decode_tab_problems(page) -> list[str]:
     for name in ("p and q as a table", "end of round as a table"):
         page.get_by_text(name).click()
     page.wait_for_timeout(1000)
-    found = layout_check.problems(page)
-    found += cut_at_right(page, "#token-text") + cut_at_right(page, "#metrics")
-    # An untested position (drafted after a rejection) has its own test chart.
-    labels = page.eval_on_selector_all("#position label", "els => els.map(e => e.innerText)")
-    unused = next((k for k, t in enumerate(labels) if " · " in t), None)
-    assert unused is not None, labels   # the default run's first rejected round leaves a draft untested
-    page.locator("#position label").nth(unused).click()
-    page.wait_for_function("() => document.querySelector('#accept-chart .js-plotly-plot')"
-                           ".layout.title.text.includes('NOT TESTED')", timeout=RUN_TIMEOUT)
-    page.wait_for_timeout(1000)
-    found += layout_check.problems(page, "#accept-chart")
-    assert found == [], "\n".join(found)
-    assert page.console_errors == []
+    return layout_check.problems(page) + cut_at_right(page, "#token-text") + cut_at_right(page, "#metrics")
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_lab_figures_have_no_overlapping_clipped_or_dropped_text(page, width):
-    page.set_viewport_size({"width": width, "height": 1000})
-    default_run_with_comparison(page)
+def lab_problems(page) -> list[str]:
+    """The lab's figures from its preset, then from the step viewer's position in the last run."""
     page.get_by_role("tab", name="Exactness lab").click()
     page.wait_for_selector("#lab-run", state="visible")
     found = []
@@ -130,14 +113,39 @@ def test_lab_figures_have_no_overlapping_clipped_or_dropped_text(page, width):
                                " return t !== b && t.includes('trials per rule'); }", arg=before, timeout=RUN_TIMEOUT)
         page.wait_for_timeout(2500)
         found += [f"({source}) {p}" for p in layout_check.problems(page) + cut_at_right(page, "#lab-summary")]
+    return found
+
+
+def untested_position_problems(page) -> list[str]:
+    """An untested position (drafted after a rejection) has its own test chart."""
+    page.get_by_role("tab", name="Decode").click()
+    labels = page.eval_on_selector_all("#position label", "els => els.map(e => e.innerText)")
+    unused = next((k for k, t in enumerate(labels) if " · " in t), None)
+    assert unused is not None, labels   # the default run's first rejected round leaves a draft untested
+    page.locator("#position label").nth(unused).click()
+    page.wait_for_function("() => document.querySelector('#accept-chart .js-plotly-plot')"
+                           ".layout.title.text.includes('NOT TESTED')", timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1000)
+    return layout_check.problems(page, "#accept-chart")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_decode_tab_and_lab_figures_have_no_overlapping_clipped_or_dropped_text(page, width):
+    """One default run with the comparison on (a run costs most of this test), then: the Decode
+    tab's figures and tables; the lab's from its preset and from the run's shown position; and the
+    test chart of a position the run never tested."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    default_run_with_comparison(page)
+    found = [f"(Decode) {p}" for p in decode_tab_problems(page)]
+    found += [f"(lab) {p}" for p in lab_problems(page)]
+    found += [f"(untested position) {p}" for p in untested_position_problems(page)]
     assert found == [], "\n".join(found)
     assert page.console_errors == []
 
 
-def test_speed_explorer_shows_the_run_on_its_curve_and_reads_cleanly(page):
+def speed_explorer_problems(page) -> list[str]:
     """After a compared run, the explorer draws the run's measured speedup (the metrics' number)
     on its own curves, says it is within its noise, and its figures pass the same checks."""
-    default_run_with_comparison(page)
     metrics = page.locator("#metrics").inner_text()
     measured = metrics.split("measured speedup ")[1].split("×")[0]
     page.get_by_role("tab", name="Speed explorer").click()
@@ -149,9 +157,7 @@ def test_speed_explorer_shows_the_run_on_its_curve_and_reads_cleanly(page):
     assert f"{y:.2f}" == measured
     note = page.locator("#speed-note").inner_text()
     assert f"Measured speedup {measured}×" in note and "within its noise" in note
-    found = layout_check.problems(page) + cut_at_right(page, "#speed-note")
-    assert found == [], "\n".join(found)
-    assert page.console_errors == []
+    return layout_check.problems(page) + cut_at_right(page, "#speed-note")
 
 
 # Each shown chart: its drawn width against its box's (Plotly's own SVG against the plot element).
@@ -163,14 +169,15 @@ _MISFITS = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(gd 
 }).filter(x => x)"""
 
 
-def test_every_chart_fits_its_box_after_a_tab_switch_and_a_resize(page):
-    """A chart drawn while its tab was hidden, or hidden while the window narrowed, is fitted to its
-    box once shown (app.js). Before: the speed explorer came back at Plotly's default 700 px in a
-    1216 px box after a Decode run, and the Decode charts stayed 1214 px wide in 704 px boxes after
-    the window narrowed to 800 px with the speed explorer in front."""
+def test_the_speed_explorer_reads_cleanly_and_every_chart_fits_its_box_after_tab_switches_and_resizes(page):
+    """One compared run at 1400 px, then the speed explorer (`speed_explorer_problems`), then a chart
+    drawn while its tab was hidden, or hidden while the window narrowed, is fitted to its box once
+    shown (app.js). Before: the speed explorer came back at Plotly's default 700 px in a 1216 px box
+    after a Decode run, and the Decode charts stayed 1214 px wide in 704 px boxes after the window
+    narrowed to 800 px with the speed explorer in front."""
     page.set_viewport_size({"width": 1400, "height": 1000})
     default_run_with_comparison(page)
-    found = []
+    found = [f"(speed explorer) {p}" for p in speed_explorer_problems(page)]
     tab = page.get_by_role("tab", name="Speed explorer"), page.get_by_role("tab", name="Decode")
     for step, act in (("the speed explorer after a run", lambda: tab[0].click()),
                       ("narrowed to 800 px", lambda: page.set_viewport_size({"width": 800, "height": 1000})),
