@@ -368,6 +368,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-from", type=folder, default=None,
                    help="with --features: start from this saved features drafter (a fusion it lacks starts at zero)")
     p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
+    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model",
+                   help="with --chat-target: who writes the questions it answers: the model itself, templates of "
+                        "questions as people type them, or half each (default: model)")
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,

@@ -271,12 +271,14 @@ def run_from_args(args, out: str) -> int:
     """The command line's `train --features --chat-target FOLDER` (`--tiny`: a smoke run)."""
     from pathlib import Path
 
-    cfg = ChatFeaturesConfig(minutes=args.minutes, threads=args.threads, seed=args.seed or 0)
+    cfg = ChatFeaturesConfig(minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
+                             init_from=str(args.init_from) if args.init_from else None)
     sizes: dict = {"chunks": (1, 24)}
     if args.tiny:
         cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
                                     "draft_vocab": 256, "batch_size": 2})
         sizes = {"chunks": (1, 1), "batch": 2, "length": 96}
-    info = train_chat(args.chat_target, out, cfg, log=lambda msg: print(msg, flush=True), **sizes)
+    info = train_chat(args.chat_target, out, cfg, log=lambda msg: print(msg, flush=True),
+                      questions=getattr(args, "questions", "model"), **sizes)
     print(f"features drafter trained in {info['train_minutes']:.1f} min; it is in {Path(out) / 'specdec-features'}")
     return 0
