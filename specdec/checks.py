@@ -10,12 +10,13 @@ trace) checks numbers here, so a whole number, a seed and a range are defined, a
 
 from __future__ import annotations
 
+import argparse
 import math
 from numbers import Integral, Real
 
 MAX_SEED = 2**63 - 1   # torch.Generator.manual_seed takes a signed 64-bit number
 
-__all__ = ["MAX_SEED", "is_whole", "number", "whole_number", "seed", "span"]
+__all__ = ["MAX_SEED", "is_whole", "number", "whole_number", "seed", "span", "layer_list"]
 
 
 def is_whole(x) -> bool:
@@ -91,3 +92,15 @@ def whole_number(value, name: str, lo: int | None = None, hi: int | None = None,
 def seed(value, name: str = "seed", *, strict: bool = False) -> int:
     """A seed: a whole number from 0 to MAX_SEED."""
     return whole_number(value, name, 0, MAX_SEED, strict=strict)
+
+
+def layer_list(text: str) -> tuple[int, ...]:
+    """"4,8,12" -> (4, 8, 12): the target layers a features drafter fuses."""
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"layers are whole numbers separated by commas, like 4,8,12; got {text!r}") from None
+    if not layers or min(layers) < 1:
+        raise argparse.ArgumentTypeError(f"layers count from 1; got {text!r}")
+    return layers

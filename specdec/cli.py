@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 from . import __version__
-from .checks import whole_number
+from .checks import layer_list, whole_number
 from .terminal import comparison_line, describe_device, run_text
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
@@ -327,18 +327,6 @@ def run_features(args, out: str) -> int:
     return 0
 
 
-def layer_list(text: str) -> tuple[int, ...]:
-    """"4,8,12" -> (4, 8, 12): the target layers a features drafter fuses."""
-    try:
-        layers = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"layers are whole numbers separated by commas, like 4,8,12; got {text!r}") from None
-    if not layers or min(layers) < 1:
-        raise argparse.ArgumentTypeError(f"layers count from 1; got {text!r}")
-    return layers
-
-
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="FOLDER",
                    help="where the two model folders go (default: runs/pair-<date>-<time>, a new folder that git "
@@ -368,9 +356,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-from", type=folder, default=None,
                    help="with --features: start from this saved features drafter (a fusion it lacks starts at zero)")
     p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
-    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model",
-                   help="with --chat-target: who writes the questions it answers: the model itself, templates of "
-                        "questions as people type them, or half each (default: model)")
+    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
+                   "who writes its questions: the model, templates as people ask, or half each (default: model)")
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,
