@@ -171,10 +171,9 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['con
                  "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
-def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
-    """`train --features --chat-target` on a tiny random chat model (the bundled tokenizer with a chat
-    template): pools drawn, the subset ranked on them and saved, and the drafter it writes loads and
-    decodes exactly the target's greedy tokens."""
+def tiny_chat_model(tmp_path):
+    """A tiny random chat model (the bundled tokenizer with CHAT_TEMPLATE) saved in tmp_path/chat-model:
+    (tokenizer, model, folder)."""
     from transformers import AutoTokenizer
 
     from specdec.models import ASSETS
@@ -186,6 +185,14 @@ def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
     folder = tmp_path / "chat-model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    return tokenizer, model, folder
+
+
+def test_chat_training_end_to_end_on_a_tiny_chat_model(tmp_path):
+    """`train --features --chat-target` on a tiny random chat model (the bundled tokenizer with a chat
+    template): pools drawn, the subset ranked on them and saved, and the drafter it writes loads and
+    decodes exactly the target's greedy tokens."""
+    tokenizer, model, folder = tiny_chat_model(tmp_path)
     cfg = fc.ChatFeaturesConfig(steps=3, eval_every=3, checkpoint_every=3, warmup=1, draft_vocab=64, batch_size=2,
                                 intermediate_size=48, threads=1)
     record = fc.train_chat(folder, tmp_path / "out", cfg, chunks=(1, 1), batch=2, length=96, log=lambda _: None)
@@ -205,17 +212,7 @@ def test_chat_training_goes_on_from_a_saved_drafter_with_its_vocabulary(tmp_path
     """`init_from`: a run that goes on from a saved drafter starts from its weights and keeps its
     vocabulary subset (ranked on another pool, the subset would differ); a step at learning rate 0
     saves the drafter it started from. Its pool here has the templated questions."""
-    from transformers import AutoTokenizer
-
-    from specdec.models import ASSETS
-    from tiny import tiny_model
-
-    tokenizer = AutoTokenizer.from_pretrained(ASSETS / "specdec-target")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    model = tiny_model(vocab=len(tokenizer), layers=2, width=32, seed=4, context=128, eos=tokenizer.eos_token_id)
-    folder = tmp_path / "chat-model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    tokenizer, model, folder = tiny_chat_model(tmp_path)
     first = subset_net(model, list(range(100, 164)), seed=9)
     fx.save(first, tmp_path / "first")
     cfg = fc.ChatFeaturesConfig(steps=1, lr=0.0, warmup=1, draft_vocab=64, batch_size=2, threads=1,
