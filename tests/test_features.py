@@ -17,7 +17,7 @@ from specdec.models import ModelPair
 from specdec.rounds import EagerRounds
 from specdec.sampling import logits_to_probs
 from specdec.training.features import unroll_mask, unrolled_outputs
-from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value
+from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value, sampled
 from tiny import tiny_pair
 
 EPS = torch.finfo(torch.float32).eps
@@ -280,6 +280,10 @@ def tokens_2_3(gen) -> int:
     return gen.token_ids[1] * 8 + gen.token_ids[2]
 
 
+def drafted_2_3(traced) -> None:
+    assert len(traced.rounds[1].positions) == 2   # tokens 2 and 3 came out of a drafting round
+
+
 @pytest.fixture(scope="module")
 def joint_setup():
     pair = features_pair(tiny_pair(vocab=8, seed=0), seed=1)
@@ -293,8 +297,7 @@ def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup):
     # drafter really drafted from (test_after_rejections_... and the engine tests check that q).
     pair, sampling, joint = joint_setup
     settings = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features")
-    spec = [speculative_generate(pair, PROMPT, settings.with_(seed=s)) for s in range(RUNS)]
-    assert all(len(g.rounds[1].positions) == 2 for g in spec)   # tokens 2 and 3 came out of a drafting round
+    spec = sampled(pair, settings, RUNS, check=drafted_2_3)
     assert gof_p_value([tokens_2_3(g) for g in spec], joint) > SIGNIFICANCE
     ar = [tokens_2_3(autoregressive_generate(pair, PROMPT, settings.with_(seed=10**6 + s))) for s in range(RUNS)]
     assert gof_p_value(ar, joint) > SIGNIFICANCE
@@ -304,7 +307,7 @@ def test_joint_of_the_drafted_tokens_matches_the_target(joint_setup):
 def test_negative_control_skip_adjustment_is_detected(joint_setup):
     pair, sampling, joint = joint_setup
     skip = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features", rule=Rule.SKIP_ADJUSTMENT)
-    samples = [tokens_2_3(speculative_generate(pair, PROMPT, skip.with_(seed=s))) for s in range(RUNS)]
+    samples = [tokens_2_3(g) for g in sampled(pair, skip, RUNS, check=drafted_2_3)]
     assert gof_p_value(samples, joint) < SIGNIFICANCE
 
 

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 import bounds
-from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
+from specdec import Rule, RunSettings, SamplingConfig, speculative_generate
 from specdec import features as fx
 from specdec.drafters import FeaturesDrafter
 from specdec.models import ModelPair
 from specdec.sampling import logits_to_probs
 from specdec.training import features_chat as fc
-from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value
-from test_features import exact_joint_2_3, tokens_2_3
+from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value, sampled
+from test_features import drafted_2_3, exact_joint_2_3, tokens_2_3
 from tiny import tiny_pair
 
 
@@ -87,13 +87,11 @@ def joint_subset():
 def test_joint_of_the_drafted_tokens_is_the_targets_with_a_subset(joint_subset):
     pair, sampling, joint = joint_subset
     settings = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features")
-    spec = [speculative_generate(pair, PROMPT, settings.with_(seed=s)) for s in range(RUNS)]
-    assert all(len(g.rounds[1].positions) == 2 for g in spec)
-    tokens = [tokens_2_3(g) for g in spec]
+    tokens = [tokens_2_3(g) for g in sampled(pair, settings, RUNS, check=drafted_2_3)]
     assert any(t // 8 not in (1, 4, 6) for t in tokens)   # outside the subset: from the residual
     assert gof_p_value(tokens, joint) > SIGNIFICANCE
-    ar = [tokens_2_3(autoregressive_generate(pair, PROMPT, settings.with_(seed=10**6 + s))) for s in range(RUNS)]
-    assert gof_p_value(ar, joint) > SIGNIFICANCE
+    # The exact joint itself is checked against the target's own sampling in test_features.py: the
+    # same target (tiny_pair(vocab=8, seed=0)), prompt, sampling and seeds, so the same 1,000 runs.
 
 
 @pytest.mark.slow
@@ -101,7 +99,7 @@ def test_negative_control_skip_adjustment_fails_with_a_subset(joint_subset):
     # Skipping the adjustment resamples a rejected draft from p: tokens in the subset get too much mass.
     pair, sampling, joint = joint_subset
     skip = RunSettings(gamma=2, max_new_tokens=4, sampling=sampling, drafter="features", rule=Rule.SKIP_ADJUSTMENT)
-    samples = [tokens_2_3(speculative_generate(pair, PROMPT, skip.with_(seed=s))) for s in range(RUNS)]
+    samples = [tokens_2_3(g) for g in sampled(pair, skip, RUNS, check=drafted_2_3)]
     assert gof_p_value(samples, joint) < SIGNIFICANCE
 
 
