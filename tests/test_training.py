@@ -15,17 +15,26 @@ from specdec.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_tiny_training_run_produces_a_loadable_pair(tmp_path):
-    corpus = tmp_path / "corpus"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """`specdec train --tiny --out FOLDER` on a small corpus: (the finished process, FOLDER). The
+    draft-only test goes on from this pair too (one tiny training run fewer)."""
+    tmp = tmp_path_factory.mktemp("trained")
+    corpus = tmp / "corpus"
     corpus.mkdir()
     text = "ROMEO.\nBut soft, what light through yonder window breaks?\nJULIET.\nO Romeo, Romeo.\n"
     for i in range(12):   # whole "works": the split holds out every 10th
         (corpus / f"work{i:02d}.txt").write_text(text * (5 + i))
-    out = tmp_path / "models"
+    out = tmp / "models"
     r = subprocess.run([sys.executable, "-m", "specdec", "train", "--tiny", "--out", str(out),
                         "--corpus-dir", str(corpus)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    return r, out
+
+
+@pytest.mark.slow
+def test_tiny_training_run_produces_a_loadable_pair(trained):
+    r, out = trained
     assert r.returncode == 0, r.stderr[-2000:]
     assert "step 6/6" in r.stdout
     for name in ("specdec-target", "specdec-draft"):
@@ -92,13 +101,11 @@ def test_training_into_the_bundled_folder_takes_overwrite_bundled(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_draft_only_keeps_the_target_and_writes_a_distilled_draft_with_its_record(tmp_path):
+def test_draft_only_keeps_the_target_and_writes_a_distilled_draft_with_its_record(trained, tmp_path):
     corpus = _corpus(tmp_path / "corpus")
-    first = tmp_path / "first"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--tiny", "--no-card", "--out", str(first),
-                        "--corpus-dir", str(corpus)], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    r, first = trained
     assert r.returncode == 0, r.stderr[-2000:]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     out = tmp_path / "second"
     r = subprocess.run([sys.executable, "-m", "specdec", "train", "--draft-only", "--tiny", "--compare-losses",
                         "--source", str(first), "--out", str(out), "--corpus-dir", str(corpus)],
