@@ -60,6 +60,21 @@ def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(re
     assert heard == [(1.0, f"{SOURCE.name} is in the cache")]
 
 
+def test_the_conversion_shares_gguf_reads_only_while_it_runs():
+    """`realmodel._gguf_read_once`: one tensor-name map per (architecture, layers) inside the block,
+    and gguf's own functions back afterwards, even when the block fails."""
+    import gguf
+
+    reader, name_map, llama = gguf.GGUFReader, gguf.get_tensor_name_map, gguf.MODEL_ARCH.LLAMA
+    with pytest.raises(RuntimeError, match="inside"):
+        with realmodel._gguf_read_once():
+            assert gguf.get_tensor_name_map(llama, 2) is gguf.get_tensor_name_map(llama, 2)
+            assert gguf.GGUFReader is not reader
+            raise RuntimeError("inside")
+    assert gguf.GGUFReader is reader and gguf.get_tensor_name_map is name_map
+    assert name_map(llama, 2) is not name_map(llama, 2)   # gguf itself builds a new one each time
+
+
 def test_the_preset_is_named_honestly_and_has_no_draft_model(real_pair, real_cache, monkeypatch):
     preset = PRESETS["smollm2-135m"]
     assert preset.label == "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" and preset.draft is None
