@@ -135,6 +135,25 @@ def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool 
     wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
 
 
+# Which rounds (1-based) the text boxes, and where the timeline's highlight is centred.
+MARKED = """() => {
+    const text = [...document.querySelectorAll('#token-text .round[data-round]')]
+        .filter(el => getComputedStyle(el).boxShadow !== 'none').map(el => Number(el.dataset.round) + 1);
+    const gd = document.querySelector('#timeline .js-plotly-plot');
+    const shapes = (gd && gd.layout && gd.layout.shapes) || [];
+    return {text, timeline: shapes.map(s => (s.x0 + s.x1) / 2)}; }"""
+
+
+def wait_marked(page, round_number: int) -> None:
+    """Until the text and the timeline mark round `round_number` (1-based), and only it."""
+    try:
+        page.wait_for_function(f"(n) => {{ const m = ({MARKED})(); return m.text.length === 1 && m.text[0] === n"
+                               " && m.timeline.length === 1 && m.timeline[0] === n; }",
+                               arg=round_number, timeout=10_000)
+    except Exception:
+        raise AssertionError(f"round {round_number} is not the one marked: {page.evaluate(MARKED)}") from None
+
+
 def round_number(page) -> int:
     return int(float(page.locator("#round input[type=number]").first.input_value()))
 
@@ -292,12 +311,14 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     after = (json.dumps(plot_data(page, "pq-chart")), plot_title(page, "end-chart"))
     assert after != before
     assert f"Round {first + 1}" in after[1]
+    wait_marked(page, first + 1)   # the text and the timeline mark the new round (the page moves the marks)
     # ... and back with the previous button.
     page.locator("#prev-round").click()
     page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
                            arg=first)
     page.wait_for_function("(t) => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text === t",
                            arg=before[1], timeout=30_000)
+    wait_marked(page, first)
     # ... and with the keyboard: arrow keys outside text fields step through the rounds.
     page.locator("#step-viewer").click()
     page.keyboard.press("ArrowRight")

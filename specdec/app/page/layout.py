@@ -256,6 +256,11 @@ def _with_held_parts(v, event):
     return event
 
 
+# The round in view is marked in the text and on the timeline by the page itself (app.js,
+# `specdecMarkRound`), from the round box's new value, once a step's first update has set it.
+MARK_ROUND = "(round) => { if (window.specdecMarkRound) window.specdecMarkRound(round); }"
+
+
 def _wire_steps(v) -> None:
     """The step viewer: slider, buttons, arrow keys, timeline clicks, the position, a note. On the
     page each draws the text and the timeline first, then the step figures one at a time; the
@@ -263,11 +268,13 @@ def _wire_steps(v) -> None:
     step_out, slider_in = _all(v, STEP_VIEW_OUTPUTS), [v.run_state, v.round_slider]
     held_out = _all(v, [*(name for name in STEP_VIEW_OUTPUTS if name not in handlers.HELD), "held"])
 
-    def on_page(handler):   # the page's version of a step handler: its figures held for the events after
-        return lambda *args: _named(v, handlers.hold_figures(handler(*args)))
+    def on_page(handler):   # the page's version of a step handler: the marks moved, the figures held
+        return lambda *args: _named(v, handlers.hold_figures(handlers.without_text_and_timeline(handler(*args))))
 
     def step(trigger, fn, inputs, **kwargs):
-        _with_held_parts(v, trigger(on_page(fn), inputs, held_out, api_name=False, **QUIET, **kwargs))
+        first = trigger(on_page(fn), inputs, held_out, api_name=False, **QUIET, **kwargs)
+        first.then(None, [v.round_slider], None, js=MARK_ROUND, api_name=False, **QUIET)   # app.js
+        _with_held_parts(v, first)
 
     v.api_step_btn.click(lambda g, r: _named(v, handlers.open_round(g, r)), slider_in, step_out, api_name="show_step",
                          **QUIET)

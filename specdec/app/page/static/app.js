@@ -73,6 +73,22 @@
     rebase();
   };
   setInterval(remember, 400);
+  // The round in view (1-based), marked in the text (a box around its tokens, as the server draws
+  // it: charts.text_html) and on the timeline (its one shape, moved; charts.timeline_figure). A
+  // step in the viewer calls this instead of the server sending the text and timeline again.
+  window.specdecMarkRound = (round) => {
+    const r = Math.round(Number(round)) - 1;
+    document.querySelectorAll('#token-text .round[data-round]').forEach((el) => {
+      const here = Number(el.dataset.round) === r;
+      el.style.boxShadow = here ? '0 0 0 2px #000' : '';
+      el.style.borderRadius = here ? '2px' : '';
+    });
+    const gd = document.querySelector('#timeline .js-plotly-plot');
+    const shapes = gd && gd.layout && gd.layout.shapes;
+    if (window.Plotly && shapes && shapes.length === 1 && shapes[0].x0 !== r + 0.5) {
+      window.Plotly.relayout(gd, {'shapes[0].x0': r + 0.5, 'shapes[0].x1': r + 1.5});
+    }
+  };
   // The β strip over the text: a cell opens its round and position, by a click or, once Tab has
   // reached it, by Enter or Space; through the same hidden box as a timeline click.
   const openCell = (cell) => {
