@@ -324,6 +324,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     page.keyboard.press("ArrowRight")
     page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
                            arg=first + 1)
+    wait_marked(page, first + 1)
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("(n) => Number(document.querySelector('#round input[type=number]').value) === n",
                            arg=first)
@@ -384,6 +385,7 @@ def test_timeline_click_opens_round(page):
                            timeout=30_000)
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3')", timeout=30_000)
+    wait_marked(page, 3)
 
 
 def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
@@ -504,6 +506,7 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
     page.locator("#round input[type=number]").first.press("Enter")
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3')", timeout=30_000)
+    wait_marked(page, 3)
     text = page.locator("#token-text .specdec-text").inner_text()
     page.locator("#copy-link").click()
     page.wait_for_function("() => (document.querySelector('#link input, #link textarea') || {}).value"
