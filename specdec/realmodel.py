@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable
@@ -320,23 +321,28 @@ def _gguf_read_once():
     depends on those two numbers only. Both are reads, so sharing them changes nothing written:
     measured, `specdec fetch smollm2-135m` took 28.9 s instead of 45.7 s and wrote the same bytes
     in every file. transformers imports both names from gguf at each call, so setting them on the
-    module reaches it; they are put back however the block ends."""
+    module reaches it; they are put back however the block ends. One block at a time (a lock): two
+    at once would each put back what the other had set."""
     import gguf
 
-    readers: dict = {}
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _GGUF_SHARED:
+        readers: dict = {}
+        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
 
-    def one_reader(path, mode="r"):
-        key = (os.path.realpath(path), mode)
-        if key not in readers:
-            readers[key] = reader(path, mode)
-        return readers[key]
+        def one_reader(path, mode="r"):
+            key = (os.path.realpath(path), mode)
+            if key not in readers:
+                readers[key] = reader(path, mode)
+            return readers[key]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = one_reader, functools.lru_cache(maxsize=None)(name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = one_reader, functools.lru_cache(maxsize=None)(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+
+
+_GGUF_SHARED = threading.Lock()   # held by `_gguf_read_once`
 
 
 def _no_init():

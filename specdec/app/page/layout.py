@@ -263,8 +263,9 @@ MARK_ROUND = "(round) => { if (window.specdecMarkRound) window.specdecMarkRound(
 
 def _wire_steps(v) -> None:
     """The step viewer: slider, buttons, arrow keys, timeline clicks, the position, a note. On the
-    page each draws the text and the timeline first, then the step figures one at a time; the
-    API's /show_step (a hidden button's event) answers with everything at once."""
+    page each sets the round and its caption, then the page marks the round in the text and on the
+    timeline (`MARK_ROUND`), and the step figures come one at a time; the API's /show_step (a
+    hidden button's event) answers with everything at once, text and timeline included."""
     step_out, slider_in = _all(v, STEP_VIEW_OUTPUTS), [v.run_state, v.round_slider]
     held_out = _all(v, [*(name for name in STEP_VIEW_OUTPUTS if name not in handlers.HELD), "held"])
 
