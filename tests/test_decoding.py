@@ -89,13 +89,13 @@ TRACED_SEEDS = 50
 def sampled(pair, settings: RunSettings, runs: int = RUNS, check=None) -> list[Generation]:
     """`runs` runs of `settings` at seeds 0, 1, ..., untraced; the first TRACED_SEEDS checked against
     traced runs (same tokens), and `check(traced_run)` on each of those where given."""
-    runs = [speculative_generate(pair, PROMPT, settings.with_(seed=s), trace=False) for s in range(runs)]
+    gens = [speculative_generate(pair, PROMPT, settings.with_(seed=s), trace=False) for s in range(runs)]
     for s in range(TRACED_SEEDS):
         traced = speculative_generate(pair, PROMPT, settings.with_(seed=s))
-        assert traced.token_ids == runs[s].token_ids, (s, traced.token_ids, runs[s].token_ids)
+        assert traced.token_ids == gens[s].token_ids, (s, traced.token_ids, gens[s].token_ids)
         if check is not None:
             check(traced)
-    return runs
+    return gens
 
 
 @pytest.mark.slow
