@@ -37,12 +37,10 @@ def main(argv=None) -> int:
     import torch
 
     from specdec import features as fx
-    from specdec.decoding import speculative_generate
     from specdec.measure import CHAT_PROMPTS
     from specdec.models import load_pair
-    from specdec.sampling import SamplingConfig
-    from specdec.settings import RunSettings
     from specdec.training.chat_pool import chat_prompt, write_questions
+    from specdec.training.features_chat_card import acceptance
 
     torch.set_num_threads(args.threads)
     pair = load_pair(preset="smollm2-135m", drafter="features")
@@ -54,17 +52,12 @@ def main(argv=None) -> int:
                                        batch=args.own)
     found = {"drafter": args.drafter or str(fx.weights_folder(pair)), "gamma": 4, "new_tokens": args.tokens}
     for name in args.sets:
-        for temperature, seeds in ((0.0, (0,)), (1.0, (0, 1))):
-            accepted = tested = 0
-            for text in texts[name]:
-                for seed in seeds:
-                    settings = RunSettings(gamma=4, max_new_tokens=args.tokens, drafter="features", seed=seed,
-                                           sampling=SamplingConfig(temperature=temperature))
-                    stats = speculative_generate(pair, chat_prompt(pair.tokenizer, text), settings, trace=False).stats
-                    accepted, tested = accepted + stats.accepted, tested + stats.tested
+        prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name]]
+        for temperature in (0.0, 1.0):   # the card's own measure: greedy one seed, T = 1 measure.SEEDS
+            row = acceptance(pair, prompts, temperature, gamma=4, new=args.tokens)
             key = f"{name}, {'greedy' if temperature == 0 else 'T = 1'}"
-            found[key] = {"alpha": round(accepted / max(tested, 1), 3), "tested": tested}
-            print(f"{key:>16}: α {found[key]['alpha']:.3f} ({tested} drafts tested)", flush=True)
+            found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"]}
+            print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)
     print(json.dumps(found))
     return 0
 
