@@ -57,7 +57,7 @@ SCREENSHOTS_ENV = "SPECDEC_SCREENSHOTS"
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (the README's command): one worker per core, at most 4. Each worker starts its own
     app server and chromium when its tests need them (free ports, its own temp folders), and each
-    test file runs whole on one worker (`--dist loadfile`, pytest.ini), so a module's servers start
+    test file runs whole on one worker (`--dist loadgroup`, pytest.ini: `group_by_file`), so a module's servers start
     once. Beyond 4 workers the largest files set the time and memory only grows."""
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
@@ -88,8 +88,26 @@ def heaviest_first(items) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+# The files whose tests use the page's server (`app_url`) go to one worker together, as one unit
+# (pytest.ini: `--dist loadgroup`); every other file is a unit of its own, as `--dist loadfile` made
+# it. Spread over two workers, they started that server twice, each with its two decode worker
+# processes and a chromium: ~30 s of CPU for a second copy of the same thing (measured: a server
+# start ~11 s, a decode worker ~8-10 s, both mostly imports).
+SHARED_SERVER_GROUP = "app-server"
+
+
+def group_by_file(items) -> None:
+    """Mark each test with its xdist group: SHARED_SERVER_GROUP for every test of a file where one
+    test uses `app_url`, else its file's name."""
+    shared = {item.path for item in items if "app_url" in item.fixturenames}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(SHARED_SERVER_GROUP if item.path in shared else item.path.name))
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     heaviest_first(items)
+    group_by_file(items)
     for item in items:
         if {"browser", "page"} & set(item.fixturenames):
             item.add_marker(pytest.mark.browser)

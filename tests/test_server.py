@@ -9,7 +9,7 @@ own temp and Gradio cache folders):
   garbage and trims the C heap before each of the soak's readings. Load test, short soak,
   uploads, faults, bad input.
 
-The servers with other limits are in their own files, so that pytest-xdist (`--dist loadfile`) runs
+The servers with other limits are in their own files, so that pytest-xdist (a file a unit, `--dist loadgroup`) runs
 them on other workers: test_server_lines.py (the queue, the time limit, the device's line) and
 test_server_budget.py (the byte budget for visitors' state).
 

@@ -1,7 +1,7 @@
 """The byte budget for visitors' state, against a real server: large imported traces stay within
 it, and an export stays downloadable through sweeps and its visitor's release. (That an export is
 deleted once older than its age is test_server.py's, on a server with a 2-second age.) Split from
-test_server.py so that pytest-xdist (`--dist loadfile`) runs this server on its own worker."""
+test_server.py so that pytest-xdist (a file a unit, `--dist loadgroup`) runs this server on its own worker."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The server's lines, with small limits set by environment variables: a queue of 8 with a 1-second
 request limit (`small`), a queue of 8 and a burst of 40 (`burst`), and runs taking turns on the
 device (`queued`, the GPU's path, run on the CPU). Split from test_server.py so that pytest-xdist
-(`--dist loadfile`) runs each file's servers on its own worker."""
+(a file a unit, `--dist loadgroup`) runs each file's servers on its own worker."""
 
 from __future__ import annotations
 
