@@ -1,5 +1,6 @@
-"""The command line as a user runs it: a real subprocess per subcommand, on the bundled pair (the
-bad-argument cases call `main` in this process; one of them goes through the real command).
+"""The command line as a user runs it, on the bundled pair: a real subprocess per subcommand, but for
+`generate` and the bad-argument cases, which call `main` in this process (one bad argument still
+goes through the real `python -m specdec generate`).
 
 One exit-code policy for every subcommand: 0 on success; 2 and exactly ONE line
 `specdec: error: ...` on stderr for bad arguments (argparse's and the library's ValueError alike).
@@ -42,11 +43,21 @@ def text_block(stdout: str) -> str:
 
 # ---------------------------------------------------------------- generate
 
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """`specdec ARGS` through `main` in this process, as `run` reports it: a generate costs its
+    decode here, where a subprocess first spent ~9 s of CPU importing torch and transformers.
+    The process boundary (`python -m specdec`, its exit status) is tested through `run` below."""
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["specdec", *args], code, captured.out, captured.err)
+
+
 @pytest.mark.slow
-def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
+def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
     out = tmp_path / "trace.json"
-    r = run("generate", "--prompt", "To be, or not to be", "--gamma", "4", "--max-new-tokens", "40",
-            "--seed", "0", "--json", str(out), "--compare-ar")
+    r = in_process(capsys, "generate", "--prompt", "To be, or not to be", "--gamma", "4", "--max-new-tokens", "40",
+                   "--seed", "0", "--json", str(out), "--compare-ar")
     assert r.returncode == 0, r.stderr
     assert "legend:" in r.stdout and "acceptance rate alpha" in r.stdout
     assert "tokens per target forward" in r.stdout and "speedup" in r.stdout
@@ -75,9 +86,10 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path):
 
 
 @pytest.mark.slow
-def test_colour_and_symbols_with_skip_adjustment():
-    r = run("generate", "--prompt", "ROMEO.\n", "--max-new-tokens", "48", "--skip-adjustment",
-            "--color", "always", "--seed", "1")
+def test_colour_and_symbols_with_skip_adjustment(capsys, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")   # --color always wins over it
+    r = in_process(capsys, "generate", "--prompt", "ROMEO.\n", "--max-new-tokens", "48", "--skip-adjustment",
+                   "--color", "always", "--seed", "1")
     assert r.returncode == 0, r.stderr
     biased = LOOKS[Ending.BIASED_P]
     assert "SKIP ADJUSTMENT (biased)" in r.stdout
