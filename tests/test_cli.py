@@ -6,14 +6,13 @@ One exit-code policy for every subcommand: 0 on success; 2 and exactly ONE line
 `specdec: error: ...` on stderr for bad arguments (argparse's and the library's ValueError alike).
 """
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from commands import ENV, ROOT, command, in_process
 from specdec import load_trace
 from specdec.cli import COMMANDS, main
 from specdec.looks import LOOKS
@@ -21,13 +20,9 @@ from specdec.outcomes import Ending, Status
 from specdec.speed import speedup
 from specdec.trace import Stats
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
-
 
 def run(*args, timeout=120, env=ENV):
-    return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return command(*args, timeout=timeout, env=env)
 
 
 def one_error_line(stderr: str) -> str:
@@ -42,15 +37,6 @@ def text_block(stdout: str) -> str:
 
 
 # ---------------------------------------------------------------- generate
-
-def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """`specdec ARGS` through `main` in this process, as `run` reports it: a generate costs its
-    decode here, where a subprocess first spent ~9 s of CPU importing torch and transformers.
-    The process boundary (`python -m specdec`, its exit status) is tested through `run` below."""
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(["specdec", *args], code, captured.out, captured.err)
-
 
 @pytest.mark.slow
 def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path, capsys, monkeypatch):
@@ -162,16 +148,16 @@ def test_bench_app_succeeds_with_exit_0():
 
 
 @pytest.mark.slow
-def test_train_then_card_succeed(tmp_path):
+def test_train_then_card_succeed(tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(12):
         (corpus / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
     out = tmp_path / "models"
-    r = run("train", "--tiny", "--no-card", "--out", str(out), "--corpus-dir", str(corpus), timeout=300)
+    r = in_process(capsys, "train", "--tiny", "--no-card", "--out", out, "--corpus-dir", corpus)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not (out / "specdec-target" / "README.md").exists()      # --no-card
-    r = run("card", "--quick", "--out", str(out), timeout=300)
+    r = in_process(capsys, "card", "--quick", "--out", out)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "specdec-target" / "README.md").exists() and (out / "specdec-draft" / "README.md").exists()
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import bounds
+from commands import command, in_process
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec import features as fx
 from specdec.cli import main
@@ -331,20 +332,10 @@ def test_shipped_drafter_is_small_recorded_and_loads_offline(bundled):
     assert gen.stats.accepted / gen.stats.tested > 0.5
 
 
-def run_cli(*args, timeout=600):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=Path(__file__).resolve().parent.parent,
-                          env=env, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.slow
-def test_generate_with_the_features_drafter_from_the_command_line():
-    r = run_cli("generate", "--prompt", "ROMEO.", "--drafter", "features", "--max-new-tokens", "24", "--seed", "0")
+def test_generate_with_the_features_drafter_from_the_command_line(capsys):
+    r = in_process(capsys, "generate", "--prompt", "ROMEO.", "--drafter", "features", "--max-new-tokens", "24",
+                   "--seed", "0")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "drafter=features" in r.stdout and "acceptance rate alpha" in r.stdout
 
@@ -357,20 +348,19 @@ def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path, caps
         (corpus / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
     out = tmp_path / "out"
     args = ("train", "--features", "--tiny", "--out", str(out), "--corpus-dir", str(corpus))
-    r = run_cli(*args)
+    r = command(*args)   # the real command, once
     assert r.returncode == 0, r.stderr[-2000:]
     weights = (out / fx.FOLDER / "model.safetensors").read_bytes()
     assert "features drafter trained" in r.stdout
-    # Again, in this process (`main` is the command's body; no second 4 s of imports): everything
-    # is checkpointed, nothing is redone.
+    # Again, in this process (tests/commands.py): everything is checkpointed, nothing is redone.
     assert main(list(args)) == 0
     assert "resumed at step 4" in capsys.readouterr().out
     assert (out / fx.FOLDER / "model.safetensors").read_bytes() == weights
     # A fused drafter started from those weights: its pool gains the middle layers' rows, its fusion
     # starts at zero, and the saved net reads those layers.
     fused = tmp_path / "fused"
-    r = run_cli("train", "--features", "--tiny", "--out", str(fused), "--corpus-dir", str(corpus),
-                "--feature-layers", "4,8,12", "--init-from", str(out / fx.FOLDER))
+    r = in_process(capsys, "train", "--features", "--tiny", "--out", fused, "--corpus-dir", corpus,
+                   "--feature-layers", "4,8,12", "--init-from", out / fx.FOLDER)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "new: ['fuse.weight']" in r.stdout
     assert (fused / ".features-work" / "pool-train-layers.pt").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import bounds
+from commands import in_process
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, manifest, speculative_generate
 from specdec.cli import main
 
@@ -17,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """`specdec train --tiny --out FOLDER` on a small corpus: (the finished process, FOLDER). The
-    draft-only test goes on from this pair too (one tiny training run fewer)."""
+    """`specdec train --tiny --out FOLDER` on a small corpus, the real command: (the finished
+    process, FOLDER). The draft-only test goes on from this pair too (one tiny training run fewer).
+    This file's other training runs call the command's `main` in process (tests/commands.py)."""
     tmp = tmp_path_factory.mktemp("trained")
     corpus = tmp / "corpus"
     corpus.mkdir()
@@ -63,15 +65,14 @@ def _corpus(folder: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_tiny_training_by_default_writes_a_new_folder_under_runs(tmp_path):
+def test_tiny_training_by_default_writes_a_new_folder_under_runs(tmp_path, capsys, monkeypatch):
     """`specdec train --tiny` as the README gives it (no --out): a new folder under ./runs/, never
-    assets/models. (Run in a scratch folder: the defaults are relative to where it runs.)"""
+    assets/models. (Run from a scratch folder: the defaults are relative to where it runs.)"""
     corpus = _corpus(tmp_path / "corpus")
     work = tmp_path / "work"
     work.mkdir()
-    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--tiny", "--no-card", "--corpus-dir", str(corpus)],
-                       cwd=work, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    monkeypatch.chdir(work)
+    r = in_process(capsys, "train", "--tiny", "--no-card", "--corpus-dir", corpus)
     assert r.returncode == 0, r.stderr[-2000:]
     made = [p.relative_to(work) for p in work.rglob("model.safetensors")]
     assert len(made) == 2 and all(p.parts[0] == "runs" and p.parts[1].startswith("pair-") for p in made), made
@@ -101,15 +102,13 @@ def test_training_into_the_bundled_folder_takes_overwrite_bundled(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_draft_only_keeps_the_target_and_writes_a_distilled_draft_with_its_record(trained, tmp_path):
+def test_draft_only_keeps_the_target_and_writes_a_distilled_draft_with_its_record(trained, tmp_path, capsys):
     corpus = _corpus(tmp_path / "corpus")
     r, first = trained
     assert r.returncode == 0, r.stderr[-2000:]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     out = tmp_path / "second"
-    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--draft-only", "--tiny", "--compare-losses",
-                        "--source", str(first), "--out", str(out), "--corpus-dir", str(corpus)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    r = in_process(capsys, "train", "--draft-only", "--tiny", "--compare-losses", "--source", first, "--out", out,
+                   "--corpus-dir", corpus)
     assert r.returncode == 0, r.stderr[-2000:]
     target = "specdec-target/model.safetensors"
     assert (out / target).read_bytes() == (first / target).read_bytes()          # the target is unchanged
