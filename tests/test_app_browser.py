@@ -108,7 +108,8 @@ def test_the_max_new_tokens_slider_leaves_room_for_the_prompt(page, bundled):
     assert f"this prompt takes {len(bundled.encode(default)[1])}, leaving {room(default)}" in \
         page.locator("#max-new").inner_text()
     set_number(page, "max-new", room(default))
-    long = "First Citizen:\nBefore we proceed any further, hear me speak. " * 3
+    # ~180 of the bundled pair's 256-token context: the run below fills the ~75 left
+    long = "First Citizen:\nBefore we proceed any further, hear me speak. " * 9
     box = page.locator("#prompt textarea")
     box.fill(long[:-12])
     box.press_sequentially(long[-12:])   # a change event a key, in quick succession: the last one's answer stays
