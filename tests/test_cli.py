@@ -1,6 +1,6 @@
-"""The command line as a user runs it, on the bundled pair: a real subprocess per subcommand, but for
-`generate` and the bad-argument cases, which call `main` in this process (one bad argument still
-goes through the real `python -m specdec generate`).
+"""The command line as a user runs it, on the bundled pair: real subprocesses for `lab`, `bench-app`,
+`--help` and `--version`; `generate`, `train`, `card` and the bad-argument cases call `main` in this
+process (tests/commands.py; one bad argument still goes through the real `python -m specdec generate`).
 
 One exit-code policy for every subcommand: 0 on success; 2 and exactly ONE line
 `specdec: error: ...` on stderr for bad arguments (argparse's and the library's ValueError alike).

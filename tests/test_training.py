@@ -1,19 +1,14 @@
 """The training command end to end on a tiny config, in a temporary folder (never the real recipe)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import bounds
-from commands import in_process
+from commands import command, in_process
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, manifest, speculative_generate
 from specdec.cli import main
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +23,7 @@ def trained(tmp_path_factory):
     for i in range(12):   # whole "works": the split holds out every 10th
         (corpus / f"work{i:02d}.txt").write_text(text * (5 + i))
     out = tmp / "models"
-    r = subprocess.run([sys.executable, "-m", "specdec", "train", "--tiny", "--out", str(out),
-                        "--corpus-dir", str(corpus)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-    return r, out
+    return command("train", "--tiny", "--out", str(out), "--corpus-dir", str(corpus), timeout=300), out
 
 
 @pytest.mark.slow
