@@ -165,9 +165,9 @@ def folder_mb(path: Path) -> float:
 # ---------------------------------------------------------------- talking to it
 
 def client(url: str):
-    from gradio_client import Client
+    from specdec.bench.app_client import app_client
 
-    return Client(url, verbose=False, download_files=False)
+    return app_client(url, download_files=False)
 
 
 def generate(c, **changes) -> dict:

@@ -11,6 +11,7 @@ import pytest
 import bounds
 from specdec import load_trace, speculative_generate
 from specdec.app.server.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
+from specdec.bench.app_client import app_client
 from specdec.models import BUNDLED, PRESETS, context_of
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -21,7 +22,7 @@ GOOD = RunRequest(max_new_tokens=12, seed=3)   # /generate takes a RunRequest's 
 
 @pytest.fixture(scope="module")
 def client(app_url):
-    return gradio_client.Client(app_url, verbose=False)
+    return app_client(app_url)
 
 
 def named(result) -> dict:

@@ -13,6 +13,7 @@ import pytest
 from specdec import RunSettings
 from specdec.app.server import flights, runs
 from specdec.app.server.api import MAIN_OUTPUTS, RunRequest, api_outputs
+from specdec.bench.app_client import app_client
 from specdec.decoding import StopSignal
 from specdec.models import BUNDLED
 
@@ -192,9 +193,7 @@ def server():
 
 def _class(url: str, requests: list[RunRequest]) -> list[str]:
     """Each request from a client of its own, all at once: the status lines they get."""
-    from gradio_client import Client
-
-    clients = [Client(url, verbose=False) for _ in requests]
+    clients = [app_client(url) for _ in requests]
     names = api_outputs(MAIN_OUTPUTS)
 
     def send(i: int) -> str:
@@ -223,9 +222,7 @@ def test_thirty_identical_requests_cost_one_decode_and_thirty_distinct_are_all_s
 
 @pytest.mark.slow
 def test_generate_takes_its_parameters_by_the_controls_names(server):
-    from gradio_client import Client
-
-    client = Client(server, verbose=False)
+    client = app_client(server)
     params = [p["parameter_name"] for p in
               client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/generate"]["parameters"]]
     assert params == RunRequest.names()

@@ -17,6 +17,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from conftest import free_port  # noqa: E402
 from serverload import notices  # noqa: E402
 from specdec.app.server import budget, housekeeping, serving  # noqa: E402
+from specdec.bench.app_client import app_client  # noqa: E402
 
 
 def tiny_app() -> gr.Blocks:
@@ -61,7 +62,7 @@ def _orphans(demo, c) -> list:
 def test_outputs_left_out_leave_no_component_copies(served):
     """`skips`: an output a handler leaves out is not rebuilt, so it leaves no copy behind."""
     demo, url = served
-    c = gradio_client.Client(url, verbose=False, download_files=False)
+    c = app_client(url, download_files=False)
     for k in range(5):
         c.predict(k + 1, api_name="/run")
     assert _orphans(demo, c) == []
@@ -70,7 +71,7 @@ def test_outputs_left_out_leave_no_component_copies(served):
 def test_orphaned_component_copies_are_pruned(served, monkeypatch):
     demo, url = served
     monkeypatch.delattr(demo, "postprocess_data")   # Gradio's own, without `skips`, which leaves copies
-    c = gradio_client.Client(url, verbose=False, download_files=False)
+    c = app_client(url, download_files=False)
     for k in range(5):
         c.predict(k + 1, api_name="/run")
     session = session_of(demo, c)
@@ -89,8 +90,8 @@ def test_orphaned_component_copies_are_pruned(served, monkeypatch):
 
 def test_idle_and_closed_sessions_are_dropped(served):
     demo, url = served
-    a = gradio_client.Client(url, verbose=False, download_files=False)
-    b = gradio_client.Client(url, verbose=False, download_files=False)
+    a = app_client(url, download_files=False)
+    b = app_client(url, download_files=False)
     a.predict(1, api_name="/run")
     b.predict(1, api_name="/run")
     assert {a.session_hash, b.session_hash} <= set(demo.state_holder.session_data)
@@ -110,7 +111,7 @@ def test_past_the_byte_budget_the_least_recently_used_go_and_are_told_at_their_n
     demo, url = served
     for session_hash in list(demo.state_holder.session_data):   # only this test's visitors
         housekeeping.drop_session(demo, session_hash)
-    clients = [gradio_client.Client(url, verbose=False, download_files=False) for _ in range(4)]
+    clients = [app_client(url, download_files=False) for _ in range(4)]
     for c in clients:
         c.predict(2, api_name="/run")   # each holds 50 kB in its state, and what its page shows
         time.sleep(0.05)
@@ -137,7 +138,7 @@ def test_past_the_byte_budget_the_least_recently_used_go_and_are_told_at_their_n
 
 def test_a_visitor_whose_connection_dropped_is_told_what_to_do_at_their_next_action(served):
     demo, url = served
-    c = gradio_client.Client(url, verbose=False, download_files=False)
+    c = app_client(url, download_files=False)
     c.predict(1, api_name="/run")
     unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
     unload.fn(SimpleNamespace(session_hash=c.session_hash))   # what Gradio calls when a page's heartbeat drops

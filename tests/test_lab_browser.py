@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from specdec.bench.app_client import app_client
 from test_app_browser import still_shot
 
 TIMEOUT = 120_000   # ms: the CPU is shared
@@ -110,10 +111,10 @@ def test_lab_preset_run_and_take_from_decode_run(page, screenshots):
 def test_lab_api_by_name(app_url):
     """The lab's endpoints through gradio_client: lab_preset fills the table, lab_run returns the
     per-rule summary, and a bad table comes back as one clear error."""
-    gradio_client = pytest.importorskip("gradio_client")
+    pytest.importorskip("gradio_client")
     from gradio_client.exceptions import AppError
 
-    client = gradio_client.Client(app_url, verbose=False)
+    client = app_client(app_url)
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/lab_run", "/lab_preset", "/lab_from_run"} <= names
     table, status, *_ = client.predict("disjoint", api_name="/lab_preset")   # then the cleared results

@@ -329,9 +329,9 @@ def class_figures(url: str, size: int, seed: int, gradio_client: bool = False, r
     from ..app.server.api import RunRequest
 
     if gradio_client:
-        from gradio_client import Client
+        from .app_client import app_client
 
-        clients = [Client(url, verbose=False) for _ in range(size)]
+        clients = [app_client(url) for _ in range(size)]
 
         def request(k, values):
             clients[k].predict(*values, api_name="/generate")
