@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 gr = pytest.importorskip("gradio")
-gradio_client = pytest.importorskip("gradio_client")
+pytest.importorskip("gradio_client")   # app_client needs it
 
 from conftest import free_port  # noqa: E402
 from serverload import notices  # noqa: E402
