@@ -9,8 +9,8 @@ def app_client(url: str, **kwargs):
 
     Why: with `ssl_verify=True` httpx builds a fresh TLS context for every request the client makes,
     loading the system's CA bundle each time (220 KB of PEM here: 34 ms of CPU). A client makes
-    five such requests to start (its config, its API description, its heartbeat) and two for each
-    run, on the same cores as the server it measures. Over http:// there is no TLS, so there is
+    three such requests to start (its config, its API description, its heartbeat stream) and two
+    for each run, on the same cores as the server it measures. Over http:// there is no TLS, so there is
     nothing to verify: in `pytest tests/test_server.py tests/test_server_lines.py` those contexts
     were 48 s of the test process's CPU (py-spy, 2026-11-26)."""
     from gradio_client import Client
