@@ -68,6 +68,16 @@ def test_outputs_left_out_leave_no_component_copies(served):
     assert _orphans(demo, c) == []
 
 
+def test_a_request_makes_the_queue_look_for_work_briskly(served, monkeypatch):
+    """`serving.QueuePoll` on Gradio's own push: the queue looks every 50 ms while the server is
+    quiet (a test of its own in test_limits), every 10 ms once a request comes."""
+    demo, url = served
+    monkeypatch.setattr(serving, "BRISK_FOR_SECONDS", 600)   # the request's settle comes after the test
+    demo._queue.sleep_when_free = serving.QUIET_POLL_SECONDS   # as if quiet for a while
+    app_client(url, download_files=False).predict(1, api_name="/run")
+    assert demo._queue.sleep_when_free == serving.BRISK_POLL_SECONDS
+
+
 def test_orphaned_component_copies_are_pruned(served, monkeypatch):
     demo, url = served
     monkeypatch.delattr(demo, "postprocess_data")   # Gradio's own, without `skips`, which leaves copies

@@ -347,10 +347,30 @@ def test_configure_sets_the_queue_the_decode_group_and_the_file_sweep(monkeypatc
     decode = [f for f in demo.fns.values() if f.concurrency_id == "decode"]
     assert [f.concurrency_limit for f in decode] == [limits.QUEUE_SIZE]   # they wait in flights.LINE instead
     assert demo._queue.max_size == limits.QUEUE_SIZE
-    # Gradio's queue looks for work every 1 ms when idle (6 % of a core, measured); the app's every 10 ms.
-    assert demo._queue.sleep_when_free == serving.QUEUE_POLL_SECONDS == 0.01
+    # Gradio's queue looks for work every 1 ms when idle and for progress every 10 ms (4-6 % of a
+    # core, measured); the app's every 50 ms and 100 ms until a request comes (`QueuePoll`).
+    assert demo._queue.sleep_when_free == serving.QUIET_POLL_SECONDS == 0.05
+    assert demo._queue.progress_update_sleep_when_free == serving.PROGRESS_POLL_SECONDS == 0.1
     assert demo.delete_cache == (int(limits.CLEAN_EVERY_SECONDS), int(limits.FILE_MAX_AGE_SECONDS))
     assert any(t[1] == "unload" for f in demo.fns.values() for t in f.targets)   # pages closing release state
     assert serving.launch_options() == dict(max_file_size=limits.MAX_UPLOAD_BYTES,
                                             state_session_capacity=limits.MAX_SESSIONS,
                                             max_threads=40 + limits.QUEUE_SIZE)
+
+
+def test_the_queue_looks_for_work_briskly_only_while_requests_come():
+    """From a request until BRISK_FOR_SECONDS pass without another (the `settle` each request
+    schedules); quietly before and after."""
+    with gr.Blocks() as demo:
+        gr.Textbox()
+    demo.queue()
+    queue = demo._queue
+    poll = serving.QueuePoll(queue)
+    assert queue.sleep_when_free == serving.QUIET_POLL_SECONDS
+    first = poll.woken()
+    assert queue.sleep_when_free == serving.BRISK_POLL_SECONDS < serving.QUIET_POLL_SECONDS
+    second = poll.woken()
+    poll.settle(first)   # the second request came within the first's time: still brisk
+    assert queue.sleep_when_free == serving.BRISK_POLL_SECONDS
+    poll.settle(second)
+    assert queue.sleep_when_free == serving.QUIET_POLL_SECONDS

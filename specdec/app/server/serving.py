@@ -129,17 +129,53 @@ def _busy_queue(demo: gr.Blocks) -> None:
     queue.push = push_or_busy
 
 
-# How often Gradio's queue looks for work while it has none (or no free slot). Gradio looks every
-# 1 ms on Linux (`Queue.sleep_when_free`, not a launch option): an idle server spent 1.8 s of CPU
-# in 30 s, 6 % of a core (py-spy: the queue's loop), on a Space's 2 vCPU and beside its decodes.
-# Every 10 ms: a request waits at most 10 ms more to start, against runs of seconds (0.69 s in 30 s).
-QUEUE_POLL_SECONDS = 0.01
+# How often Gradio's queue looks for work while it has none (or no free slot), and for progress to
+# send. Gradio looks every 1 ms and every 10 ms on Linux (`Queue.sleep_when_free` and
+# `progress_update_sleep_when_free`, not launch options), and each wake-up of its event loop costs
+# CPU: an asyncio loop that wakes every 1 / 10 / 50 / 100 ms alone took 7.1 / 2.9 / 0.6 / 0.3 % of a
+# core on this project's 2-core machine, and an idle app server 4-6 % at 10 ms and 1.1 % at 50 ms
+# (measured 2026-11-26), on a Space's 2 vCPU and beside its decodes, for as long as it runs.
+# So the queue looks every 10 ms while requests come (`BRISK_FOR_SECONDS` after the last: a step's
+# events, chained one after the other, arrive well within it) and every 50 ms when the server is
+# quiet: the first request after a pause waits at most 50 ms more to start, against runs of seconds.
+# Progress (the fetch's bar) goes out at most every 100 ms.
+BRISK_POLL_SECONDS = 0.01
+QUIET_POLL_SECONDS = 0.05
+BRISK_FOR_SECONDS = 2.0
+PROGRESS_POLL_SECONDS = 0.1
+
+
+class QueuePoll:
+    """How often `queue` looks for work: briskly from a request (`woken`) until the `settle` that
+    request scheduled, unless another request came in between; quietly otherwise."""
+
+    def __init__(self, queue):
+        self.queue, self.wakes = queue, 0
+        queue.sleep_when_free = max(queue.sleep_when_free, QUIET_POLL_SECONDS)
+
+    def woken(self) -> int:
+        self.wakes += 1
+        self.queue.sleep_when_free = BRISK_POLL_SECONDS
+        return self.wakes
+
+    def settle(self, wake: int) -> None:
+        if wake == self.wakes:   # no request since this one
+            self.queue.sleep_when_free = QUIET_POLL_SECONDS
 
 
 def _calm_queue(demo: gr.Blocks) -> None:
     queue = demo._queue
-    if hasattr(queue, "sleep_when_free"):   # a later Gradio without it keeps its own loop
-        queue.sleep_when_free = max(queue.sleep_when_free, QUEUE_POLL_SECONDS)
+    if hasattr(queue, "progress_update_sleep_when_free"):
+        queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, PROGRESS_POLL_SECONDS)
+    if not hasattr(queue, "sleep_when_free"):   # a later Gradio without it keeps its own loop
+        return
+    poll, push = QueuePoll(queue), queue.push
+
+    async def push_briskly(*args, **kwargs):   # Gradio's push runs on its event loop
+        asyncio.get_running_loop().call_later(BRISK_FOR_SECONDS, poll.settle, poll.woken())
+        return await push(*args, **kwargs)
+
+    queue.push = push_briskly
 
 
 DECODE = "decode"   # the concurrency group of the app's decoding events (see `layout`)
