@@ -25,7 +25,7 @@ from ..server.encoded import encoded
 from ..server.serving import DECODE
 from ..shows import charts, step_charts
 from ..shows.glossary import GLOSSARY
-from . import handlers
+from . import early, handlers
 from .lab_tab import build_lab_tab
 from .speed_tab import build_speed_tab
 
@@ -72,7 +72,8 @@ def build_app() -> gr.Blocks:
 def launch_kwargs() -> dict:
     """Arguments for `demo.launch()` (Gradio 6 takes css/js/theme there)."""
     return dict(css=(STATIC / "app.css").read_text(), js=(STATIC / "app.js").read_text(),
-                theme=gr.themes.Default(font=[gr.themes.Font("system-ui"), "sans-serif"]), i18n=SAID)
+                theme=gr.themes.Default(font=[gr.themes.Font("system-ui"), "sans-serif"]), i18n=SAID,
+                app_kwargs=early.app_kwargs())   # static/early.js, before Gradio's scripts
 
 
 # Words Gradio's status tracker announces to screen readers when an event ends. Gradio 6.31's

@@ -1,0 +1,94 @@
+"""The page's first script (specdec/app/page/static/early.js, put first in its <head> by
+`early.EarlyScript`): Gradio 6.31's loading screen leaves its status tracker's timer running, a
+frame every 1/60 s for as long as the page is open; with the script that loop ends once the page
+has loaded, and a live status tracker's timer still counts. On a small Gradio app served in this
+process, in chromium, with and without the middleware (the control: without it the loop runs)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+gr = pytest.importorskip("gradio")
+
+from conftest import free_port  # noqa: E402
+from specdec.app.page import early  # noqa: E402
+from specdec.app.page.layout import launch_kwargs  # noqa: E402
+
+# Counts the frames Gradio's status tracker asks for (its script's name in the caller's stack). An
+# init script runs before any of the page's own, early.js included, so it sees every request.
+COUNT_TRACKER_FRAMES = """(() => { window.__trackerFrames = 0;
+  const request = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = (callback) => {
+    if ((new Error().stack || '').includes('statustracker')) window.__trackerFrames += 1;
+    return request(callback); }; })();"""
+FRAMES = "() => window.__trackerFrames"
+TIMER = '[data-testid="status-tracker"] .progress-text'
+
+
+def served(with_script: bool, release: threading.Event):
+    """A button whose event stays pending until `release` is set: its output's status tracker times it."""
+    with gr.Blocks() as demo:
+        out = gr.Textbox(label="out")
+        gr.Button("go").click(lambda: "done" if release.wait(60) else "timed out", None, out)
+    port = free_port()
+    demo.launch(server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False,
+                app_kwargs=early.app_kwargs() if with_script else None)
+    return demo, f"http://127.0.0.1:{port}/"
+
+
+def frames_while_idle(browser, url: str) -> int:
+    """The status tracker's frame requests in 1 s, once the page has loaded and sat 1 s."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.add_init_script(COUNT_TRACKER_FRAMES)
+        page.goto(url, wait_until="load")
+        page.get_by_role("button", name="go", exact=True).wait_for()
+        page.wait_for_timeout(1000)
+        before = page.evaluate(FRAMES)
+        page.wait_for_timeout(1000)
+        return page.evaluate(FRAMES) - before
+    finally:
+        context.close()
+
+
+def test_the_loading_screens_timer_stops_once_the_page_has_loaded_and_a_live_timer_still_counts(browser):
+    release = threading.Event()
+    plain, plain_url = served(False, release)
+    fixed, fixed_url = served(True, release)
+    try:
+        # The control: Gradio's own page asks for a frame at every frame (60 a second; 30 is far
+        # below that and far above the none a stopped loop asks for).
+        assert frames_while_idle(browser, plain_url) >= 30
+        assert frames_while_idle(browser, fixed_url) == 0
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(fixed_url, wait_until="load")
+        page.get_by_role("button", name="go", exact=True).click()
+        timer = page.locator(TIMER).first
+        timer.wait_for(state="attached")
+        first = timer.inner_text()
+        page.wait_for_timeout(500)   # the timer shows tenths of a second
+        assert timer.inner_text() != first, "a pending event's timer stopped counting"
+        release.set()
+        page.wait_for_function("() => [...document.querySelectorAll('textarea')].some(t => t.value === 'done')")
+        context.close()
+    finally:
+        release.set()
+        plain.close()
+        fixed.close()
+
+
+def test_the_script_goes_first_in_the_page_and_nowhere_else():
+    html = b"<!doctype html><html><head><title>x</title></head><body><head></body></html>"
+    headers = [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(html)).encode())]
+    body, out = early.with_script(html, headers)
+    assert body == html.replace(b"<head>", b"<head>" + early.TAG, 1)
+    assert dict(out)[b"content-length"] == str(len(body)).encode()
+    for kept in ([(b"content-type", b"application/json")],
+                 [(b"content-type", b"text/html"), (b"content-encoding", b"gzip")]):
+        assert early.with_script(html, kept) == (html, kept)
+    middleware = launch_kwargs()["app_kwargs"]["middleware"]   # app.py's page has it
+    assert [m.cls for m in middleware] == [early.EarlyScript]
