@@ -87,6 +87,7 @@ def test_the_script_goes_first_in_the_page_and_nowhere_else():
     body, out = early.with_script(html, headers)
     assert body == html.replace(b"<head>", b"<head>" + early.TAG, 1)
     assert dict(out)[b"content-length"] == str(len(body)).encode()
+    assert early.with_script(b"", headers, head_only=True) == (b"", out)   # HEAD: GET's length, no body
     for kept in ([(b"content-type", b"application/json")],
                  [(b"content-type", b"text/html"), (b"content-encoding", b"gzip")]):
         assert early.with_script(html, kept) == (html, kept)
