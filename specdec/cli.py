@@ -306,6 +306,9 @@ def run_draft_only(args, out: str) -> int:
 
 def run_features(args, out: str) -> int:
     """`train --features`: the features drafter for the target of --source or --chat-target (a chat model)."""
+    if args.chat_target and args.data == "sharegpt":
+        from .training.chat.sharegpt import run_from_args
+        return run_from_args(args, out)
     if args.chat_target:
         from .training.features_chat import run_from_args
         return run_from_args(args, out)
@@ -358,6 +361,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
     p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
                    "who writes its questions: the model, templates as people ask, or half each (default: model)")
+    from .training.chat.sharegpt import add_arguments
+    add_arguments(p)
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,
