@@ -314,8 +314,8 @@ def cached(data: Path, cfg: DataConfig) -> bool:
 
 def load_shards(data: Path, rows: int | None = None) -> tuple[dict[str, dict], torch.Tensor]:
     """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"},
-    feats back in float32). `rows`: the first training rows only (whole shards). The eval pool holds
-    each row twice, scored at T = 1 and greedily, so evaluation reports both beta and agreement.
+    feats back in float32). `rows`: the first training rows only (whole shards). Every other eval row
+    is marked greedy (temps 0), so evaluation reports both beta at T = 1 and greedy agreement.
     Also the training rows' summed p over the vocabulary (`rank_by_mass`)."""
     out, mass = {}, None
     for split in ("train", "eval"):
@@ -329,9 +329,8 @@ def load_shards(data: Path, rows: int | None = None) -> tuple[dict[str, dict], t
         width = max(p["ids"].shape[1] for p in parts)
         pool = {k: torch.cat([widened(p[k], width) for p in parts]) for k in parts[0]}
         pool["feats"] = pool["feats"].float()
-        if split == "eval":
-            pool = {k: torch.cat([v, v]) for k, v in pool.items()}
-            pool["temps"][len(pool["temps"]) // 2:] = 0.0
+        if split == "eval":   # every other row scored greedily: the held-out agreement, at no extra cost
+            pool["temps"][1::2] = 0.0
         out[split] = pool
         mass = p_sum if split == "train" else mass
     return out, mass
@@ -402,7 +401,7 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
         torch.save(rank_by_mass(mass, cfg.draft_vocab), work / "vocab.pt")   # train_chat_features keeps it
     meta = json.loads((data / "data.json").read_text())
     info = {"target": folder.name, "data": {k: meta[k] for k in ("source", "sha256", "licence", "filter_text")}
-            | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"]) // 2),
+            | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"])),
                "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
                "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
                "re-ranked by the target's p-mass on the training answers"}, "init_from_text": before}
