@@ -1,7 +1,7 @@
 """α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the card's 8 hand-written
 chat prompts (`measure.CHAT_PROMPTS`), 8 other hand-written ones (none is a training question; two
 share a subject with the templates: cookies, Python), and questions the model writes itself
-(`training.chat_pool.write_questions`, as its training pool does).
+(`training.chat.chat_pool.write_questions`, as its training pool does).
 
 Why: the card's α (0.42 greedy) is far below the held-out agreement its training reports (0.69),
 and this tells a bug from a change of distribution. Measured 2026-11-26 on the shipped drafter
@@ -36,11 +36,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from specdec import features as fx
-    from specdec.measure import CHAT_PROMPTS
-    from specdec.models import load_pair
-    from specdec.training.chat_pool import chat_prompt, write_questions
-    from specdec.training.features_chat_card import acceptance
+    from specdec.drafting import features as fx
+    from specdec.explain.measure import CHAT_PROMPTS
+    from specdec.models.pair import load_pair
+    from specdec.training.chat.chat_pool import chat_prompt, write_questions
+    from specdec.training.chat.features_chat_card import acceptance
 
     torch.set_num_threads(args.threads)
     pair = load_pair(preset="smollm2-135m", drafter="features")

@@ -2,7 +2,7 @@
 (README.md beside its weights, in assets/models/SmolLM2-135M-Instruct-features).
 
 α at greedy and T = 1, c and the speedup over the target alone on one torch thread
-(`training.features_chat_card.measure_chat`), and the p-mass its vocabulary subset holds on a
+(`training.chat.features_chat_card.measure_chat`), and the p-mass its vocabulary subset holds on a
 held-out pool the target draws here (its own questions and answers, seeded apart from training's).
 
     python scripts/chat_drafter_card.py [--questions 16] [--timed 8]
@@ -23,11 +23,11 @@ def main(argv=None) -> int:
                     help="write the card again from the folder's measures.json (no measuring)")
     args = ap.parse_args(argv)
 
-    from specdec import features as fx
-    from specdec.models import load_pair
-    from specdec.training import features_chat_card as fcc
-    from specdec.training.chat_pool import draw_chat_pool
-    from specdec.training.features_chat import USES
+    from specdec.drafting import features as fx
+    from specdec.models.pair import load_pair
+    from specdec.training.chat import features_chat_card as fcc
+    from specdec.training.chat.chat_pool import draw_chat_pool
+    from specdec.training.chat.features_chat import USES
 
     t0 = time.perf_counter()
     pair = load_pair(preset="smollm2-135m", drafter="features")

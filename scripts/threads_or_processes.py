@@ -22,7 +22,7 @@ PROMPTS = ("How do I make a good cup of tea?", "Explain why the sky is blue.")
 
 def _settings(args, seed: int):
     from specdec import RunSettings
-    from specdec.sampling import SamplingConfig
+    from specdec.core.sampling import SamplingConfig
 
     return RunSettings(gamma=4, max_new_tokens=args.tokens, seed=seed, drafter=args.drafter,
                        sampling=SamplingConfig(temperature=1.0))

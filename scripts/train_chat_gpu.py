@@ -3,7 +3,7 @@ real pair finds it (`assets/models/SmolLM2-135M-Instruct-features`, recorded in 
 manifest).
 
 The same recipe as `python -m specdec train --features --chat-target FOLDER` (the target's own
-questions and answers, `training.chat_pool`; the loss and schedule of `training.features_chat`),
+questions and answers, `training.chat.chat_pool`; the loss and schedule of `training.chat.features_chat`),
 with what a GPU changes: the pools are drawn in big batches and kept in memory (saving a
 multi-gigabyte pool after every chunk would take longer than drawing it), and the drafter's
 training uses TF32 products (the pools, drawn before, keep the target's float32 p; the drafter's
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--questions", choices=("model", "templates", "mixed"), default="mixed",
-                    help="who writes the questions (training.chat_pool.draw_chat_pool)")
+                    help="who writes the questions (training.chat.chat_pool.draw_chat_pool)")
     ap.add_argument("--init-from", default=None, help="a saved drafter folder to go on from (its vocabulary too)")
     ap.add_argument("--out", default="runs/chat-drafter")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: a few rows, a few steps, a small vocabulary")
@@ -47,10 +47,10 @@ def main(argv=None) -> int:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specdec import features as fx
-    from specdec import manifest, realmodel
-    from specdec.training.chat_pool import draw_chat_pool
-    from specdec.training.features_chat import USES, ChatFeaturesConfig, train_chat_features
+    from specdec.drafting import features as fx
+    from specdec.models import manifest, realmodel
+    from specdec.training.chat.chat_pool import draw_chat_pool
+    from specdec.training.chat.features_chat import USES, ChatFeaturesConfig, train_chat_features
 
     def log(msg: str) -> None:
         print(msg, flush=True)

@@ -15,10 +15,10 @@ import pytest
 from commands import ENV, ROOT, command, in_process
 from specdec import load_trace
 from specdec.cli import COMMANDS, main
-from specdec.looks import LOOKS
-from specdec.outcomes import Ending, Status
-from specdec.speed import speedup
-from specdec.trace import Stats
+from specdec.explain.looks import LOOKS
+from specdec.explain.speed import speedup
+from specdec.trace.outcomes import Ending, Status
+from specdec.trace.spine import Stats
 
 
 def run(*args, timeout=120, env=ENV):
@@ -207,8 +207,8 @@ def test_without_colour_rejected_drafts_are_struck_through_and_the_rest_is_the_t
     `be the✗,⚠` no longer reads as text), and what is left without struck characters and symbols is
     exactly the generated text. The legend's "(struck through)" is then true without colour too."""
     from specdec import RunSettings, speculative_generate
-    from specdec.outcomes import events
-    from specdec.terminal import STRIKE, legend, render_tokens
+    from specdec.explain.terminal import STRIKE, legend, render_tokens
+    from specdec.trace.outcomes import events
 
     gen = speculative_generate(bundled, "ROMEO.\n", RunSettings(gamma=4, max_new_tokens=48, seed=1))
     rejected = [ev for ev in events(gen) if ev.outcome is Status.REJECTED and ev.in_text]
@@ -230,7 +230,7 @@ def test_a_rejected_newline_breaks_no_line_in_colour_or_without(bundled):
     lines. A rejected draft is not part of the text: its newline shows as ↵ and the lines are the
     text's own (a negative control: an accepted newline still breaks its line)."""
     from specdec import RunSettings, speculative_generate
-    from specdec.terminal import mark, render_tokens
+    from specdec.explain.terminal import mark, render_tokens
 
     for colour in (True, False):
         assert "\n" not in mark(Status.REJECTED, "\n", colour) and "↵" in mark(Status.REJECTED, "\n", colour)
@@ -276,7 +276,7 @@ def test_help_loads_no_torch():
 
 
 def test_a_newline_tokens_mark_ends_its_own_line():
-    from specdec.terminal import mark
+    from specdec.explain.terminal import mark
 
     for colour in (False, True):
         shown = mark(Status.ACCEPTED, "\n", colour)
