@@ -1,4 +1,4 @@
-"""α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the card's 8 hand-written
+"""Measure the α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the card's 8 hand-written
 chat prompts (`measure.CHAT_PROMPTS`), 8 other hand-written ones (none is a training question; two
 share a subject with the templates: cookies, Python), and questions the model writes itself
 (`training.chat.chat_pool.write_questions`, as its training pool does).

@@ -1,5 +1,5 @@
-"""Two runs at once: in two threads of one process (how the server decodes a run that has no
-worker) or in two processes (the decode workers, `app/server/workers.py`)? Times one run alone,
+"""Time two runs at once: in two threads of one process (how the server decodes a run that has no
+worker) or in two processes (the decode workers, `app/server/workers.py`), to choose between them. Times one run alone,
 then two at once each way, on one torch thread per run, as the app decodes.
 
     python scripts/threads_or_processes.py --preset smollm2-135m      # the real model
