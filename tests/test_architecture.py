@@ -68,7 +68,7 @@ def test_the_import_graph_is_read():
     assert GRAPH["specdec.decoding.loop"] >= {"specdec.decoding.rounds", "specdec.trace.spine", "specdec.core.sampling"}
     assert GRAPH["specdec.decoding.rounds"] >= {"specdec.drafting.drafters", "specdec.engine.engine",
                                                 "specdec.core.sampling"}
-    assert "specdec.app.server.limits" in GRAPH["specdec.cli"] and "specdec.app.page.layout" in MODULES
+    assert "specdec.app.server.limits" in GRAPH["specdec.cli.main"] and "specdec.app.page.layout" in MODULES
 
 
 def test_no_module_imports_a_layer_above_its_own():

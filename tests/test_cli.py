@@ -14,7 +14,7 @@ import pytest
 
 from commands import ENV, ROOT, command, in_process
 from specdec import load_trace
-from specdec.cli import COMMANDS, main
+from specdec.cli.main import COMMANDS, main
 from specdec.explain.looks import LOOKS
 from specdec.explain.speed import speedup
 from specdec.trace.outcomes import Ending, Status
@@ -269,7 +269,7 @@ def test_help_shows_every_default_and_version_answers():
 def test_help_loads_no_torch():
     """`--help` answers from the table of commands: it imports none of their modules (so it takes
     about as long as Python's start, not torch's import)."""
-    code = ("import sys\nfrom specdec.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom specdec.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('LOADED', sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
     assert "LOADED []" in r.stdout, r.stdout[-300:] + r.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.cli import COMMANDS, build_parser
+from specdec.cli.main import COMMANDS, build_parser
 from specdec.core.sampling import Rule
 from specdec.explain.looks import LOOKS
 from specdec.models.pair import ASSETS

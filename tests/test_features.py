@@ -12,7 +12,7 @@ import torch
 import bounds
 from commands import command, in_process
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.core.sampling import logits_to_probs
 from specdec.decoding.rounds import EagerRounds
 from specdec.drafting import features as fx

@@ -15,7 +15,7 @@ import torch
 from scipy import stats
 
 import bounds
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.core.sampling import Rule
 from specdec.core.settings import RunSettings
 from specdec.explain import lab, montecarlo

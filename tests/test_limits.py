@@ -14,7 +14,7 @@ import torch
 from specdec import RunSettings, speculative_generate
 from specdec.app.server import limits, serving
 from specdec.app.shows import messages
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.explain import lab
 from specdec.trace.spine import Generation
 

@@ -8,7 +8,7 @@ import pytest
 import bounds
 from commands import command, in_process
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, speculative_generate
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.models import manifest
 
 

