@@ -1,5 +1,5 @@
-"""Measure the α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the card's 8 hand-written
-chat prompts (`measure.CHAT_PROMPTS`), 8 other hand-written ones (none is a training question; two
+"""`specdec chat-alpha`: the α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the
+card's 8 hand-written chat prompts (`measure.CHAT_PROMPTS`), 8 other hand-written ones (none is a training question; two
 share a subject with the templates: cookies, Python), and questions the model writes itself
 (`training.chat.chat_pool.write_questions`, as its training pool does).
 
@@ -8,8 +8,8 @@ and this tells a bug from a change of distribution. Measured 2026-11-26 on the s
 (greedy, γ 4, 48 new tokens): 0.62 on 12 of the model's own questions, 0.42 on the card's. A newly
 trained drafter is compared here before it replaces the shipped one:
 
-    python scripts/chat_alpha.py                       # the shipped drafter, all three sets (~10 min, 2 threads)
-    python scripts/chat_alpha.py --drafter runs/chat-drafter/specdec-features --sets card other
+    specdec chat-alpha                       # the shipped drafter, all three sets (~10 min, 2 threads)
+    specdec chat-alpha --drafter runs/chat-drafter/specdec-features --sets card other
 """
 
 from __future__ import annotations
@@ -17,30 +17,39 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..core.checks import whole_number
+from .main import folder
+
 OTHER_PROMPTS = ("My Python code raises a KeyError. What does that mean?", "Suggest a name for a small bakery.",
                  "Is it safe to eat raw cookie dough?", "Translate 'good morning' into Spanish.",
                  "What year did the Berlin Wall fall?", "How many legs does a spider have?",
                  "Draft a polite email declining a meeting invitation.", "What is a good vegetarian dinner idea?")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--drafter", default=None, help="a saved features drafter folder (default: the shipped one)")
-    ap.add_argument("--sets", nargs="+", choices=("card", "other", "own"), default=("card", "other", "own"))
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--drafter", type=folder, default=None, metavar="FOLDER",
+                    help="a saved features drafter folder (default: the shipped one)")
+    ap.add_argument("--sets", nargs="+", choices=("card", "other", "own"), default=("card", "other", "own"),
+                    help="which prompts: the card's, 8 other hand-written ones, the model's own questions")
     ap.add_argument("--own", type=int, default=12, help="how many questions the model writes itself")
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
+    ap.add_argument("--tokens", type=int, default=64, help="new tokens a prompt")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
 
+
+def run(args) -> int:
+    """Print α at greedy and T = 1 for each set of prompts, then all of it as one JSON line."""
+    whole_number(args.own, "--own", 1)
+    whole_number(args.tokens, "--tokens", 1)
+    whole_number(args.threads, "--threads", 1)
     from pathlib import Path
 
     import torch
 
-    from specdec.drafting import features as fx
-    from specdec.explain.measure import CHAT_PROMPTS
-    from specdec.models.pair import load_pair
-    from specdec.training.chat.chat_pool import chat_prompt, write_questions
-    from specdec.training.chat.features_chat_card import acceptance
+    from ..drafting import features as fx
+    from ..explain.measure import CHAT_PROMPTS
+    from ..models.pair import load_pair
+    from ..training.chat.chat_pool import chat_prompt, write_questions
+    from ..training.chat.features_chat_card import acceptance
 
     torch.set_num_threads(args.threads)
     pair = load_pair(preset="smollm2-135m", drafter="features")
@@ -60,7 +69,3 @@ def main(argv=None) -> int:
             print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)
     print(json.dumps(found))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

