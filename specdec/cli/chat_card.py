@@ -1,11 +1,11 @@
-"""Measure the features drafter shipped for SmolLM2-135M-Instruct on this CPU and write its card
+"""`specdec chat-card`: measure the features drafter shipped for SmolLM2-135M-Instruct on this CPU and write its card
 (README.md beside its weights, in assets/models/SmolLM2-135M-Instruct-features).
 
 α at greedy and T = 1, c and the speedup over the target alone on one torch thread
 (`training.chat.features_chat_card.measure_chat`), and the p-mass its vocabulary subset holds on a
 held-out pool the target draws here (its own questions and answers, seeded apart from training's).
 
-    python scripts/chat_drafter_card.py [--questions 16] [--timed 8]
+    specdec chat-card [--questions 16] [--timed 8]
 """
 
 from __future__ import annotations
@@ -14,20 +14,25 @@ import argparse
 import json
 import time
 
+from ..core.checks import whole_number
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--questions", type=int, default=16, help="held-out questions for the coverage")
     ap.add_argument("--timed", type=int, default=8, help="chat prompts timed against the target alone")
     ap.add_argument("--from-measures", action="store_true",
                     help="write the card again from the folder's measures.json (no measuring)")
-    args = ap.parse_args(argv)
 
-    from specdec.drafting import features as fx
-    from specdec.models.pair import load_pair
-    from specdec.training.chat import features_chat_card as fcc
-    from specdec.training.chat.chat_pool import draw_chat_pool
-    from specdec.training.chat.features_chat import USES
+
+def run(args) -> int:
+    """Measure (or read the saved measures), then write README.md and measures.json beside the weights."""
+    whole_number(args.questions, "--questions", 1)
+    whole_number(args.timed, "--timed", 1)
+    from ..drafting import features as fx
+    from ..models.pair import load_pair
+    from ..training.chat import features_chat_card as fcc
+    from ..training.chat.chat_pool import draw_chat_pool
+    from ..training.chat.features_chat import USES
 
     t0 = time.perf_counter()
     pair = load_pair(preset="smollm2-135m", drafter="features")
@@ -48,7 +53,3 @@ def main(argv=None) -> int:
                                           encoding="utf-8")
     print(f"wrote {folder / 'README.md'} in {time.perf_counter() - t0:.0f} s")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

