@@ -207,7 +207,7 @@ def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(
     with pytest.raises(KeyboardInterrupt):
         realmodel.prepare(SOURCE, cache, interrupt, path=[str(site)])
     assert list(cache.iterdir()) == []
-    # A GGUF file at hand (a machine with no package index: scripts/train_chat_gpu.py --gguf) is checked the same way.
+    # A GGUF file at hand (a machine with no package index: specdec chat-train --gguf) is checked the same way.
     bogus = tmp_path / "other.gguf"
     bogus.write_bytes(b"GGUF" + bytes(64))
     with pytest.raises(ModelLoadError, match="the GGUF file other.gguf has sha256 .*nothing"):

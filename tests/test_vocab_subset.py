@@ -268,7 +268,7 @@ def test_coverage_and_card_of_a_chat_drafter():
     assert "heavily shared 2-core machine" in text   # trained on the CPU (no device in the record)
     gpu = fcc.card({**record, "device": "NVIDIA H200", "pool": {"batch": 1024}, "pool_seconds": 92.0},
                    {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
-    assert "on one NVIDIA H200" in gpu and "scripts/train_chat_gpu.py" in gpu and "2-core" not in gpu
+    assert "on one NVIDIA H200" in gpu and "specdec chat-train" in gpu and "2-core" not in gpu
 
 
 SUBSET_SAMPLINGS = [SamplingConfig(temperature=0), SamplingConfig(), SamplingConfig(temperature=0.8, top_k=3, top_p=.9)]

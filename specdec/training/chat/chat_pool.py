@@ -56,7 +56,7 @@ WORDS = ("What", "How", "Why", "Can you", "Explain", "Which", "Is it", "Tell me"
 # Going on from it on answers to 384 templated questions (864 rows, 45 min on one CPU thread) raised
 # its greedy agreement on held-out templated answers 0.56 -> 0.63, but α on hand-written prompts
 # only 0.42 -> 0.44 greedy and not at T = 1 (0.43 -> 0.42): too little data to say; a GPU run's
-# pools (`scripts/train_chat_gpu.py --questions mixed`) are what this is for; `specdec chat-alpha`
+# pools (`specdec chat-train --questions mixed`) are what this is for; `specdec chat-alpha`
 # measures the three kinds of prompt.
 # No form or subject here is one of the card's prompts (`measure.CHAT_PROMPTS`, held out; a test
 # checks it).

@@ -104,7 +104,7 @@ def _steps(measures: dict) -> str:
 def _where_trained(record: dict) -> str:
     if record.get("device", "CPU") == "CPU":
         return "`python -m specdec train --features --chat-target FOLDER`"
-    return ("`scripts/train_chat_gpu.py`: the pools and loss of `python -m specdec train --features "
+    return ("`python -m specdec chat-train`: the pools and loss of `python -m specdec train --features "
             "--chat-target FOLDER`, on a GPU")
 
 
