@@ -1,6 +1,7 @@
 """The command line as a user runs it, on the bundled pair: real subprocesses for `lab`, `bench-app`,
-`--help` and `--version`; `generate`, `train`, `card` and the bad-argument cases call `main` in this
-process (tests/commands.py; one bad argument still goes through the real `python -m specdec generate`).
+`--help` and `--version`; `generate`, `train`, `card`, the chat drafter's commands' `--help` and the
+bad-argument cases call `main` in this process (tests/commands.py; one bad argument still goes through
+the real `python -m specdec generate`).
 
 One exit-code policy for every subcommand: 0 on success; 2 and exactly ONE line
 `specdec: error: ...` on stderr for bad arguments (argparse's and the library's ValueError alike).
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from commands import ENV, ROOT, command, in_process
 from specdec import load_trace
@@ -294,3 +296,53 @@ def test_the_bench_table_keeps_its_columns_with_a_long_contender_name():
     lines = format_table([row, {**row, "label": "short"}]).splitlines()
     assert len({len(line) for line in lines if line and not line.startswith("-")}) == 1, lines
     assert len(COLUMNS) == len(lines[0].split())
+
+
+# ---------------------------------------------------------------- the real model's chat drafter (issue 51)
+
+# Each command with options and the defaults its script had (scripts/train_chat_gpu.py,
+# chat_drafter_card.py, chat_alpha.py before they became commands): `--help` shows each.
+CHAT_DRAFTER_DEFAULTS = {
+    "chat-train": {"--device": "cuda", "--minutes": "3.0", "--steps": "100000", "--chunks": "(1, 4)",
+                   "--batch": "1024", "--length": "160", "--batch-size": "64", "--unroll": "3",
+                   "--intermediate": "1536", "--vocab": "8192", "--lr": "0.002", "--questions": "mixed",
+                   "--out": "runs/chat-drafter"},
+    "chat-card": {"--questions": "16", "--timed": "8"},
+    "chat-alpha": {"--sets": "('card', 'other', 'own')", "--own": "12", "--tokens": "64", "--threads": "2"},
+}
+
+
+@pytest.mark.parametrize("name", CHAT_DRAFTER_DEFAULTS)
+def test_each_chat_drafter_command_shows_its_options_and_their_defaults(name, capsys):
+    with pytest.raises(SystemExit) as stop:   # argparse's --help exits 0 by itself
+        main([name, "--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0
+    # One entry per option (argparse starts each on a line of its own, indented two spaces, and wraps it).
+    entries = [" ".join(e.split()) for e in re.split(r"\n  (?=-)", out.split("\noptions:\n")[1])]
+    entries = {e.split()[0]: e for e in entries if e}
+    for option, default in CHAT_DRAFTER_DEFAULTS[name].items():
+        assert entries[option].endswith(f"(default: {default})"), entries[option]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["chat-train", "--batch", "0"], "--batch must be a whole number of at least 1"),
+    (["chat-train", "--chunks", "1"], "expected 2 arguments"),
+    (["chat-train", "--init-from", "/no/such/folder"], "not a folder"),
+    (["chat-card", "--timed", "0"], "--timed must be a whole number of at least 1"),
+    (["chat-card", "--questions", "many"], "invalid int"),
+    (["chat-alpha", "--drafter", "/no/such/folder"], "not a folder"),
+    (["chat-alpha", "--sets", "all"], "invalid choice"),
+    (["chat-alpha", "--own", "0"], "--own must be a whole number of at least 1"),
+])
+def test_each_chat_drafter_command_refuses_a_bad_argument_in_one_line(args, words, capsys):
+    # Each is refused before any model loads (in this process: a subprocess adds only torch's import).
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert words in one_error_line(captured.err) and captured.out == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
+def test_chat_train_without_a_cuda_device_says_so_in_one_line(capsys):
+    assert main(["chat-train"]) == 2
+    assert "no CUDA device here" in one_error_line(capsys.readouterr().err)
