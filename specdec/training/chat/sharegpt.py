@@ -179,7 +179,7 @@ def held_out_prompts(cache: Path, count: int, f: PairFilter = PairFilter(), skip
 def encode_pair(tokenizer, human: str, answer: str, cfg: DataConfig) -> tuple[list[int], int] | None:
     """(ids cut at cfg.length, the prompt's length), or None when the prompt is too long or the
     answer left in the row too short."""
-    from ..chat_pool import chat_prompt
+    from .chat_pool import chat_prompt
 
     prompt = chat_prompt(tokenizer, human)
     if len(prompt) > cfg.max_prompt:
@@ -347,7 +347,7 @@ def run_from_args(args, out: str) -> int:
     (default OUT/sharegpt-data; --data-only stops there), then training from the cache."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ...realmodel import cache_root
+    from ...models.realmodel import cache_root
 
     folder, out = Path(args.chat_target), Path(out)
     data = Path(args.data_dir) if args.data_dir else out / "sharegpt-data"
@@ -376,7 +376,7 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     """Train (or go on training) a features drafter on the cached rows; with --init-from, its shape
     and recipe are the saved drafter's (its training.json), and the vocabulary subset is re-ranked
     by the target's probability mass on these answers unless --keep-vocab."""
-    from ..features_chat import ChatFeaturesConfig, train_chat_features
+    from .features_chat import ChatFeaturesConfig, train_chat_features
 
     pools, mass = load_shards(data, args.rows)
     fields, before = {}, None
