@@ -113,11 +113,33 @@ def settings_of(args):
     from .settings import RunSettings
 
     settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                           sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
+                           sampling=SamplingConfig(*sampling_of(args)), seed=args.seed,
                            rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
                            drafter=args.drafter, chat=False if args.raw else None).validate()
     limits.check_run(settings)
     return settings
+
+
+def sampling_of(args) -> tuple:
+    """(temperature, top-k, top-p): each as the command line gives it, else the preset's own
+    (`Preset.sampling`: SmolLM2-135M-Instruct's authors' T = 0.2, top-k 50, top-p 0.9; the
+    bundled pair's and a --target pair's T = 1, top-k 0, top-p 1)."""
+    from .models import BUNDLED, pair_sampling
+
+    own = pair_sampling(args.preset or BUNDLED) if not getattr(args, "target", None) else pair_sampling("")
+    return tuple(own_value if given is None else given for given, own_value in
+                 zip((args.temperature, args.top_k, args.top_p), (own.temperature, own.top_k, own.top_p), strict=True))
+
+
+def sampling_words(args) -> str:
+    """Where a run's sampling came from, when the preset's own filled what the command line left."""
+    from .models import PRESETS
+
+    preset = PRESETS.get(args.preset or "")
+    unset = [name for name in ("temperature", "top_k", "top_p") if getattr(args, name) is None]
+    if not unset or preset is None or not preset.sampling_from or getattr(args, "target", None):
+        return ""
+    return f"sampling: {preset.sampling_from} (set --temperature, --top-k, --top-p to change it)"
 
 
 def run_generate(args) -> int:
@@ -140,6 +162,8 @@ def run_generate(args) -> int:
     print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
+    if sampling_words(args):
+        print(sampling_words(args))
     # A chat prompt is shown as the model read it: the user's turn inside its chat template.
     print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, colour))
     if args.compare_ar:
@@ -162,9 +186,10 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    "not as a user's message under its chat template")
     p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    own = "default: the preset's own (SmolLM2-135M-Instruct: its authors' T 0.2, top-k 50, top-p 0.9; else"
+    p.add_argument("--temperature", type=float, default=None, help=f"0 = greedy ({own} 1)")
+    p.add_argument("--top-k", type=int, default=None, help=f"0 = off ({own} 0)")
+    p.add_argument("--top-p", type=float, default=None, help=f"1 = off ({own} 1)")
     p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")

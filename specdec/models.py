@@ -28,6 +28,7 @@ import torch
 
 from . import manifest, realmodel
 from .errors import ModelLoadError
+from .sampling import SamplingConfig
 from .settings import lacks_draft_model
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
@@ -42,6 +43,21 @@ class Preset:
     draft: str | None    # None: the pair has no draft model (its drafters need none)
     hub: bool
     source: str | None = None   # a `realmodel.SOURCES` key: the target comes from the user's cache
+    # The sampling a run of this pair starts with when no value is given (page, CLI, API), and where
+    # it comes from, in words the page shows ("" for the app's own defaults).
+    sampling: SamplingConfig = SamplingConfig()
+    sampling_from: str = ""
+
+
+# SmolLM2-135M-Instruct's authors sample with `model.generate(inputs, max_new_tokens=50,
+# temperature=0.2, top_p=0.9, do_sample=True)` ("How to use" on the model card,
+# https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct). The call leaves top-k at
+# transformers' default, 50 (the model's generation_config.json sets no sampling), so top-k 50 is
+# part of what the card runs. Over the whole vocabulary (T = 1, top-k 0) this 135M model, in 4-bit
+# weights, writes junk from the first token on most questions (issue 53).
+SMOLLM2_CARD = SamplingConfig(temperature=0.2, top_k=50, top_p=0.9)
+SMOLLM2_CARD_FROM = ("the authors' recommended T = 0.2, top-p 0.9 for SmolLM2-135M-Instruct (its model card; "
+                     "top-k 50 is transformers' default there)")
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in [
@@ -54,8 +70,14 @@ PRESETS: dict[str, Preset] = {p.key: p for p in [
     Preset("gpt2", "GPT-2 large / GPT-2 (hub)", "openai-community/gpt2-large", "openai-community/gpt2", hub=True),
     Preset("pythia", "Pythia 1B / 160M (hub)", "EleutherAI/pythia-1b", "EleutherAI/pythia-160m", hub=True),
     Preset(realmodel.SMOLLM2_135M.key, realmodel.SMOLLM2_135M.label, realmodel.SMOLLM2_135M.name, None, hub=False,
-           source=realmodel.SMOLLM2_135M.key),
+           source=realmodel.SMOLLM2_135M.key, sampling=SMOLLM2_CARD, sampling_from=SMOLLM2_CARD_FROM),
 ]}
+
+
+def pair_sampling(key: str) -> SamplingConfig:
+    """The sampling a run of preset `key` starts with (the app's defaults for an unknown key)."""
+    preset = PRESETS.get(key)
+    return preset.sampling if preset is not None else SamplingConfig()
 
 
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"`:,;()\[\]]+){2,}[\\/]?")

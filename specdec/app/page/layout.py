@@ -85,7 +85,7 @@ SAID = gr.I18n(en={"common.complete": "Done", "common.error": "Error"})
 
 def _controls(v) -> None:
     """The form (a `RunRequest`, its defaults), the Run and Stop buttons, the examples."""
-    d = RunRequest()
+    d = RunRequest().resolved()
     context = context_of(BUNDLED)
     most = limits.max_new_tokens_for(context)
     with gr.Row():
@@ -120,6 +120,7 @@ def _controls(v) -> None:
                 v.top_k = gr.Number(d.top_k, label="top-k (0 = off)", precision=0, minimum=0, elem_id="top-k")
                 v.top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p", elem_id="top-p")
                 v.seed = gr.Number(d.seed, label="seed", precision=0, minimum=0, elem_id="seed")
+            v.sampling_note = gr.Markdown(handlers.sampling_line(d.preset), elem_id="sampling-note")
     # The status line (with the run's one-line result) right under the form, where the eye is after
     # a click on Run: below the examples it was below the fold at 1000 px.
     v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
@@ -228,7 +229,8 @@ def _wire_run(demo: gr.Blocks, v) -> None:
                      show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
     ran = [v.run_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate"),
            v.prompt.submit(fn=run, outputs=main_out, **run_event, api_name=False),
-           demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])]
+           demo.load(follow_link, [v.stops], [*controls, v.sampling_note, *main_out], api_name=False,
+                     show_progress_on=[v.status])]
     restore.keep_links(v, runs=ran)   # the run's link, for the address bar
     v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
     for which, button, api_name in (("other rule", v.other_rule_btn, "side_by_side_rule"),
@@ -244,7 +246,8 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         event(**room)
     # Picking a real model this machine lacks fetches it (SPECDEC_FETCH) with a progress bar, then
     # loads it; the drafter and the prompt follow the pair.
-    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt], [v.drafter, v.prompt, v.status],
+    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt, v.temperature, v.top_k, v.top_p],
+                   [v.drafter, v.prompt, v.status, v.temperature, v.top_k, v.top_p, v.sampling_note],
                    api_name=False, show_progress_on=[v.status])
 
 
