@@ -117,6 +117,16 @@ class FeatureNet(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
+def outside_vocab(net, vocab_size: int, device) -> torch.Tensor | None:
+    """[vocab_size] float32: 1 at the ids outside the net's vocabulary subset, 0 inside (None when
+    its q reads every id): what `reduction.round_summary` sums p over."""
+    if net.vocab is None:
+        return None
+    mask = torch.ones(vocab_size, device=device)
+    mask[net.vocab.to(device)] = 0.0
+    return mask
+
+
 def head_logits(head, vocab_size: int, ids: torch.Tensor | None = None):
     """feature [.., d] -> float32 logits [.., vocab_size] through the target's own output head: a
     bias-free `nn.Linear` as one product with its rows (its first vocab_size; the ids past them are

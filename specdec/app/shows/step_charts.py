@@ -265,20 +265,29 @@ def bias_note(gen: Generation, pos) -> str:
 
 
 def unreachable_note(gen: Generation, pos) -> str:
-    """The p-mass where q is 0 at one position, in words: the tokens no draft can be, which only the
-    residual gives. For a drafter that reads a vocabulary subset, that is (mostly) the mass outside
-    its vocabulary; empty where the trace does not store it or the run's drafter has no subset."""
-    vocab, mass = gen.models.get("draft_vocab"), pos.p_where_q_is_0
-    if mass is None or not vocab:
+    """The p-mass no draft can be at one position, in words, for a drafter whose q reads a vocabulary
+    subset: p's mass outside that vocabulary (`p_outside_vocab`), and, when sampling cut q too, all
+    of p where q is 0; and what gives those tokens under this run's rule. Empty where the trace does
+    not store it or the run's drafter has no subset."""
+    vocab, outside, mass = gen.models.get("draft_vocab"), pos.p_outside_vocab, pos.p_where_q_is_0
+    if not vocab or (outside is None and mass is None):
         return ""
     total = gen.models.get("vocab_size")
     holds = f"{vocab:,} of the {total:,} token ids" if total else f"{vocab:,} token ids"
     sampling = gen.settings.sampling
-    cut = (" or cut by top-k / top-p" if not sampling.greedy and (sampling.top_k or sampling.top_p < 1) else
-           ", or, at temperature 0, anywhere but the drafter's one token" if sampling.greedy else "")
-    return (f"Outside the drafter's vocabulary: its q reads {holds}, so here p puts {mass:.4f} of its mass where "
-            f"q is 0 (outside that vocabulary{cut}). No draft can be such a token; only the residual gives it, "
-            "which is why the output stays exactly p.")
+    cut = ("at temperature 0 q is one-hot on the drafted token: 0 on every other id" if sampling.greedy else
+           "top-k / top-p set q to 0 on more ids" if sampling.top_k or sampling.top_p < 1 else "")
+    if outside is not None:
+        said = (f"Outside the drafter's vocabulary: its q reads {holds}, and p puts {sig3(outside)} of its mass "
+                "outside it.")
+        if cut and mass is not None and mass > outside:
+            said += f" In all p puts {sig3(mass)} where q is 0 ({cut})."
+    else:   # an older trace: only the mass where q is 0, whatever made q 0 there
+        said = f"Its q reads {holds}; p puts {sig3(mass)} of its mass where q is 0" + (f" ({cut})." if cut else ".")
+    if gen.settings.skip_adjustment:
+        return (said + " No draft can be such a token. The exact rule gives those tokens through the residual; "
+                "this run skipped the adjustment, so its output here is biased (the TV above), not p.")
+    return said + " No draft can be such a token; only the residual gives it, which is why the output stays exactly p."
 
 
 def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
