@@ -88,9 +88,9 @@ def run_text(gen: Generation, prompt: str, colour: bool) -> str:
 
 def comparison_line(spec: Generation, alone: Generation) -> str:
     """A speculative run against the target alone, both timed warm (`measure.compare_with_target`)."""
-    from .speed import speedup
+    from .speed import speedup, tokens_in
 
     return (f"timed again, both warmed up, in the order speculative, alone, alone, speculative (mean of two each): "
-            f"speculative {spec.stats.new_tokens} tokens in {spec.stats.wall_seconds:.3f} s; target alone "
-            f"{alone.stats.new_tokens} tokens in {alone.stats.wall_seconds:.3f} s ({alone.stats.target_forwards} "
-            f"target forwards); speedup x{speedup(spec.stats, alone.stats):.2f}")
+            f"speculative {tokens_in(spec.stats, 3)}; target alone {tokens_in(alone.stats, 3)} "
+            f"({alone.stats.target_forwards} target forwards); speedup in tokens per second "
+            f"x{speedup(spec.stats, alone.stats):.2f}")

@@ -62,8 +62,8 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path, caps
     for outcome, look in LOOKS.items():
         assert (look.symbol in text) == (f"{look.symbol} {look.label}" in legend), outcome
     # The speedup printed is speed.speedup (a ratio of token rates), up to the printed rounding.
-    m = re.search(r"speculative (\d+) tokens in (\d+\.\d+) s; target alone (\d+) tokens in (\d+\.\d+) s "
-                  r".*speedup x(\d+\.\d+)", r.stdout)
+    m = re.search(r"speculative (\d+) tokens in (\d+\.\d+) s, [\d.]+ ms a token; target alone (\d+) tokens in "
+                  r"(\d+\.\d+) s, [\d.]+ ms a token .*speedup in tokens per second x(\d+\.\d+)", r.stdout)
     assert m, r.stdout
     assert int(m[1]) == int(m[3]) == len(gen.token_ids)   # both sides made the same number of tokens
     expected = speedup(Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])),

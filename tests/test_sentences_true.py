@@ -52,3 +52,86 @@ def test_outside_the_vocabulary_is_part_of_where_q_is_0(real_pair):
     for pos in tested:
         assert 0.0 <= pos.p_outside_vocab <= pos.p_where_q_is_0 + bound
     assert any(pos.p_outside_vocab > 0 for pos in tested)
+
+
+def test_skip_mode_never_says_the_output_stays_exactly_p(real_pair):
+    from specdec.app.shows.step_charts import bias_note
+    from specdec.sampling import Rule
+
+    gen = _features_run(real_pair, SamplingConfig(temperature=1.0), rule=Rule.SKIP_ADJUSTMENT)
+    tested = [pos for r in gen.rounds for pos in r.positions if pos.status is not Status.UNUSED]
+    biased = [pos for pos in tested if pos.skip_tv > 0]
+    assert biased
+    for pos in biased:
+        note = unreachable_note(gen, pos)
+        assert "biased" in bias_note(gen, pos) and note, pos
+        assert "exactly p" not in note and "biased" in note, note
+    exact = _features_run(real_pair, SamplingConfig(temperature=1.0))   # the negative control: the exact rule says it
+    assert "which is why the output stays exactly p" in unreachable_note(exact, exact.rounds[0].positions[0])
+
+
+def test_rounds_that_drafted_fewer_than_gamma_are_named_by_their_cause(bundled):
+    # The n-gram drafter finds nothing to copy in a short prompt: its first rounds draft fewer than
+    # γ, and the page said all of them were "the end of the run".
+    from specdec.app.shows.charts import short_rounds
+
+    gen = speculative_generate(bundled, "ROMEO:", RunSettings(gamma=4, max_new_tokens=30, seed=0, drafter="ngram",
+                                                              sampling=SamplingConfig(temperature=0.0)))
+    first = gen.rounds[0]
+    assert first.gamma < 4 and first.start + 4 + 1 < 30           # short, far from the end
+    by_drafter = sum(1 for r in gen.rounds if r.gamma < min(4, 30 - r.start - 1))
+    at_end = sum(1 for r in gen.rounds if r.gamma < 4) - by_drafter
+    words = short_rounds(gen)
+    assert f"{by_drafter} because the drafter proposed fewer" in words and by_drafter > 0, words
+    assert f"{at_end} at the end of the run" in words and at_end > 0, words
+    model = speculative_generate(bundled, "ROMEO:", RunSettings(gamma=4, max_new_tokens=30, seed=0))
+    assert "drafter proposed fewer" not in short_rounds(model)   # the draft model always drafts γ
+
+
+@pytest.fixture(scope="module")
+def compared(bundled):
+    """A greedy run and the target alone, timed as the Decode tab's comparison times them."""
+    from specdec.app.server.runs import COMPARE_REPEATS
+    from specdec.measure import timed_repeats
+
+    settings = RunSettings(gamma=4, max_new_tokens=32, seed=0, sampling=SamplingConfig(temperature=0.0))
+    return timed_repeats(bundled, "To be, or not to be", settings, repeats=COMPARE_REPEATS)
+
+
+def test_a_rounds_cost_is_said_in_one_unit_and_each_v_is_named(compared):
+    # "each round costs one target forward" (How it works) beside "each round cost 1.83 target
+    # forwards" (metrics), and v = 1.71 beside "verifying 1.61" in one panel.
+    from pathlib import Path
+
+    from specdec.app.shows import charts
+    from specdec.speed import explain, run_point
+
+    spec, ar = compared.spec.stats, compared.ar.stats
+    point = run_point(spec, 4, ar)
+    sentence = explain(spec, ar, 4).sentence
+    assert "target forwards (drafting" not in sentence and "one-token target steps" in sentence
+    assert f"verifying v = {point.forwards_only.verify(4):.2f}" in sentence
+    assert f"with the loop's other work, v = {point.whole_loop.verify(4):.2f}" in sentence
+    panel = "\n".join(charts._comparison_rows(compared.spec, compared.ar, compared.spec, compared.speedups))
+    assert f"(its whole loop: target step {point.whole_loop.target_step_ms:.2f} ms" in panel
+    how = (Path(charts.__file__).parents[1] / "page" / "static" / "how_it_works.md").read_text(encoding="utf-8")
+    assert "costs one target forward" not in how and "one target forward pass" in how
+
+
+def test_runs_of_different_lengths_are_compared_per_token(compared):
+    # The status line printed 64 tokens' time beside the target alone's 34 tokens' time.
+    import dataclasses
+
+    from specdec.app.shows import charts, views
+    from specdec.speed import tokens_in
+
+    ar = dataclasses.replace(compared.ar, stats=dataclasses.replace(compared.ar.stats, new_tokens=17))
+    spec = compared.spec.stats
+    status = views.done_status(compared.spec, ar, compared.spec)
+    ms_ar = 1000 * ar.stats.wall_seconds / 17
+    assert f"Autoregressive: 17 tokens in {ar.stats.wall_seconds:.2f} s, {ms_ar:.1f} ms a token" in status, status
+    assert f"{1000 * spec.wall_seconds / spec.new_tokens:.1f} ms a token" in status
+    assert "speedup in tokens per second" in status
+    panel = "\n".join(charts._comparison_rows(compared.spec, ar, compared.spec))
+    assert tokens_in(ar.stats) in panel and tokens_in(spec) in panel
+    assert charts.run_summary(ar).startswith(f"the target alone: {tokens_in(ar.stats)}")

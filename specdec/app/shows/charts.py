@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ...looks import LOOKS, PALETTE, token_label, visible_token
 from ...outcomes import Ending, Status, events
-from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
+from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split, tokens_in
 from ...trace import Generation
 from .beta_strip import strip_html
 
@@ -132,13 +132,12 @@ def run_summary(gen: Generation) -> str:
     """One line of a run's numbers, for the side-by-side view."""
     s = gen.stats
     if not gen.settings.speculative:
-        return (f"the target alone: {s.new_tokens} tokens, {s.target_forwards} target forwards, "
-                f"{s.wall_seconds:.2f} s")
+        return f"the target alone: {tokens_in(s)}, {s.target_forwards} target forwards"
     rule = "adjustment skipped (biased)" if gen.settings.skip_adjustment else "exact rule"
     bias = f"{s.skip_tv_mean:.4f}" if gen.settings.skip_adjustment else "0 (closed form)"
     return (f"{rule}: α = {s.acceptance_rate:.3f}, mean β = {s.expected_acceptance:.3f}, "
             f"{s.tokens_per_target_forward:.2f} tokens per target forward, mean TV to p = {bias}, "
-            f"{s.new_tokens} tokens in {s.wall_seconds:.2f} s")
+            f"{tokens_in(s)}")
 
 
 def side_by_side_html(gen: Generation | None, other: Generation | None, label: str) -> str:
@@ -370,10 +369,10 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
              if whole is not None else "")
     mean = " (mean of the repeats)" if len(speedups) > 1 else ""
     return [
-        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s{mean} | "
+        f"| timed again, unstreamed (same seed, same tokens) | {tokens_in(t)}{mean} | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
         "interleaved, the same way |",
-        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s{mean}, "
+        f"| autoregressive run (same settings) | {tokens_in(ar.stats)}{mean}, "
         f"{ar.stats.target_forwards} target forwards | |",
         f"| speedup over the target alone (tokens per second) | measured speedup "
         f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
@@ -386,12 +385,24 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
 
 def _why_tokens_differ(gen: Generation) -> str:
     """Why the measured tokens per forward need not equal the formula's, in this run's numbers."""
-    gamma = gen.settings.gamma
-    short = sum(1 for r in gen.rounds if r.gamma < gamma)
-    cut = (f"{short} of its {len(gen.rounds)} rounds drafted fewer than γ (the end of the run), and "
-           if short else "")
+    words = short_rounds(gen)
+    cut = f"{words} and " if words else ""
     return (f"Measured and predicted differ because {cut}the formula gives every position one rate r, while "
             "each of this run's positions has its own β (certain and doubtful positions do not average to one r).")
+
+
+def short_rounds(gen: Generation) -> str:
+    """How many rounds drafted fewer than γ, and why, each named by its cause: the run's end (a round
+    never drafts past max new tokens) or the drafter, which proposed fewer (n-gram: no match that
+    long in the context); '' when none did."""
+    gamma, most = gen.settings.gamma, gen.settings.max_new_tokens
+    short = [r for r in gen.rounds if r.gamma < gamma]
+    if not short:
+        return ""
+    at_end = sum(1 for r in short if r.gamma == max(0, min(gamma, most - r.start - 1)))
+    causes = [f"{at_end} at the end of the run (none drafts past max new tokens)" if at_end else "",
+              f"{len(short) - at_end} because the drafter proposed fewer" if len(short) > at_end else ""]
+    return f"{len(short)} of its {len(gen.rounds)} rounds drafted fewer than γ — {', '.join(c for c in causes if c)} —"
 
 
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,

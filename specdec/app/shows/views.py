@@ -16,7 +16,7 @@ import pandas as pd
 from ...decoding import STOPPED
 from ...looks import LOOKS, PALETTE, token_label
 from ...outcomes import Ending
-from ...speed import expected_tokens_per_round, run_point, speedup
+from ...speed import expected_tokens_per_round, run_point, speedup, tokens_in
 from ...trace import Generation
 from . import charts, step_charts
 from .charts import sig3
@@ -222,8 +222,9 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
                 f"{result_line(gen)}{told}")
     t = (timed or gen).stats
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
-            f"unstreamed ({s.wall_seconds:.2f} s while streaming to the page). Autoregressive: "
-            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+            f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
+            f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
+            f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
 
 
 def result_line(gen: Generation) -> str:
