@@ -135,3 +135,21 @@ def test_runs_of_different_lengths_are_compared_per_token(compared):
     panel = "\n".join(charts._comparison_rows(compared.spec, ar, compared.spec))
     assert tokens_in(ar.stats) in panel and tokens_in(spec) in panel
     assert charts.run_summary(ar).startswith(f"the target alone: {tokens_in(ar.stats)}")
+
+
+def test_each_pairs_features_drafter_is_named_with_its_own_cards_alpha():
+    # On SmolLM2 the explorer offered "features drafter (its card: α 0.80 at T = 1)": the bundled
+    # pair's drafter's number; SmolLM2's own card says 0.43.
+    import json
+
+    from specdec.app.page import speed_tab
+
+    real = json.loads(speed_tab.REAL_FEATURES_MEASURES.read_text(encoding="utf-8"))["measures"]
+    alpha = next(r["alpha"] for r in real["acceptance"] if r["temperature"] == 1.0)
+    profiles, _ = speed_tab.all_profiles(None)
+    drafters = [p.name for p in profiles if "features drafter" in p.name]
+    assert f"this CPU, SmolLM2-135M-Instruct's features drafter (its card: α {alpha:.2f} at T = 1)" in drafters
+    assert len(drafters) == 2
+    assert any(name.startswith("this CPU, the bundled pair's features drafter") for name in drafters)
+    row = next(r for r in real["acceptance"] if r["temperature"] == 1.0)
+    assert speed_tab.real_features_card_profile().c == row["draft_ms_per_draft"] / row["target_step_ms"]

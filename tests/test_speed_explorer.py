@@ -212,7 +212,7 @@ def test_the_features_drafter_s_card_is_a_profile_with_its_measured_c_and_alpha(
     assert prof.c == row["draft_ms_per_draft"] / card["cost"]["target_step_ms"] == row["c"]
     assert f"α {row['alpha']:.2f}" in prof.name and prof.verify(card["cost"]["gamma"]) is not None
     profiles, _ = speed_tab.all_profiles(None)
-    assert profiles[-1].name == prof.name
+    assert [p.name for p in profiles[-2:]] == [prof.name, speed_tab.real_features_card_profile().name]
     out = speed_tab.explore(None, prof.name, 4, row["alpha"], None)
     assert out["c"] == round(prof.c, 3) and prof.name in out["profile"]["choices"]
     assert speed_tab.features_card_profile(tmp_path / "missing.json") is None
