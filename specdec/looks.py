@@ -67,9 +67,26 @@ def visible_token(text: str) -> str:
     return shown or "∅"
 
 
+# The end-of-sequence token, written one way wherever a run's output or its numbers name it (the
+# text, the charts, the tables, the status line, the terminal): it was ⟨eos⟩ in a chart, "(eos)" in
+# the status line and SmolLM2's own <|im_end|> in the text (issue 53). A prompt shown as the model
+# reads it (its chat template) keeps the tokenizer's own text: that is what the model reads.
+EOS = "⟨eos⟩"
+
+
+def token_text(gen, token_id: int) -> str:
+    """A generated token's text as the run's output shows it: its own text, EOS as `EOS`."""
+    return EOS if token_id == gen.eos_token_id else gen.token(token_id)
+
+
+def stop_text(stopped: str) -> str:
+    """Why a run stopped, in words: "eos" as `EOS`, "max_new_tokens" as "max new tokens"."""
+    return EOS if stopped == "eos" else stopped.replace("_", " ")
+
+
 def token_label(gen, token_id: int) -> str:
     """A token of a `trace.Generation` as charts and tables name it: whitespace made visible,
-    EOS as ⟨eos⟩."""
+    EOS as `EOS`."""
     if token_id == gen.eos_token_id:
-        return "⟨eos⟩"
+        return EOS
     return visible_token(gen.token(token_id))

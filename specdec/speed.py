@@ -122,8 +122,10 @@ def predicted_at(spec: Stats, ar: Stats, rate: float, gamma: int | None = None, 
     return leviathan_speedup(min(max(rate, 0.0), 1.0), g, prof.c, prof.verify(g))
 
 
-def explain(spec: Stats, ar: Stats, gamma: int | None = None) -> SpeedStory:
-    """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow."""
+def explain(spec: Stats, ar: Stats, gamma: int | None = None, speedups: tuple[float, ...] = ()) -> SpeedStory:
+    """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow.
+    `speedups`: the repeats' own (two or more): a result whose spread holds 1× is called neither a
+    win nor a loss (issue 53: "It won" was said of 1.01× with repeats from 0.87× to 1.22×)."""
     g = _gamma_of(spec, gamma)
     point = run_point(spec, g, ar)
     measured = speedup(spec, ar)
@@ -146,7 +148,10 @@ def explain(spec: Stats, ar: Stats, gamma: int | None = None) -> SpeedStory:
             f"forwards alone. Work outside the forwards (sampling, bookkeeping, the trace) took {other_share:.0%} of "
             f"the speculative run and {ar_other:.0%} of the target alone's; counting it, this run's costs predict "
             f"**{predicted:.2f}×**, and the rounds gave {gave:.2f} tokens each where α predicts {tokens:.2f}.")
-    if measured >= 1 and measured >= 0.9 * predicted:
+    if len(speedups) > 1 and min(speedups) <= 1 <= max(speedups):
+        tail = (f" Its repeats ranged {min(speedups):.2f}–{max(speedups):.2f}×, on both sides of 1×: no win and no "
+                "loss that timing noise could not make; run longer or compare the predicted speedups.")
+    elif measured >= 1 and measured >= 0.9 * predicted:
         tail = " It won because the rounds yield more tokens than they cost."
     elif tokens <= cost:
         worst = "drafting" if draft_steps > verify_steps - 1 else "verifying"

@@ -39,9 +39,10 @@ def mark(outcome, text: str, colour: bool) -> str:
 def render_tokens(gen: Generation, colour: bool) -> str:
     """The generated text with every token marked: accepted drafts, rejected drafts (where they
     were proposed), and how each round's last token was produced."""
+    from .looks import token_text
     from .outcomes import events
 
-    return "".join(mark(ev.outcome, gen.token(ev.token), colour) for ev in events(gen) if ev.in_text)
+    return "".join(mark(ev.outcome, token_text(gen, ev.token), colour) for ev in events(gen) if ev.in_text)
 
 
 def legend(gen: Generation, colour: bool) -> str:
@@ -65,12 +66,13 @@ def describe_device(pair) -> str:
 
 
 def stats_lines(gen: Generation) -> list[str]:
+    from .looks import stop_text
     from .speed import expected_tokens_per_round
 
     s = gen.stats
     gamma = gen.settings.gamma
     return [
-        f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {s.stopped}",
+        f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {stop_text(s.stopped)}",
         f"acceptance rate alpha = accepted/tested = {s.accepted}/{s.tested} = {s.acceptance_rate:.3f}"
         f"   (accepted/drafted = {s.accepted}/{s.drafted} = {s.accepted_per_drafted:.3f};"
         f" expected, mean beta = {s.expected_acceptance:.3f})",

@@ -148,7 +148,7 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     out = capsys.readouterr().out
     assert code == 0, out
     assert "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" in out
-    assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at eos" in out
+    assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at ⟨eos⟩" in out
     assert cli.main(["generate", "--preset", "smollm2-135m", "--prompt", FRANCE]) == 2
     assert "the 'model' drafter is a drafter this pair lacks" in capsys.readouterr().err
 

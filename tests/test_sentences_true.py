@@ -43,10 +43,15 @@ def test_at_temperature_0_outside_the_drafters_vocabulary_is_ps_mass_outside_it(
     assert any(pos.p_outside_vocab == 0.0 for pos in rejected)   # the case the page got wrong
 
 
-def test_outside_the_vocabulary_is_part_of_where_q_is_0(real_pair):
+@pytest.fixture(scope="module")
+def real_sampled(real_pair):
+    return _features_run(real_pair, SamplingConfig(temperature=1.0))
+
+
+def test_outside_the_vocabulary_is_part_of_where_q_is_0(real_pair, real_sampled):
     # Sampled over the whole vocabulary: q is 0 outside its subset (and nowhere inside, bar
     # underflow), so the two sums hold the same ids, added in another order.
-    gen = _features_run(real_pair, SamplingConfig(temperature=1.0))
+    gen = real_sampled
     tested = [pos for r in gen.rounds for pos in r.positions if pos.status is not Status.UNUSED]
     bound = rounding(real_pair.vocab_size, "float64")
     for pos in tested:
@@ -54,7 +59,7 @@ def test_outside_the_vocabulary_is_part_of_where_q_is_0(real_pair):
     assert any(pos.p_outside_vocab > 0 for pos in tested)
 
 
-def test_skip_mode_never_says_the_output_stays_exactly_p(real_pair):
+def test_skip_mode_never_says_the_output_stays_exactly_p(real_pair, real_sampled):
     from specdec.app.shows.step_charts import bias_note
     from specdec.sampling import Rule
 
@@ -66,7 +71,7 @@ def test_skip_mode_never_says_the_output_stays_exactly_p(real_pair):
         note = unreachable_note(gen, pos)
         assert "biased" in bias_note(gen, pos) and note, pos
         assert "exactly p" not in note and "biased" in note, note
-    exact = _features_run(real_pair, SamplingConfig(temperature=1.0))   # the negative control: the exact rule says it
+    exact = real_sampled   # the negative control: the exact rule says it
     assert "which is why the output stays exactly p" in unreachable_note(exact, exact.rounds[0].positions[0])
 
 
@@ -153,3 +158,96 @@ def test_each_pairs_features_drafter_is_named_with_its_own_cards_alpha():
     assert any(name.startswith("this CPU, the bundled pair's features drafter") for name in drafters)
     row = next(r for r in real["acceptance"] if r["temperature"] == 1.0)
     assert speed_tab.real_features_card_profile().c == row["draft_ms_per_draft"] / row["target_step_ms"]
+
+
+def test_one_number_is_printed_one_way_in_charts_tables_and_notes(real_sampled):
+    # p 6.29e-08 in a chart and 0 in its table; "p sums to 1.0000019" beside "p summed to 1.000003".
+    import re
+
+    from specdec.app.page import lab_tab
+    from specdec.app.shows.step_charts import acceptance_rows, pq_rows
+
+    gen = real_sampled
+    tiny = [(r, i, x) for r, rd in enumerate(gen.rounds) for i, pos in enumerate(rd.positions)
+            for x in (*pos.p.probs, *pos.q.probs) if 0 < x < 5e-7]
+    assert tiny, "no probability below 5e-7 among the stored ids: pick another prompt"
+    r, i, x = tiny[0]
+    shown = [v for row in pq_rows(gen, r, i) for v in row[2:4]]
+    assert float(f"{x:.6g}") in shown and 0.0 not in [v for v in shown if v is not None and v < 5e-7]
+    assert all(f"{v:.3g}" == sig3(v) for v in shown if v)                  # the chart's 3 digits of the same value
+    rows = dict((row[0], row[1]) for row in acceptance_rows(gen, r, i))
+    assert rows["p(x)"] == float(f"{gen.rounds[r].positions[i].p_draft:.6g}")
+    # A sum off 1: the note when the rows are taken, and the lab's own note when it runs them.
+    for r, rd in enumerate(gen.rounds):
+        for i, _ in enumerate(rd.positions):
+            taken = lab_tab.take_from_run(gen, (r, i))
+            said = re.findall(r"\b([pq]) sums to ([0-9.e-]+)", taken["status"])
+            if not said:
+                continue
+            ran = lab_tab.run_lab(taken["table"], 2000, 0)["status"]
+            for name, total in said:
+                assert f"{name} summed to {total}, not 1" in ran, (taken["status"], ran)
+            return
+    pytest.fail("no position's p or q sums off 1 by more than the lab's tolerance")
+
+
+def test_the_end_of_sequence_token_is_written_one_way(real_pair, real_greedy):
+    # ⟨eos⟩ in a chart, "(eos)" in the status line, <|im_end|> in the text.
+    from specdec.app.shows import charts, views
+    from specdec.looks import EOS, token_label
+    from specdec.settings import AUTOREGRESSIVE
+    from specdec.terminal import render_tokens, stats_lines
+
+    gen = real_greedy
+    assert gen.stats.stopped == "eos" and gen.token(gen.eos_token_id) == "<|im_end|>", gen.text
+    last = len(gen.rounds) - 1
+    shown = [charts.text_html(gen), views.done_status(gen, None), render_tokens(gen, False),
+             "\n".join(stats_lines(gen)), views.round_caption(gen, last), token_label(gen, gen.eos_token_id),
+             " ".join(str(cell) for row in charts.timeline_rows(gen) for cell in row)]
+    for words in shown:
+        assert "im_end" not in words and "(eos)" not in words and "at eos" not in words, words
+    assert all(EOS in words for words in shown)
+    alone = speculative_generate(real_pair, QUESTION, RunSettings(mode=AUTOREGRESSIVE, gamma=1, max_new_tokens=24,
+                                                                  sampling=SamplingConfig(temperature=0.0)))
+    assert alone.token_ids[-1] == alone.eos_token_id
+    html = charts.text_html(alone)
+    assert "im_end" not in html and html.count(EOS) == 1
+
+
+def test_the_ngram_drafter_never_proposes_a_chat_templates_special_tokens(real_pair):
+    # It copied <|im_start|> and <|im_end|> from the prompt's chat template into its drafts.
+    from specdec.drafters import NgramDrafter, special_ids
+
+    special = special_ids(real_pair)
+    assert {1, 2} <= special                               # <|im_start|>, <|im_end|>
+    _, ids = real_pair.encode(QUESTION)
+    plain, careful = NgramDrafter(real_pair.vocab_size), NgramDrafter(real_pair.vocab_size, special=special)
+    # Every prefix of the templated prompt, as a context a round could draft from.
+    copied = [n for n in range(2, len(ids) + 1) if set(plain.lookup(ids[:n], 8)) & special]
+    assert copied, "the plain lookup copied no special token from this template: the control shows nothing"
+    for n in range(2, len(ids) + 1):
+        assert not set(careful.lookup(ids[:n], 8)) & special
+    gen = speculative_generate(real_pair, QUESTION, RunSettings(gamma=6, max_new_tokens=24, seed=0, drafter="ngram",
+                                                                sampling=SamplingConfig(temperature=0.0)))
+    assert not {pos.draft_token for r in gen.rounds for pos in r.positions} & special
+
+
+def test_a_win_is_called_only_outside_the_repeats_spread(compared):
+    # "It won" was said of a 1.01× run whose repeats ranged 0.87–1.22×.
+    import dataclasses
+
+    from specdec.app.shows import charts
+    from specdec.speed import explain, speedup
+
+    spec = compared.spec.stats
+    ar = dataclasses.replace(compared.ar.stats, wall_seconds=1.01 * spec.wall_seconds * compared.ar.stats.new_tokens
+                             / spec.new_tokens)
+    assert abs(speedup(spec, ar) - 1.01) < 1e-9
+    story = explain(spec, ar, 4, (0.87, 1.22, 1.01))
+    assert "It won" not in story.sentence and "It lost" not in story.sentence
+    assert "Its repeats ranged 0.87–1.22×, on both sides of 1×" in story.sentence
+    assert "Its repeats ranged" not in explain(spec, ar, 4, (1.05, 1.22)).sentence   # all above 1: no such words
+    assert "Its repeats ranged" not in explain(spec, ar, 4).sentence                  # one pair of runs: no spread
+    ar_gen = dataclasses.replace(compared.ar, stats=ar)
+    panel = "\n".join(charts._comparison_rows(compared.spec, ar_gen, compared.spec, (0.87, 1.22, 1.01)))
+    assert "It won" not in panel and "on both sides of 1×" in panel

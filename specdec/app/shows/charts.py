@@ -12,7 +12,7 @@ import html
 
 import plotly.graph_objects as go
 
-from ...looks import LOOKS, PALETTE, token_label, visible_token
+from ...looks import LOOKS, PALETTE, token_label, token_text, visible_token
 from ...outcomes import Ending, Status, events
 from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split, tokens_in
 from ...trace import Generation
@@ -50,6 +50,13 @@ def unique_labels(gen: Generation, ids: list[int]) -> list[str]:
 def sig3(x: float) -> str:
     """Three significant digits: small probabilities stay readable."""
     return f"{x:.3g}"
+
+
+def table_number(x: float | None, digits: int = 6) -> float | None:
+    """A probability as every table on the page holds it: `digits` significant digits, the charts'
+    own rounding (`sig3`) with more of them, so a chart's 6.29e-08 is 6.29417e-08 in its table, not
+    the 0 that six decimal places gave (issue 53). None stays None."""
+    return None if x is None else float(f"{x:.{digits}g}")
 
 
 def fixed(x: float | None, digits: int = 4) -> str:
@@ -96,6 +103,15 @@ def event_title(gen: Generation, ev) -> str:
             f"(p={pos.p_draft:.4f}, q={pos.q_draft:.4f}, u={pos.u:.4f} {test} min(1, p/q)={min(1.0, pos.ratio):.4f})")
 
 
+def _eos_shown(gen: Generation) -> str:
+    """An autoregressive run's decoded text with its end-of-sequence token written as everywhere
+    else (`looks.EOS`), not as the tokenizer's own text (SmolLM2's <|im_end|>)."""
+    ids, text = gen.token_ids, gen.text
+    if ids and ids[-1] == gen.eos_token_id and text.endswith(gen.token(ids[-1])):
+        return text[:len(text) - len(gen.token(ids[-1]))] + token_text(gen, ids[-1])
+    return text
+
+
 def text_html(gen: Generation | None, selected_round: int | None = None, strip: bool = True) -> str:
     """The prompt, then every generated token marked by its fate; rejected drafts struck through
     where they were proposed, under the β strip (`beta_strip`, unless `strip` is False). Every
@@ -104,11 +120,11 @@ def text_html(gen: Generation | None, selected_round: int | None = None, strip: 
         return '<div class="specdec-text" style="color:#666">Run a generation, or import a trace, to see it here.</div>'
     parts = [f'<span class="prompt" style="color:#555">{html.escape(gen.prompt)}</span>']
     if not gen.settings.speculative:   # an autoregressive trace has no rounds
-        parts.append(html.escape(gen.text))
+        parts.append(html.escape(_eos_shown(gen)))
     chunks: dict[int, list[str]] = {}
     for ev in events(gen):
         if ev.in_text:
-            span = _span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round)
+            span = _span(ev.outcome, token_text(gen, ev.token), event_title(gen, ev), ev.round)
             chunks.setdefault(ev.round, []).append(span)
     for r, chunk in chunks.items():
         # a box-shadow (not an outline) so that a round broken over lines gets a plain box on each line
@@ -232,7 +248,7 @@ def timeline_rows(gen: Generation | None) -> list[list]:
             drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + token_label(gen, ev.token))
     return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
              f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", token_label(gen, r.end_token),
-             visible_token("".join(gen.token(t) for t in r.emitted)), round(r.draft_seconds, 4),
+             visible_token("".join(token_text(gen, t) for t in r.emitted)), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
 
@@ -362,7 +378,7 @@ def _repeats_cell(speedups: tuple[float, ...]) -> str:
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
                      speedups: tuple[float, ...] = ()) -> list[str]:
     t, gamma = (timed or gen).stats, gen.settings.gamma
-    story = explain(t, ar.stats, gamma)
+    story = explain(t, ar.stats, gamma, speedups)
     from_beta = predicted_at(t, ar.stats, t.expected_acceptance, gamma)
     whole = run_point(t, gamma, ar.stats).whole_loop
     costs = (f"target step {whole.target_step_ms:.2f} ms, c = {whole.c:.3f}, v = {whole.verify(gamma):.2f}"

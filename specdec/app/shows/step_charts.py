@@ -33,6 +33,7 @@ from .charts import (
     relaid,
     show_token,
     sig3,
+    table_number,
     unique_labels,
 )
 
@@ -178,10 +179,10 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
-    rows = [[token_label(gen, i), i, round(a, 6), round(b, 6), round(min(a, b), 6),
+    rows = [[token_label(gen, i), i, table_number(a), table_number(b), table_number(min(a, b)),
              "◀ drafted" if i == pos.draft_token else ""]
             for i, a, b in zip(pos.p.ids, pos.p.probs, pos.q.probs)]
-    rows += [[name, None, round(a, 6), round(b, 6), round(min(a, b), 6), ""]
+    rows += [[name, None, table_number(a), table_number(b), table_number(min(a, b)), ""]
              for name, a, b in zip(tail_labels(pos.p), pos.p.buckets(), pos.q.buckets())]
     return rows
 
@@ -299,17 +300,19 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
     untested = pos.status is Status.UNUSED
     here = "— (not tested: no output here)" if untested else \
         0.0 if not gen.settings.skip_adjustment else _r(pos.skip_tv)
-    return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
-            ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
+    return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", table_number(pos.p_draft)],
+            ["q(x)", table_number(pos.q_draft)], ["p(x)/q(x)", table_number(pos.ratio)],
             ["min(1, p(x)/q(x)): chance the drafted token x passes (known once x is drafted)",
-             round(min(1.0, pos.ratio), 6)],
-            ["u" + (" (drawn, never used)" if untested else ""), round(pos.u, 6)],
+             table_number(min(1.0, pos.ratio))],
+            ["u" + (" (drawn, never used)" if untested else ""), table_number(pos.u)],
             ["β = Σ min(p, q): chance a draft passes here, before it is drawn from q (min(1, p/q) averaged over q)",
-             round(pos.beta, 6)], ["verdict", pos.status.value],
+             table_number(pos.beta)], ["verdict", pos.status.value],
             ["TV(output here, p) under this run's rule", here],
             ["TV(output here, p) if the adjustment were skipped", "—" if untested else _r(pos.skip_tv)],
             ["p's mass where q is 0 (no draft can be those tokens; only the residual gives them)",
-             "— (not stored)" if pos.p_where_q_is_0 is None else round(pos.p_where_q_is_0, 6)]]
+             "— (not stored)" if pos.p_where_q_is_0 is None else table_number(pos.p_where_q_is_0)]] + (
+        [] if pos.p_outside_vocab is None else
+        [["p's mass outside the drafter's vocabulary (part of where q is 0)", table_number(pos.p_outside_vocab)]])
 
 
 # ---------------------------------------------------------------- how the round ended
@@ -449,7 +452,7 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
         p, q = v.p[k], None if v.q is None else v.q[k]
         note = "◀ drawn" if i == r.end_token else "◀ rejected draft" if i is not None and i == v.drafted else ""
         rows.append([label if i is None else token_label(gen, i), i, _r(p), _r(q), _r(None if q is None else p - q),
-                     round(v.sampled[k], 6), note])
+                     table_number(v.sampled[k]), note])
     return rows
 
 
@@ -457,4 +460,4 @@ END_HEADERS = ["token", "id", "p", "q", "p − q", "chance of being drawn", "not
 
 
 def _r(x):
-    return None if x is None else round(x, 6)
+    return None if x is None else table_number(x)

@@ -14,7 +14,7 @@ import gradio as gr
 import pandas as pd
 
 from ...decoding import STOPPED
-from ...looks import LOOKS, PALETTE, token_label
+from ...looks import LOOKS, PALETTE, stop_text, token_label, token_text
 from ...outcomes import Ending
 from ...speed import expected_tokens_per_round, run_point, speedup, tokens_in
 from ...trace import Generation
@@ -81,7 +81,7 @@ def show_step(gen: Generation | None, round_number, position) -> dict:
 
 def round_caption(gen: Generation, r: int) -> str:
     rnd = gen.rounds[r]
-    text = "".join(gen.token(t) for t in rnd.emitted)
+    text = "".join(token_text(gen, t) for t in rnd.emitted)
     look = LOOKS[rnd.ending]
     n = len(rnd.emitted)
     caption = (f"**Round {r + 1} of {len(gen.rounds)}**: drafted {len(rnd.positions)}, accepted {rnd.n_accepted}, "
@@ -215,7 +215,7 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     from the cache says so (its time is the time it took when it was decoded)."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
-    why = s.stopped.replace("_", " ")
+    why = stop_text(s.stopped)
     told = CACHED if cached else ""
     if ar is None:
         return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
