@@ -11,7 +11,7 @@ from specdec import RunSettings, SamplingConfig
 from specdec import features as fx
 from specdec.app.shows.charts import sig3
 from specdec.app.shows.step_charts import unreachable_note
-from specdec.decoding import speculative_generate
+from specdec.decoding import autoregressive_generate, speculative_generate
 from specdec.outcomes import Status
 
 QUESTION = "What is the capital of France?"
@@ -72,7 +72,8 @@ def test_skip_mode_never_says_the_output_stays_exactly_p(real_pair, real_sampled
         assert "biased" in bias_note(gen, pos) and note, pos
         assert "exactly p" not in note and "biased" in note, note
     exact = real_sampled   # the negative control: the exact rule says it
-    assert "which is why the output stays exactly p" in unreachable_note(exact, exact.rounds[0].positions[0])
+    first = next(pos for r in exact.rounds for pos in r.positions)
+    assert "which is why the output stays exactly p" in unreachable_note(exact, first)
 
 
 def test_rounds_that_drafted_fewer_than_gamma_are_named_by_their_cause(bundled):
@@ -171,10 +172,13 @@ def test_one_number_is_printed_one_way_in_charts_tables_and_notes(real_sampled):
     tiny = [(r, i, x) for r, rd in enumerate(gen.rounds) for i, pos in enumerate(rd.positions)
             for x in (*pos.p.probs, *pos.q.probs) if 0 < x < 5e-7]
     assert tiny, "no probability below 5e-7 among the stored ids: pick another prompt"
-    r, i, x = tiny[0]
-    shown = [v for row in pq_rows(gen, r, i) for v in row[2:4]]
-    assert float(f"{x:.6g}") in shown and 0.0 not in [v for v in shown if v is not None and v < 5e-7]
-    assert all(f"{v:.3g}" == sig3(v) for v in shown if v)                  # the chart's 3 digits of the same value
+    r, i, _ = tiny[0]
+    pos = gen.rounds[r].positions[i]
+    table = {row[1]: row[2:4] for row in pq_rows(gen, r, i) if row[1] is not None}
+    for token, p, q in zip(pos.p.ids, pos.p.probs, pos.q.probs):
+        for stored, shown in zip((p, q), table[token]):
+            assert (shown == 0) == (stored == 0), (token, stored, shown)      # 6.29e-08 is never shown as 0
+            assert sig3(shown) == sig3(stored) or stored == 0                 # the chart's digits of the same value
     rows = dict((row[0], row[1]) for row in acceptance_rows(gen, r, i))
     assert rows["p(x)"] == float(f"{gen.rounds[r].positions[i].p_draft:.6g}")
     # A sum off 1: the note when the rows are taken, and the lab's own note when it runs them.
@@ -195,7 +199,6 @@ def test_the_end_of_sequence_token_is_written_one_way(real_pair, real_greedy):
     # ⟨eos⟩ in a chart, "(eos)" in the status line, <|im_end|> in the text.
     from specdec.app.shows import charts, views
     from specdec.looks import EOS, token_label
-    from specdec.settings import AUTOREGRESSIVE
     from specdec.terminal import render_tokens, stats_lines
 
     gen = real_greedy
@@ -207,8 +210,7 @@ def test_the_end_of_sequence_token_is_written_one_way(real_pair, real_greedy):
     for words in shown:
         assert "im_end" not in words and "(eos)" not in words and "at eos" not in words, words
     assert all(EOS in words for words in shown)
-    alone = speculative_generate(real_pair, QUESTION, RunSettings(mode=AUTOREGRESSIVE, gamma=1, max_new_tokens=24,
-                                                                  sampling=SamplingConfig(temperature=0.0)))
+    alone = autoregressive_generate(real_pair, QUESTION, gen.settings)   # the side by side's target alone
     assert alone.token_ids[-1] == alone.eos_token_id
     html = charts.text_html(alone)
     assert "im_end" not in html and html.count(EOS) == 1
