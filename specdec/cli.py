@@ -109,37 +109,22 @@ def settings_of(args):
     """The run the command line asks for (a `RunSettings`), checked (ValueError) before any model
     loads: valid, and within the limits (`limits.check_run`) that the app keeps too."""
     from .app.server import limits
-    from .sampling import Rule, SamplingConfig
+    from .sampling import Rule
     from .settings import RunSettings
 
-    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                           sampling=SamplingConfig(*sampling_of(args)), seed=args.seed,
-                           rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
+    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, sampling=sampling_of(args)[0],
+                           seed=args.seed, rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
                            drafter=args.drafter, chat=False if args.raw else None).validate()
     limits.check_run(settings)
     return settings
 
 
 def sampling_of(args) -> tuple:
-    """(temperature, top-k, top-p): each as the command line gives it, else the preset's own
-    (`Preset.sampling`: SmolLM2-135M-Instruct's authors' T = 0.2, top-k 50, top-p 0.9; the
-    bundled pair's and a --target pair's T = 1, top-k 0, top-p 1)."""
-    from .models import BUNDLED, pair_sampling
+    """(SamplingConfig, where it came from): what the command line gives, else the preset's own
+    (`models.sampling_for`; a --target pair has the app's own)."""
+    from .models import BUNDLED, sampling_for
 
-    own = pair_sampling(args.preset or BUNDLED) if not getattr(args, "target", None) else pair_sampling("")
-    return tuple(own_value if given is None else given for given, own_value in
-                 zip((args.temperature, args.top_k, args.top_p), (own.temperature, own.top_k, own.top_p), strict=True))
-
-
-def sampling_words(args) -> str:
-    """Where a run's sampling came from, when the preset's own filled what the command line left."""
-    from .models import PRESETS
-
-    preset = PRESETS.get(args.preset or "")
-    unset = [name for name in ("temperature", "top_k", "top_p") if getattr(args, name) is None]
-    if not unset or preset is None or not preset.sampling_from or getattr(args, "target", None):
-        return ""
-    return f"sampling: {preset.sampling_from} (set --temperature, --top-k, --top-p to change it)"
+    return sampling_for(None if args.target else args.preset or BUNDLED, args.temperature, args.top_k, args.top_p)
 
 
 def run_generate(args) -> int:
@@ -162,8 +147,8 @@ def run_generate(args) -> int:
     print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
-    if sampling_words(args):
-        print(sampling_words(args))
+    if sampling_of(args)[1]:
+        print(f"sampling: {sampling_of(args)[1]} (set --temperature, --top-k, --top-p to change it)")
     # A chat prompt is shown as the model read it: the user's turn inside its chat template.
     print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, colour))
     if args.compare_ar:
@@ -187,9 +172,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
     own = "default: the preset's own (SmolLM2-135M-Instruct: its authors' T 0.2, top-k 50, top-p 0.9; else"
-    p.add_argument("--temperature", type=float, default=None, help=f"0 = greedy ({own} 1)")
-    p.add_argument("--top-k", type=int, default=None, help=f"0 = off ({own} 0)")
-    p.add_argument("--top-p", type=float, default=None, help=f"1 = off ({own} 1)")
+    for flag, kind, off, app in (("--temperature", float, "0 = greedy", 1), ("--top-k", int, "0 = off", 0),
+                                 ("--top-p", float, "1 = off", 1)):
+        p.add_argument(flag, type=kind, default=None, help=f"{off} ({own} {app})")
     p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")

@@ -74,10 +74,21 @@ PRESETS: dict[str, Preset] = {p.key: p for p in [
 ]}
 
 
-def pair_sampling(key: str) -> SamplingConfig:
+def pair_sampling(key: str | None) -> SamplingConfig:
     """The sampling a run of preset `key` starts with (the app's defaults for an unknown key)."""
-    preset = PRESETS.get(key)
+    preset = PRESETS.get(key or "")
     return preset.sampling if preset is not None else SamplingConfig()
+
+
+def sampling_for(key: str | None, temperature=None, top_k=None, top_p=None) -> tuple[SamplingConfig, str]:
+    """A run's sampling: each value given kept, each left None the preset's own (`pair_sampling`);
+    and where those came from in words ('' when every value was given, or they are the app's own)."""
+    own = pair_sampling(key)
+    given = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = SamplingConfig(**{name: getattr(own, name) if v is None else v for name, v in given.items()})
+    preset = PRESETS.get(key or "")
+    unset = preset is not None and preset.sampling_from and None in given.values()
+    return sampling, preset.sampling_from if unset else ""
 
 
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"`:,;()\[\]]+){2,}[\\/]?")
