@@ -123,6 +123,7 @@ def test_each_position_stores_p_outside_the_subset_and_the_step_viewer_says_it()
                 p = logits_to_probs(pair.target(torch.tensor([context])).logits[0, -1], sampling)
             want = 1 - float(p[ids].sum())
             assert abs(pos.p_where_q_is_0 - want) < bounds.rounding(16), (rnd.index, i)
+            assert abs(pos.p_outside_vocab - want) < bounds.rounding(16), (rnd.index, i)   # no cut: the same mass
             checked += 1
     assert checked >= 5 and max(pos.p_where_q_is_0 for r in gen.rounds for pos in r.positions) > 0.1
     pos = next(pos for r in gen.rounds for pos in r.positions)

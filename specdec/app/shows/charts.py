@@ -52,6 +52,12 @@ def sig3(x: float) -> str:
     return f"{x:.3g}"
 
 
+def prob_text(x: float) -> str:
+    """A probability in a sentence: four decimals, or three significant digits where four decimals
+    would print a positive value as 0 (6.29e-08, never 0.0000)."""
+    return f"{x:.4f}" if x == 0 or x >= 5e-5 else sig3(x)
+
+
 def table_number(x: float | None, digits: int = 6) -> float | None:
     """A probability as every table on the page holds it: `digits` significant digits, the charts'
     own rounding (`sig3`) with more of them, so a chart's 6.29e-08 is 6.29417e-08 in its table, not

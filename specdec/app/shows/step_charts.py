@@ -30,6 +30,7 @@ from .charts import (
     fixed,
     merged_layout,
     plotly_text,
+    prob_text,
     relaid,
     show_token,
     sig3,
@@ -279,12 +280,13 @@ def unreachable_note(gen: Generation, pos) -> str:
     cut = ("at temperature 0 q is one-hot on the drafted token: 0 on every other id" if sampling.greedy else
            "top-k / top-p set q to 0 on more ids" if sampling.top_k or sampling.top_p < 1 else "")
     if outside is not None:
-        said = (f"Outside the drafter's vocabulary: its q reads {holds}, and p puts {sig3(outside)} of its mass "
+        said = (f"Outside the drafter's vocabulary: its q reads {holds}, and p puts {prob_text(outside)} of its mass "
                 "outside it.")
         if cut and mass is not None and mass > outside:
-            said += f" In all p puts {sig3(mass)} where q is 0 ({cut})."
+            said += f" In all p puts {prob_text(mass)} where q is 0 ({cut})."
     else:   # an older trace: only the mass where q is 0, whatever made q 0 there
-        said = f"Its q reads {holds}; p puts {sig3(mass)} of its mass where q is 0" + (f" ({cut})." if cut else ".")
+        said = f"Its q reads {holds}; p puts {prob_text(mass)} of its mass where q is 0" + (
+            f" ({cut})." if cut else ".")
     if gen.settings.skip_adjustment:
         return (said + " No draft can be such a token. The exact rule gives those tokens through the residual; "
                 "this run skipped the adjustment, so its output here is biased (the TV above), not p.")
