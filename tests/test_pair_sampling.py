@@ -70,3 +70,15 @@ def test_the_page_says_where_the_sampling_comes_from():
     assert "authors' recommended T = 0.2, top-p 0.9 for SmolLM2-135M-Instruct" in line
     assert "change freely" in line and "T = 1, top-k 0" in line and "residual" in line
     assert "T = 1, top-k 0, top-p 1" in handlers.sampling_line("bundled")
+
+
+def test_each_example_is_labelled_whole_with_its_sampling():
+    # A table of the examples' seven fields ran past the page at 800 px; Gradio cuts a label past
+    # about 60 characters, so each label fits, and the real model's says its authors' sampling.
+    from specdec.app.page.layout import LABEL_CHARS, example_label
+
+    labels = [example_label(e) for e in api.EXAMPLES]
+    assert all(len(label) <= LABEL_CHARS for label in labels), labels
+    real = [label for e, label in zip(api.EXAMPLES, labels, strict=True) if e.preset == REAL]
+    assert real and all(label.endswith("T 0.2 top-p 0.9") and "SmolLM2" in label for label in real), real
+    assert len(set(labels)) == len(labels)

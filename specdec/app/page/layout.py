@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ...looks import LOOKS
-from ...models import BUNDLED, PRESETS, context_of
+from ...models import BUNDLED, PRESETS, context_of, pair_sampling
 from ...outcomes import Ending, Status
 from ...settings import DRAFTERS
 from ...trace import MAX_NOTE
@@ -124,8 +124,27 @@ def _controls(v) -> None:
     # The status line (with the run's one-line result) right under the form, where the eye is after
     # a click on Run: below the examples it was below the fold at 1000 px.
     v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
+    # Labelled: a table of all seven fields ran past the page's edge at 800 px.
     gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
-                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts")
+                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts",
+                example_labels=[example_label(ex) for ex in EXAMPLES])
+
+
+SHORT_PAIRS = {BUNDLED: "bundled", "smollm2-135m": "SmolLM2"}
+SHORT_DRAFTERS = {"model": "draft model", "ngram": "n-gram", "features": "features"}
+LABEL_CHARS = 60   # Gradio cuts an example's label past about 60 characters ("…")
+
+
+def example_label(ex: RunRequest) -> str:
+    """An example in one short line: its prompt's start, then pair, drafter, γ (when not 4) and
+    sampling, which must stay visible (SmolLM2's examples run at its authors' T 0.2, top-p 0.9)."""
+    sampling = ("greedy" if ex.temperature == 0 else f"T {ex.temperature:g}" + (f" top-k {ex.top_k}" if ex.top_k and
+                ex.top_k != pair_sampling(ex.preset).top_k else "") + (f" top-p {ex.top_p:g}" if ex.top_p < 1 else ""))
+    rest = ", ".join([SHORT_PAIRS.get(ex.preset, ex.preset), SHORT_DRAFTERS.get(ex.drafter, ex.drafter)]
+                     + ([f"γ {ex.gamma}"] if ex.gamma != 4 else []) + [sampling])
+    room = LABEL_CHARS - len(rest) - 3
+    prompt = ex.prompt.replace("\n", " ")
+    return f"{prompt if len(prompt) <= room else prompt[:room - 1] + '…'} — {rest}"
 
 
 def _run_view(v) -> None:
@@ -244,6 +263,8 @@ def _wire_run(demo: gr.Blocks, v) -> None:
                 api_name=False, queue=False, trigger_mode="always_last", **QUIET)
     for event in (v.preset.change, v.prompt.change, demo.load):
         event(**room)
+    # The line on where the sampling comes from follows the pair however it changes (an example too).
+    v.preset.change(handlers.sampling_line, [v.preset], [v.sampling_note], api_name=False, queue=False, **QUIET)
     # Picking a real model this machine lacks fetches it (SPECDEC_FETCH) with a progress bar, then
     # loads it; the drafter and the prompt follow the pair.
     v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt, v.temperature, v.top_k, v.top_p],
