@@ -30,10 +30,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from specdec.app.server.api import EXAMPLES, RunRequest
-    from specdec.decoding import speculative_generate
-    from specdec.models import SMOLLM2_CARD, load_pair
-    from specdec.sampling import SamplingConfig
-    from specdec.settings import AUTOREGRESSIVE, RunSettings
+    from specdec.core.sampling import SamplingConfig
+    from specdec.core.settings import AUTOREGRESSIVE, RunSettings
+    from specdec.decoding.loop import speculative_generate
+    from specdec.models.pair import SMOLLM2_CARD, load_pair
 
     pair = load_pair(preset="smollm2-135m", drafter="features")
     prompts = [e.prompt for e in EXAMPLES if e.preset == "smollm2-135m"] + list(QUESTIONS)

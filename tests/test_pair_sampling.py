@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from specdec.app.page import handlers
 from specdec.app.server import api
-from specdec.cli import build_parser, sampling_of, settings_of
-from specdec.models import PRESETS, pair_sampling
-from specdec.sampling import SamplingConfig
+from specdec.cli.main import build_parser, settings_of
+from specdec.core.sampling import SamplingConfig
+from specdec.models.pair import PRESETS, pair_sampling, sampling_for
 
 REAL = "smollm2-135m"
 CARD = SamplingConfig(temperature=0.2, top_k=50, top_p=0.9)
@@ -47,12 +47,16 @@ def test_the_real_models_examples_run_at_its_authors_sampling():
 
 def test_the_cli_runs_a_preset_at_its_own_sampling_and_says_where_it_comes_from():
     args = build_parser().parse_args(["generate", "--preset", REAL, "--prompt", "Hi", "--drafter", "ngram"])
-    assert settings_of(args).sampling == CARD and "T = 0.2, top-p 0.9" in sampling_of(args)[1]
+    assert settings_of(args).sampling == CARD
     args = build_parser().parse_args(["generate", "--preset", REAL, "--prompt", "Hi", "--drafter", "ngram",
                                       "--temperature", "1", "--top-k", "0", "--top-p", "1"])
-    assert settings_of(args).sampling == APP and sampling_of(args)[1] == ""
+    assert settings_of(args).sampling == APP
     args = build_parser().parse_args(["generate", "--prompt", "Hi"])
-    assert settings_of(args).sampling == APP and sampling_of(args)[1] == ""
+    assert settings_of(args).sampling == APP
+    # Where it comes from: said only where the preset's own filled something in.
+    assert "T = 0.2, top-p 0.9" in sampling_for(REAL, None, None, None)[1]
+    assert sampling_for(REAL, 1.0, 0, 1.0)[1] == "" and sampling_for("bundled", None, None, None)[1] == ""
+    assert sampling_for(None, None, None, None)[0] == APP   # a --target pair: the app's own
 
 
 def test_picking_a_pair_moves_sampling_left_at_a_pairs_own_and_keeps_a_visitors():

@@ -8,11 +8,11 @@ import pytest
 
 from bounds import rounding
 from specdec import RunSettings, SamplingConfig
-from specdec import features as fx
 from specdec.app.shows.charts import sig3
 from specdec.app.shows.step_charts import unreachable_note
-from specdec.decoding import autoregressive_generate, speculative_generate
-from specdec.outcomes import Status
+from specdec.decoding.loop import autoregressive_generate, speculative_generate
+from specdec.drafting import features as fx
+from specdec.trace.outcomes import Status
 
 QUESTION = "What is the capital of France?"
 
@@ -61,7 +61,7 @@ def test_outside_the_vocabulary_is_part_of_where_q_is_0(real_pair, real_sampled)
 
 def test_skip_mode_never_says_the_output_stays_exactly_p(real_pair, real_sampled):
     from specdec.app.shows.step_charts import bias_note
-    from specdec.sampling import Rule
+    from specdec.core.sampling import Rule
 
     gen = _features_run(real_pair, SamplingConfig(temperature=1.0), rule=Rule.SKIP_ADJUSTMENT)
     tested = [pos for r in gen.rounds for pos in r.positions if pos.status is not Status.UNUSED]
@@ -98,7 +98,7 @@ def test_rounds_that_drafted_fewer_than_gamma_are_named_by_their_cause(bundled):
 def compared(bundled):
     """A greedy run and the target alone, timed as the Decode tab's comparison times them."""
     from specdec.app.server.runs import COMPARE_REPEATS
-    from specdec.measure import timed_repeats
+    from specdec.explain.measure import timed_repeats
 
     settings = RunSettings(gamma=4, max_new_tokens=32, seed=0, sampling=SamplingConfig(temperature=0.0))
     return timed_repeats(bundled, "To be, or not to be", settings, repeats=COMPARE_REPEATS)
@@ -110,7 +110,7 @@ def test_a_rounds_cost_is_said_in_one_unit_and_each_v_is_named(compared):
     from pathlib import Path
 
     from specdec.app.shows import charts
-    from specdec.speed import explain, run_point
+    from specdec.explain.speed import explain, run_point
 
     spec, ar = compared.spec.stats, compared.ar.stats
     point = run_point(spec, 4, ar)
@@ -129,7 +129,7 @@ def test_runs_of_different_lengths_are_compared_per_token(compared):
     import dataclasses
 
     from specdec.app.shows import charts, views
-    from specdec.speed import tokens_in
+    from specdec.explain.speed import tokens_in
 
     ar = dataclasses.replace(compared.ar, stats=dataclasses.replace(compared.ar.stats, new_tokens=17))
     spec = compared.spec.stats
@@ -198,8 +198,8 @@ def test_one_number_is_printed_one_way_in_charts_tables_and_notes(real_sampled):
 def test_the_end_of_sequence_token_is_written_one_way(real_pair, real_greedy):
     # ⟨eos⟩ in a chart, "(eos)" in the status line, <|im_end|> in the text.
     from specdec.app.shows import charts, views
-    from specdec.looks import EOS, token_label
-    from specdec.terminal import render_tokens, stats_lines
+    from specdec.explain.looks import EOS, token_label
+    from specdec.explain.terminal import render_tokens, stats_lines
 
     gen = real_greedy
     assert gen.stats.stopped == "eos" and gen.token(gen.eos_token_id) == "<|im_end|>", gen.text
@@ -218,7 +218,7 @@ def test_the_end_of_sequence_token_is_written_one_way(real_pair, real_greedy):
 
 def test_the_ngram_drafter_never_proposes_a_chat_templates_special_tokens(real_pair):
     # It copied <|im_start|> and <|im_end|> from the prompt's chat template into its drafts.
-    from specdec.drafters import NgramDrafter, special_ids
+    from specdec.drafting.drafters import NgramDrafter, special_ids
 
     special = special_ids(real_pair)
     assert {1, 2} <= special                               # <|im_start|>, <|im_end|>
@@ -239,7 +239,7 @@ def test_a_win_is_called_only_outside_the_repeats_spread(compared):
     import dataclasses
 
     from specdec.app.shows import charts
-    from specdec.speed import explain, speedup
+    from specdec.explain.speed import explain, speedup
 
     spec = compared.spec.stats
     ar = dataclasses.replace(compared.ar.stats, wall_seconds=1.01 * spec.wall_seconds * compared.ar.stats.new_tokens

@@ -1,7 +1,7 @@
 """Pure figure and text builders: a `Generation` trace in, a Plotly figure / HTML / table out.
 
 Nothing here holds state, runs a model or recomputes model outputs: every number shown is read
-from the trace (see `specdec.trace`). Colours follow the Okabe-Ito palette (colour-blind safe)
+from the trace (see `specdec.trace.spine`). Colours follow the Okabe-Ito palette (colour-blind safe)
 and every outcome also has a second cue (a symbol, a line style or a marker shape), so colour is
 never the only signal. All token text is HTML-escaped before it reaches HTML or Plotly labels.
 """
@@ -12,10 +12,18 @@ import html
 
 import plotly.graph_objects as go
 
-from ...looks import LOOKS, PALETTE, token_label, token_text, visible_token
-from ...outcomes import Ending, Status, events
-from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split, tokens_in
-from ...trace import Generation
+from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token
+from ...explain.speed import (
+    depth_story,
+    expected_tokens_per_round,
+    explain,
+    predicted_at,
+    run_point,
+    time_split,
+    tokens_in,
+)
+from ...trace.outcomes import Ending, Status, events
+from ...trace.spine import Generation
 from .beta_strip import strip_html
 
 HIGHLIGHT = PALETTE["black"]
@@ -50,19 +58,6 @@ def unique_labels(gen: Generation, ids: list[int]) -> list[str]:
 def sig3(x: float) -> str:
     """Three significant digits: small probabilities stay readable."""
     return f"{x:.3g}"
-
-
-def prob_text(x: float) -> str:
-    """A probability in a sentence: four decimals, or three significant digits where four decimals
-    would print a positive value as 0 (6.29e-08, never 0.0000)."""
-    return f"{x:.4f}" if x == 0 or x >= 5e-5 else sig3(x)
-
-
-def table_number(x: float | None, digits: int = 6) -> float | None:
-    """A probability as every table on the page holds it: `digits` significant digits, the charts'
-    own rounding (`sig3`) with more of them, so a chart's 6.29e-08 is 6.29417e-08 in its table, not
-    the 0 that six decimal places gave (issue 53). None stays None."""
-    return None if x is None else float(f"{x:.{digits}g}")
 
 
 def fixed(x: float | None, digits: int = 4) -> str:
@@ -109,15 +104,6 @@ def event_title(gen: Generation, ev) -> str:
             f"(p={pos.p_draft:.4f}, q={pos.q_draft:.4f}, u={pos.u:.4f} {test} min(1, p/q)={min(1.0, pos.ratio):.4f})")
 
 
-def _eos_shown(gen: Generation) -> str:
-    """An autoregressive run's decoded text with its end-of-sequence token written as everywhere
-    else (`looks.EOS`), not as the tokenizer's own text (SmolLM2's <|im_end|>)."""
-    ids, text = gen.token_ids, gen.text
-    if ids and ids[-1] == gen.eos_token_id and text.endswith(gen.token(ids[-1])):
-        return text[:len(text) - len(gen.token(ids[-1]))] + token_text(gen, ids[-1])
-    return text
-
-
 def text_html(gen: Generation | None, selected_round: int | None = None, strip: bool = True) -> str:
     """The prompt, then every generated token marked by its fate; rejected drafts struck through
     where they were proposed, under the β strip (`beta_strip`, unless `strip` is False). Every
@@ -126,7 +112,7 @@ def text_html(gen: Generation | None, selected_round: int | None = None, strip: 
         return '<div class="specdec-text" style="color:#666">Run a generation, or import a trace, to see it here.</div>'
     parts = [f'<span class="prompt" style="color:#555">{html.escape(gen.prompt)}</span>']
     if not gen.settings.speculative:   # an autoregressive trace has no rounds
-        parts.append(html.escape(_eos_shown(gen)))
+        parts.append(html.escape(text_with_eos(gen)))
     chunks: dict[int, list[str]] = {}
     for ev in events(gen):
         if ev.in_text:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...looks import LOOKS, PALETTE, TAIL_LABELS, tail_labels, token_label
-from ...outcomes import Ending, Status
-from ...trace import Generation
+from ...explain.looks import LOOKS, PALETTE, TAIL_LABELS, prob_text, table_number, tail_labels, token_label
+from ...trace.outcomes import Ending, Status
+from ...trace.spine import Generation
 from .charts import (
     FADED,
     HIGHLIGHT,
@@ -30,11 +30,9 @@ from .charts import (
     fixed,
     merged_layout,
     plotly_text,
-    prob_text,
     relaid,
     show_token,
     sig3,
-    table_number,
     unique_labels,
 )
 

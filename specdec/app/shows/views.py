@@ -13,11 +13,11 @@ import json
 import gradio as gr
 import pandas as pd
 
-from ...decoding import STOPPED
-from ...looks import LOOKS, PALETTE, stop_text, token_label, token_text
-from ...outcomes import Ending
-from ...speed import expected_tokens_per_round, run_point, speedup, tokens_in
-from ...trace import Generation
+from ...decoding.loop import STOPPED
+from ...explain.looks import LOOKS, PALETTE, stop_text, token_label, token_text
+from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
+from ...trace.outcomes import Ending
+from ...trace.spine import Generation
 from . import charts, step_charts
 from .charts import sig3
 
