@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from .checks import layer_list, whole_number
+from .errors import ModelLoadError
 from .terminal import comparison_line, describe_device, run_text
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
@@ -460,10 +461,9 @@ def build_parser(argv: list[str] | None = None) -> Parser:
 
 
 def user_error(err: Exception) -> bool:
-    """An error the user can act on: one line, exit 2. A model-loading error can only have been
-    raised once `specdec.models` was imported, so it is looked up only then."""
-    models = sys.modules.get("specdec.models")
-    return isinstance(err, (ValueError, OSError)) or (models is not None and isinstance(err, models.ModelLoadError))
+    """An error the user can act on: one line, exit 2. `ModelLoadError` lives in `specdec.errors`
+    (no torch): `fetch` raises it without ever importing `specdec.models`."""
+    return isinstance(err, (ValueError, OSError, ModelLoadError))
 
 
 def main(argv: list[str] | None = None) -> int:

