@@ -116,7 +116,7 @@ def settings_of(args):
     settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
                            rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
-                           drafter=args.drafter, chat=False if args.raw else None).validate()
+                           drafter=args.drafter or "model", chat=False if args.raw else None).validate()
     limits.check_run(settings)
     return settings
 
@@ -124,6 +124,7 @@ def settings_of(args):
 def run_generate(args) -> int:
     from .app.server import limits
     from .decoding import speculative_generate
+    from .drafters import default_drafter
     from .measure import compare_with_target
     from .models import load_pair
 
@@ -133,7 +134,8 @@ def run_generate(args) -> int:
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
-                     engine=args.engine, drafter=settings.drafter)
+                     engine=args.engine, drafter=args.drafter)
+    settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
     limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]))
     gen = speculative_generate(pair, args.prompt, settings)
     colour = use_colour(args.color)
@@ -169,8 +171,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")
-    p.add_argument("--drafter", choices=list(DRAFTERS), default="model",
-                   help="; ".join(f"{key}: {label}" for key, label in DRAFTERS.items()))
+    p.add_argument("--drafter", choices=list(DRAFTERS), default=None,
+                   help="; ".join(f"{key}: {label}" for key, label in DRAFTERS.items()) + " (default: the draft "
+                   "model where the pair has one, else its features drafter, else n-gram)")
     p.add_argument("--json", help="write the trace to this file")
     p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare (both warmed up, "
                    "timed in the order speculative, alone, alone, speculative)")

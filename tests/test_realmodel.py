@@ -149,8 +149,13 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     assert code == 0, out
     assert "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" in out
     assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at eos" in out
-    assert cli.main(["generate", "--preset", "smollm2-135m", "--prompt", FRANCE]) == 2
-    assert "the 'model' drafter is a drafter this pair lacks" in capsys.readouterr().err
+    # No --drafter: the pair's best, its features drafter (it has no draft model to default to).
+    assert cli.main(["generate", "--preset", "smollm2-135m", "--max-new-tokens", "4", "--color", "never",
+                     "--prompt", FRANCE]) == 0
+    assert "drafter=features" in capsys.readouterr().out
+    assert cli.main(["generate", "--preset", "smollm2-135m", "--drafter", "model", "--prompt", FRANCE]) == 2
+    err = capsys.readouterr().err
+    assert "the 'model' drafter is a drafter this pair lacks" in err and "Choose the 'features' or 'ngram'" in err, err
 
 
 # ---------------------------------------------------------------- bad input, each a clear message
