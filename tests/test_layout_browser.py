@@ -188,3 +188,25 @@ def test_the_speed_explorer_reads_cleanly_and_every_chart_fits_its_box_after_tab
         found += [f"({step}) {m}" for m in page.evaluate(_MISFITS)]
     assert found == [], "\n".join(found)
     assert page.console_errors == []
+
+
+_TEXT_IN_VIEW = """() => {
+  const r = document.querySelector('#token-text').getBoundingClientRect();
+  return {top: r.top, bottom: r.bottom, height: innerHeight,
+          tokens: document.querySelectorAll('#token-text .round[data-round]').length};
+}"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_first_run_shows_its_answer(page, width):
+    """After the first Run, with nothing scrolled, the generated text is in view, whole: at
+    1400 x 1000 it sat ~1,400 px below the Run button, under the examples (issue 54)."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_selector("#run")
+    page.locator("#run").click()
+    page.wait_for_function("() => /^Done:/.test(document.querySelector('#run-status').innerText.trim())",
+                           timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1000)   # the page's check runs every 250 ms
+    box = page.evaluate(_TEXT_IN_VIEW)
+    assert box["tokens"] > 0, box   # the run's text, not the empty box
+    assert 0 <= box["top"] and box["bottom"] <= box["height"], box

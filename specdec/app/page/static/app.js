@@ -73,6 +73,27 @@
     rebase();
   };
   setInterval(remember, 400);
+  // The first run shows its answer: when a run ends (the status line turns to "Done:" or
+  // "Stopped:") and its text is not wholly in view, the page scrolls once so that the status line
+  // is at the top with the text under it (at 1400 x 1000 the text's end was below the fold, at
+  // 800 px wide, where the sliders sit under the form, all of it). Armed again by the next run
+  // (Run, Enter in the prompt, an example), so a visitor who scrolls away after is left alone.
+  let armed = true;
+  const arm = () => { armed = true; };
+  document.addEventListener('click', (ev) => { if (ev.target.closest && ev.target.closest('#run')) arm(); }, true);
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && ev.target.closest && ev.target.closest('#prompt')) arm();
+  }, true);
+  const showAnswer = () => {
+    const status = document.querySelector('#run-status');
+    const text = document.querySelector('#token-text');
+    if (!armed || !status || !text || !/^(Done|Stopped):/.test(status.innerText.trim())) return;
+    armed = false;
+    const box = text.getBoundingClientRect();
+    if (box.top >= 0 && box.bottom <= window.innerHeight) return;   // already in view: no jump
+    window.scrollTo({top: window.scrollY + status.getBoundingClientRect().top - 8});
+  };
+  setInterval(showAnswer, 250);
   // The round in view (1-based), marked in the text (a box around its tokens, as the server draws
   // it: charts.text_html) and on the timeline (its one shape, moved; charts.timeline_figure). A
   // step in the viewer calls this instead of the server sending the text and timeline again.
