@@ -77,8 +77,10 @@ def test_the_readme_expands_ci_run_as_it_is():
     the environment it sets (HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False)."""
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     two = section("Two commands")
+
     def plain(line: str) -> str:   # pip and ruff as a user types them; pip's -q left out
-        return line.strip().replace("python -m pip", "pip").replace("python -m ruff", "ruff").replace("install -q ", "install ")
+        line = line.strip().replace("python -m pip", "pip").replace("python -m ruff", "ruff")
+        return line.replace("install -q ", "install ")
 
     steps = [plain(line) for line in run.splitlines() if line.strip().startswith(("python", "HF_HUB_OFFLINE"))]
     assert any("pytest" in s for s in steps) and any("ruff" in s for s in steps)
