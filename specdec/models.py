@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from . import features, manifest, realmodel
-from .errors import ModelLoadError
+from .errors import HubUnreachable, ModelLoadError
 from .settings import lacks_draft_model
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
@@ -286,9 +286,9 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         else:
             offline = _is_offline() or not _hub_reachable()
             if offline and not _in_hub_cache(*names):
-                raise ModelLoadError(
+                raise HubUnreachable(
                     f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
-                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.")
+                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.", label)
         tokenizer = _load_tokenizer(target, offline)
         if draft is not None:
             check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
@@ -370,6 +370,12 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def hub_out_of_reach(*names: str) -> bool:
+    """Whether hub models `names` could not be loaded here now: the Hub is offline (HF_HUB_OFFLINE)
+    or unreachable (a quick connection, seconds at most), and their files are not in the hub cache."""
+    return (_is_offline() or not _hub_reachable()) and not _in_hub_cache(*names)
 
 
 def _in_hub_cache(*names: str) -> bool:

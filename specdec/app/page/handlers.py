@@ -15,7 +15,7 @@ import gradio as gr
 
 from ...decoding import TIME_LIMIT
 from ...drafters import drafters_for
-from ...models import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...models import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out_of_reach
 from ...settings import DRAFTERS
 from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...validate import load_trace, read_trace_file
@@ -23,7 +23,7 @@ from ..server import housekeeping, limits, runs
 from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
-from ..shows import charts, views
+from ..shows import charts, messages, views
 from ..shows.messages import error, user_message
 
 # ---------------------------------------------------------------- a run
@@ -333,7 +333,10 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
         keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
-        return gr.update(value=keep), new_prompt, gr.skip()
+        said = gr.skip()
+        if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
+            said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
+        return gr.update(value=keep), new_prompt, said
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
