@@ -117,7 +117,8 @@ def settings_of(args):
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
                            rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
                            drafter=args.drafter or "model", chat=False if args.raw else None).validate()
-    limits.check_run(settings)
+    limits.check_run(settings, limits.CLI)
+    limits.check_prompt_chars(len(args.prompt), limits.CLI)   # its tokens: once the pair is loaded
     return settings
 
 
@@ -136,7 +137,7 @@ def run_generate(args) -> int:
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
                      engine=args.engine, drafter=args.drafter)
     settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
-    limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]))
+    limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]), limits.CLI)
     gen = speculative_generate(pair, args.prompt, settings)
     colour = use_colour(args.color)
     s = settings.sampling

@@ -385,10 +385,11 @@ def max_new_for(preset_key, prompt, current):
 def prompt_tokens(preset_key, prompt) -> int | None:
     """How many tokens the decoder sees in `prompt` with this pair (`ModelPair.encode`, the call
     the decoder makes), or None where that is not known without a download (a hub pair), or not
-    worth knowing: an empty prompt, or one over SPECDEC_MAX_PROMPT_CHARS (both refused at Run)."""
+    worth knowing: an empty prompt, or one too long to tokenize (both refused at Run)."""
     preset = PRESETS.get(preset_key)
     if (preset is None or preset.hub or not isinstance(prompt, str) or not prompt.strip()
-            or len(prompt) > limits.MAX_PROMPT_CHARS or (preset.source is not None and not is_loaded(preset_key))):
+            or len(prompt) > limits.MAX_PROMPT_TOKENS * limits.PROMPT_CHARS_PER_TOKEN
+            or (preset.source is not None and not is_loaded(preset_key))):
         return None
     try:
         return len(get_pair(preset_key).encode(prompt)[1])
