@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.cli import COMMANDS, build_parser
-from specdec.looks import LOOKS
-from specdec.models import ASSETS
-from specdec.outcomes import Ending, Status
-from specdec.sampling import Rule
+from specdec.cli.main import COMMANDS, build_parser
+from specdec.core.sampling import Rule
+from specdec.explain.looks import LOOKS
+from specdec.models.pair import ASSETS
+from specdec.trace.outcomes import Ending, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -170,7 +170,7 @@ def test_every_link_from_the_readme_and_the_docs_leads_to_a_file():
 def test_the_converted_real_model_has_one_size_everywhere():
     """The folder `specdec fetch smollm2-135m` writes, as the CLI's messages give it
     (`Source.folder_bytes`, checked against the real folder in test_realmodel.py): one figure."""
-    from specdec.realmodel import MB, SMOLLM2_135M
+    from specdec.models.realmodel import MB, SMOLLM2_135M
 
     said = [int(n) for text in (README, *DOCS.values())
             for n in re.findall(r"(\d+) MB (?:float32 )?(?:model )?folder", text)]

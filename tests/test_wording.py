@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from specdec import lab
 from specdec.app.page import speed_tab
 from specdec.app.shows import charts, step_charts, views
-from specdec.outcomes import Status
-from specdec.settings import RunSettings
-from specdec.trace import Dist, Generation, Position, Stats
+from specdec.core.settings import RunSettings
+from specdec.explain import lab
+from specdec.trace.outcomes import Status
+from specdec.trace.spine import Dist, Generation, Position, Stats
 
 
 def _gen() -> Generation:
@@ -49,10 +49,10 @@ def test_a_hub_pair_out_of_reach_is_said_when_picked_and_at_run_in_the_pages_wor
     The CLI and the library keep their own words for it."""
     import pytest
 
-    from specdec import models
     from specdec.app.page import handlers
     from specdec.app.shows.messages import user_message
-    from specdec.errors import HubUnreachable
+    from specdec.models import pair as models
+    from specdec.models.errors import HubUnreachable
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub = models.PRESETS["smollm2"]

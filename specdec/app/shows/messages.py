@@ -6,9 +6,9 @@ from __future__ import annotations
 import gradio as gr
 import torch
 
-from ... import models
-from ...errors import HubUnreachable
-from ...models import ModelLoadError, scrub_paths
+from ...models import pair as models
+from ...models.errors import HubUnreachable
+from ...models.pair import ModelLoadError, scrub_paths
 
 
 def sentence(text: str, capital: bool = True) -> str:
