@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from specdec import cli
+from specdec.cli import main as cli  # cli.main: the command line's entry point
 from specdec.core.sampling import SamplingConfig
 from specdec.core.settings import RunSettings
 from specdec.decoding.loop import speculative_generate

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..models.pair import FEATURES_FOLDER, features_folder_of
+from ..models.pair import ASSETS, FEATURES_FOLDER, features_folder_of
 
 FOLDER = FEATURES_FOLDER   # beside specdec-target in a pair's folder
 
@@ -317,6 +317,7 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
 _lock = threading.Lock()
 
 
+BUNDLED = ASSETS   # beside the bundled pair
 
 
 def weights_folder(pair) -> Path:
