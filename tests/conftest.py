@@ -293,9 +293,9 @@ def real_cache(tmp_path_factory) -> Path:
         log = cache / "fetch.log"
         if not log.is_file():
             out = subprocess.run([sys.executable, "-m", "specdec", "fetch", "smollm2-135m"], cwd=ROOT,
-                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, capture_output=True, text=True,
-                                 timeout=1200)
-            assert out.returncode == 0, out.stdout + out.stderr
+                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=1200)   # as a terminal shows both
+            assert out.returncode == 0, out.stdout
             log.write_text(out.stdout, encoding="utf-8")
     return cache
 
