@@ -261,8 +261,11 @@ def test_help_shows_every_default_and_version_answers():
     r = run("generate", "--help")
     assert r.returncode == 0
     text = " ".join(r.stdout.split())   # argparse wraps lines
-    for option, default in (("--gamma", 4), ("--max-new-tokens", 64), ("--temperature", 1.0), ("--seed", 0),
-                            ("--top-k", 0), ("--top-p", 1.0),
+    # Sampling defaults to the preset's own (issue 53): SmolLM2-135M-Instruct's authors' T 0.2, top-k 50, top-p 0.9.
+    for option, default in (("--gamma", 4), ("--max-new-tokens", 64), ("--seed", 0),
+                            ("--temperature", "per pair; 1, smollm2-135m 0.2"),
+                            ("--top-k", "per pair; 0, smollm2-135m 50"),
+                            ("--top-p", "per pair; 1, smollm2-135m 0.9"),
                             ("--drafter", "the draft model where the pair has one, else its features drafter, "
                                           "else n-gram")):
         assert re.search(rf"{option} \S+ .*?\(default: {re.escape(str(default))}\)", text), option

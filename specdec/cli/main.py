@@ -167,9 +167,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    "not as a user's message under its chat template")
     p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
-    p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the preset's own: 1, or 0.2)")
-    p.add_argument("--top-k", type=int, default=None, help="0 = off (default: the preset's own)")
-    p.add_argument("--top-p", type=float, default=None, help="1 = off (default: the preset's own)")
+    p.add_argument("--temperature", type=float, default=None, help="0: greedy (default: per pair; 1, smollm2-135m 0.2)")
+    p.add_argument("--top-k", type=int, default=None, help="0 = off (default: per pair; 0, smollm2-135m 50)")
+    p.add_argument("--top-p", type=float, default=None, help="1 = off (default: per pair; 1, smollm2-135m 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")
