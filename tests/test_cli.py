@@ -262,7 +262,9 @@ def test_help_shows_every_default_and_version_answers():
     assert r.returncode == 0
     text = " ".join(r.stdout.split())   # argparse wraps lines
     for option, default in (("--gamma", 4), ("--max-new-tokens", 64), ("--temperature", 1.0), ("--seed", 0),
-                            ("--top-k", 0), ("--top-p", 1.0), ("--drafter", "model")):
+                            ("--top-k", 0), ("--top-p", 1.0),
+                            ("--drafter", "the draft model where the pair has one, else its features drafter, "
+                                          "else n-gram")):
         assert re.search(rf"{option} \S+ .*?\(default: {re.escape(str(default))}\)", text), option
     r = run("--version")
     assert r.returncode == 0 and re.fullmatch(r"specdec \d+\.\d+\.\d+\n", r.stdout), r.stdout

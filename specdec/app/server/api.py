@@ -58,8 +58,7 @@ class RunRequest:
         prompt = self.prompt
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("the prompt is empty: type at least one word")
-        if len(prompt) > limits.MAX_PROMPT_CHARS:
-            raise ValueError(f"the prompt is {len(prompt)} characters long; keep it under {limits.MAX_PROMPT_CHARS}")
+        limits.check_prompt_chars(len(prompt))   # its tokens are counted once its pair is ready (`runs`)
         if self.preset not in PRESETS:
             raise ValueError(f"unknown model pair {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         settings = RunSettings(
