@@ -212,7 +212,11 @@ def open_link(request: gr.Request, stops: list | None = None):
         return
     fields, round_number = parsed
     fields, lowered = fit_link(fields)
-    yield dict(fields)                              # the form shows the link's settings
+    form = dict(fields)                             # the form shows the link's settings
+    offered = offered_drafters(fields.get("preset", BUNDLED))
+    if fields.get("drafter") in offered:   # with only the pair's own drafters (one it lacks: Run says so)
+        form["drafter"] = drafter_update(offered, fields["drafter"])
+    yield form
     last = {}
     for update in run_generation(*RunRequest().with_(**fields).values(), stops=stops):
         last = update
@@ -234,7 +238,8 @@ def opening_pair() -> dict:
     if not is_loaded(key):
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
-    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)))
+    pair = get_pair(key)
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter_for(pair)))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -332,14 +337,31 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
         return gr.skip(), gr.skip(), gr.skip()
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
-        keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
-        return gr.update(value=keep), new_prompt, gr.skip()
+        offered = offered_drafters(preset_key)
+        return drafter_update(offered, drafter if drafter in offered else "ngram"), new_prompt, gr.skip()
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
         return gr.skip(), gr.skip(), failed_status(user_message(err))
     loaded = f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
-    return gr.update(value=drafter_for(pair, drafter)), new_prompt, loaded + chat_template_line(pair, new_prompt)
+    return (drafter_update(drafters_for(pair), drafter_for(pair, drafter)), new_prompt,
+            loaded + chat_template_line(pair, new_prompt))
+
+
+def offered_drafters(preset_key: str) -> list[str]:
+    """The drafters the page offers for a pair: those it can run (`drafters_for`) once it is
+    loaded; before that, every drafter but the draft model where the pair has none. Offered
+    regardless, the draft model on a pair without one failed at Run with a red Error badge, and
+    the previous run's results stayed under the changed controls (issue 53)."""
+    if is_loaded(preset_key):
+        return drafters_for(get_pair(preset_key))
+    preset = PRESETS.get(preset_key)
+    return [key for key in DRAFTERS if preset is None or preset.draft is not None or key != "model"]
+
+
+def drafter_update(offered: list[str], value: str) -> dict:
+    """The drafter radio showing only `offered`, with `value` chosen."""
+    return gr.update(choices=[(DRAFTERS[key], key) for key in offered], value=value)
 
 
 def drafter_for(pair, current: str | None = None) -> str:
