@@ -522,6 +522,9 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
         assert fresh.locator("#prompt textarea").input_value() == "HAMLET:\nWhat a piece of work is a man!"
         fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                                 "?.includes('Round 3')", timeout=30_000)
+        # The link opens at the step viewer, not at the page's top ~3,000 px above it (issue 53).
+        fresh.wait_for_function("() => Math.abs(document.querySelector('#step-viewer').getBoundingClientRect().top)"
+                                " < 100", timeout=10_000)
 
 
 def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):

@@ -73,6 +73,24 @@
     rebase();
   };
   setInterval(remember, 400);
+  // A link that names a round (…&round=N) opens at the step viewer once its run is shown with that
+  // round open: it opened at the page's top, about 3,000 px above the round it named (issue 53).
+  // Once only, and not when the visitor has scrolled meanwhile.
+  const linked = Math.round(Number(new URLSearchParams(location.search).get('round')));
+  if (linked >= 1) {
+    const since = Date.now();
+    const toRound = setInterval(() => {
+      const slider = document.querySelector('#round input[type=number]');
+      const status = document.querySelector('#run-status');
+      const viewer = document.querySelector('#step-viewer');
+      const shown = status && /^(Done|Stopped)/.test(status.innerText.trim());
+      if (window.scrollY > 50 || Date.now() - since > 600000) { clearInterval(toRound); return; }
+      if (shown && viewer && slider && Math.round(Number(slider.value)) === linked) {
+        clearInterval(toRound);
+        viewer.scrollIntoView({block: 'start'});
+      }
+    }, 400);
+  }
   // The round in view (1-based), marked in the text (a box around its tokens, as the server draws
   // it: charts.text_html) and on the timeline (its one shape, moved; charts.timeline_figure). A
   // step in the viewer calls this instead of the server sending the text and timeline again.
