@@ -26,7 +26,8 @@ _CUT_AT_RIGHT = """(root) => {
     let right = -Infinity;
     const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
     for (let t = walk.nextNode(); t; t = walk.nextNode()) {
-      if (!t.textContent.trim() || getComputedStyle(t.parentElement).visibility === 'hidden') continue;
+      // 'collapse' too: a table's measuring row (Gradio's) is laid out but never shown
+      if (!t.textContent.trim() || getComputedStyle(t.parentElement).visibility !== 'visible') continue;
       const range = document.createRange();
       range.selectNodeContents(t);
       for (const r of range.getClientRects()) if (r.width > 0) right = Math.max(right, r.right);

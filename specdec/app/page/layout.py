@@ -133,7 +133,10 @@ def _run_view(v) -> None:
     v.timeline = gr.Plot(charts.timeline_figure(None), label="Timeline (click a column to open its round)",
                          elem_id="timeline")
     with gr.Accordion("Timeline as a table", open=False):
-        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table")
+        # Widths that fit the window (unset, the drafting and verifying columns were off its right
+        # edge); the drafts and the texts wrap between words.
+        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table",
+                                        column_widths=charts.TIMELINE_WIDTHS, wrap=True)
     with gr.Accordion("Run metrics", open=True):
         v.metrics = gr.Markdown(charts.metrics_markdown(None), elem_id="metrics", latex_delimiters=[])
         v.time_plot = gr.Plot(charts.time_figure(None, None), label="where the time went", elem_id="time-chart")
@@ -144,6 +147,9 @@ def _run_view(v) -> None:
         v.side_by_side = gr.HTML(charts.side_by_side_html(None, None, ""), elem_id="side-by-side")
     v.click_box = gr.Textbox(elem_id="timeline-click", elem_classes=["specdec-hidden"], show_label=False,
                              container=False)   # the page's JS writes a timeline click here
+
+
+STEP_COLUMN_PX = 460   # the narrowest the p/q chart and the acceptance test are drawn side by side
 
 
 def _step_viewer(v) -> None:
@@ -160,22 +166,27 @@ def _step_viewer(v) -> None:
     v.caption = gr.Markdown("", elem_id="round-caption")
     v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")
+    # Side by side where each column gets STEP_COLUMN_PX, else one above the other: at half of an
+    # 800 px window (about 340 px) the p/q chart cut its title, hid its legend behind the scale
+    # buttons and overlapped its token labels, and its table wrapped one digit a line (issue 53).
     with gr.Row():
-        with gr.Column():
+        with gr.Column(min_width=STEP_COLUMN_PX):
             v.pq_plot = gr.Plot(step_charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")
             with gr.Accordion("p and q as a table", open=False):
                 v.pq_table = gr.Dataframe(headers=step_charts.PQ_HEADERS, elem_id="pq-table", interactive=False,
-                                          column_widths=["22%", "9%", "17%", "17%", "17%", "18%"], wrap=True)
-        with gr.Column():
+                                          column_widths=["21%", "12%", "16%", "16%", "16%", "19%"], wrap=True)
+        with gr.Column(min_width=STEP_COLUMN_PX):
             v.acc_plot = gr.Plot(step_charts.acceptance_figure(None), label="acceptance test", elem_id="accept-chart")
             with gr.Accordion("acceptance test as a table", open=False):
+                # The quantities are sentences: they wrap, and the values keep a column of their
+                # own (unset, the first column took the table's width and the values were cut off).
                 v.acc_table = gr.Dataframe(headers=step_charts.ACCEPT_HEADERS, elem_id="accept-table",
-                                           interactive=False)
+                                           interactive=False, column_widths=["70%", "30%"], wrap=True)
     v.end_plot = gr.Plot(step_charts.end_figure(None), label="how the round ended: residual / p / bonus",
                          elem_id="end-chart")
     with gr.Accordion("end of round as a table", open=False):
         v.end_table = gr.Dataframe(headers=step_charts.END_HEADERS, elem_id="end-table", interactive=False,
-                                   column_widths=["20%", "8%", "14%", "14%", "14%", "15%", "15%"], wrap=True)
+                                   column_widths=["19%", "10%", "14%", "14%", "14%", "15%", "14%"], wrap=True)
 
 
 def _traces(v) -> None:

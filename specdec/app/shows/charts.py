@@ -221,6 +221,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
 
 TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
                     "emitted text", "drafting (s)", "verifying (s)"]
+TIMELINE_WIDTHS = ["7%", "9%", "10%", "17%", "13%", "9%", "13%", "10%", "12%"]
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
