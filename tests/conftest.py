@@ -190,10 +190,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_app(port: int, log_path: Path | None) -> subprocess.Popen | str:
-    """`python app.py` on `port`; the process once it serves, or why it did not (its log's tail)."""
+def _start_app(port: int, log_path: Path | None, extra_env: dict | None = None) -> subprocess.Popen | str:
+    """`python app.py` on `port` (with `extra_env` set); the process once it serves, or why it did
+    not (its log's tail)."""
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

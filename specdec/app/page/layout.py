@@ -160,6 +160,7 @@ def _step_viewer(v) -> None:
         v.prev_btn = gr.Button("◀ previous round", elem_id="prev-round", size="sm")
         v.round_slider = gr.Slider(1, 2, value=1, step=1, label="round", interactive=False, elem_id="round")
         v.next_btn = gr.Button("next round ▶", elem_id="next-round", size="sm")
+        v.next_rejection_btn = gr.Button("next rejection ▶▶", elem_id="next-rejection", size="sm")
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
     v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
@@ -168,14 +169,15 @@ def _step_viewer(v) -> None:
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")
     # Side by side where each column gets STEP_COLUMN_PX, else one above the other: at half of an
     # 800 px window (about 340 px) the p/q chart cut its title, hid its legend behind the scale
-    # buttons and overlapped its token labels, and its table wrapped one digit a line (issue 53).
+    # buttons and overlapped its token labels, and its table wrapped one digit a line; at half of
+    # 1400 px the real pair's 40 upright token labels overlapped (issue 53).
     with gr.Row():
-        with gr.Column(min_width=STEP_COLUMN_PX):
+        with gr.Column(scale=3, min_width=STEP_COLUMN_PX):   # 3/5: room for 40 upright token labels
             v.pq_plot = gr.Plot(step_charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")
             with gr.Accordion("p and q as a table", open=False):
                 v.pq_table = gr.Dataframe(headers=step_charts.PQ_HEADERS, elem_id="pq-table", interactive=False,
                                           column_widths=["21%", "12%", "16%", "16%", "16%", "19%"], wrap=True)
-        with gr.Column(min_width=STEP_COLUMN_PX):
+        with gr.Column(scale=2, min_width=STEP_COLUMN_PX):
             v.acc_plot = gr.Plot(step_charts.acceptance_figure(None), label="acceptance test", elem_id="accept-chart")
             with gr.Accordion("acceptance test as a table", open=False):
                 # The quantities are sentences: they wrap, and the values keep a column of their
@@ -295,6 +297,7 @@ def _wire_steps(v) -> None:
     step(v.round_slider.input, handlers.open_round, slider_in, trigger_mode="always_last")
     for button, delta in ((v.prev_btn, -1), (v.next_btn, +1)):
         step(button.click, lambda g, r, delta=delta: handlers.step_by(g, r, delta), slider_in)
+    step(v.next_rejection_btn.click, handlers.next_rejection, slider_in)
     step(v.click_box.change, handlers.click_round, [v.run_state, v.click_box], trigger_mode="always_last")
     step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position])
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
@@ -310,7 +313,9 @@ def _wire_traces(v) -> None:
     imported = v.import_file.upload(lambda f: _named(v, handlers.import_trace(f)), [v.import_file],
                                     _all(v, MAIN_OUTPUTS), api_name="import_trace", show_progress_on=[v.status])
     restore.keep_links(v, imports=[imported])   # no link: a reload does not bring an earlier run back
-    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-1]), values[-1]),
-                     [*_all(v, RunRequest.names()), v.round_slider], [v.link_box], api_name=False, **QUIET).then(
+    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-2]), values[-2],
+                                                values[-1] + 1 if isinstance(values[-1], int) else None),
+                     [*_all(v, RunRequest.names()), v.round_slider, v.position], [v.link_box], api_name=False,
+                     **QUIET).then(
         None, [v.link_box], [v.link_box], js="(q) => { const url = location.origin + location.pathname + q; "
         "if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {}); return url; }")
