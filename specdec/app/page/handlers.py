@@ -20,7 +20,7 @@ from ...settings import DRAFTERS
 from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
-from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
+from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, views
@@ -205,8 +205,10 @@ def side_by_side(gen: Generation | None, preset: str, which: str, stops: list | 
 
 
 def open_link(request: gr.Request, stops: list | None = None):
-    """On page load: a link's settings fill the form, the run starts, and its round opens."""
-    parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
+    """On page load: a link's settings fill the form, the run starts, and its round opens (at its
+    drafted position, when the link names one)."""
+    query = getattr(request, "query_params", None) if request is not None else None
+    parsed = parse_link(query)
     if parsed is None:
         yield opening_pair()
         return
@@ -224,7 +226,7 @@ def open_link(request: gr.Request, stops: list | None = None):
     if lowered and isinstance(last.get("run_state"), Generation):
         yield dict(status=f"{last['status']} {lowered}")
     if round_number is not None and isinstance(last.get("run_state"), Generation):
-        yield views.show_step(last["run_state"], round_number, None)
+        yield views.show_step(last["run_state"], round_number, linked_draft(query))
 
 
 def opening_pair() -> dict:
@@ -310,6 +312,17 @@ def open_round(gen: Generation | None, round_number) -> dict:
 def step_by(gen: Generation | None, round_number, delta: int) -> dict:
     n = len(gen.rounds) if gen is not None else 1
     return views.show_step(gen, max(1, min(int(round_number or 1) + delta, n)), None)
+
+
+def next_rejection(gen: Generation | None, round_number) -> dict:
+    """The next round (after the one in view, from the first again after the last) where a draft
+    was rejected, at its rejected draft; the round in view when no other rejected one."""
+    if gen is None or not gen.rounds:
+        return views.show_step(None, 1, None)
+    here = views.clamp_round(gen, round_number)
+    order = gen.rounds[here + 1:] + gen.rounds[:here + 1]
+    found = next((r.index for r in order if r.n_accepted < len(r.positions)), here)
+    return views.show_step(gen, found + 1, None)
 
 
 def click_round(gen: Generation | None, payload: str) -> dict:
