@@ -140,7 +140,9 @@ def problems(page, root: str = "body") -> list[str]:
 WORD_CHARS = 12   # a word this short (a number, an id, a short token) never breaks over two lines
 
 # Every shown table cell under `root` whose text breaks a short word over lines ("3807/5", or one
-# digit a line in a column too narrow for its numbers). A longer word (a long token) may break.
+# digit a line in a column too narrow for its numbers). A longer word (a long token) may break, and
+# a line may break at a space, at a space the page shows as a mark (a token's ␣, ↵ or ⇥), or after
+# a hyphen or an en dash ("1.33–/1.55×").
 _BROKEN_WORDS = """([root, most]) => {
   const out = [];
   const seen = new Set();
@@ -152,7 +154,8 @@ _BROKEN_WORDS = """([root, most]) => {
     for (let t = walk.nextNode(); t; t = walk.nextNode()) {
       if (seen.has(t) || getComputedStyle(t.parentElement).visibility !== 'visible') continue;
       seen.add(t);
-      for (const m of t.textContent.matchAll(/[^\\s-]+/g)) {   // a break after a hyphen is fine
+      // words: between spaces, the page's shown spaces (␣ ↵ ⇥); a break after a hyphen or a dash is fine
+      for (const m of t.textContent.matchAll(/[^\\s\u2423\u21b5\u21e5\u2013-]+/g)) {
         if (m[0].length > most) continue;
         const range = document.createRange();
         range.setStart(t, m.index);

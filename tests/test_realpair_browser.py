@@ -154,3 +154,29 @@ def test_where_q_came_from_follows_the_selected_draft(imported):
         picture = page.locator("#round-caption .q-source").inner_text()
         assert reads in picture and f"q for draft {k + 1}" in picture, picture
         assert f"(draft {k + 1}):" in page.locator("#round-caption").inner_text()
+
+
+def test_the_lab_from_the_real_pairs_rejected_draft_reads_cleanly(imported):
+    """One click from the step viewer ("Open this position in the exactness lab") at the rejected
+    draft, one lab run on its p and q (the real vocabulary's top tokens and tails), then its
+    figures and summary at 1400 and 800 px."""
+    page = imported
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.locator("#position label").first.click()
+    page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round 2, draft 1:')", timeout=30_000)
+    page.locator("#send-to-lab").click()
+    page.wait_for_function("() => document.querySelector('#lab-status').innerText.includes('Taken from the last run')",
+                           timeout=TIMEOUT)
+    before = page.locator("#lab-status").inner_text()
+    page.locator("#lab-run").click()
+    page.wait_for_function("(b) => { const t = document.querySelector('#lab-status').innerText;"
+                           " return t !== b && t.includes('trials per rule'); }", arg=before, timeout=TIMEOUT)
+    found = []
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.wait_for_timeout(2500)   # the page lays out; the charts are fitted to their boxes (app.js)
+        found += [f"({width} px) {p}" for p in layout_check.problems(page) + cut_at_right(page, "#lab-summary")
+                  + layout_check.broken_words(page)]
+    assert found == [], "\n".join(found)
+    assert page.console_errors == []

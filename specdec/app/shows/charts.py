@@ -234,9 +234,20 @@ def timeline_rows(gen: Generation | None) -> list[list]:
             drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + token_label(gen, ev.token))
     return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
              f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", token_label(gen, r.end_token),
-             visible_token("".join(gen.token(t) for t in r.emitted)), round(r.draft_seconds, 4),
+             breakable(visible_token("".join(gen.token(t) for t in r.emitted))), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def breakable(shown: str) -> str:
+    """A text with its spaces shown as marks (␣ ↵ ⇥), breakable after each mark as after a space: a
+    round's text has no real space left, and a narrow column broke it inside a word ("d/ru")."""
+    for mark in "␣↵⇥":
+        shown = shown.replace(mark, mark + ZERO_WIDTH_SPACE)
+    return shown
 
 
 
