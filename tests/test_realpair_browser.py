@@ -166,8 +166,8 @@ def test_the_lab_from_the_real_pairs_rejected_draft_reads_cleanly(imported):
     page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 2, draft 1:')", timeout=30_000)
     page.locator("#send-to-lab").click()
-    page.wait_for_function("() => document.querySelector('#lab-status').innerText.includes('Taken from the last run')",
-                           timeout=TIMEOUT)
+    page.wait_for_function("() => (document.querySelector('#lab-status')?.innerText || '')"   # the tab opens first
+                           ".includes('Taken from the last run')", timeout=TIMEOUT)
     before = page.locator("#lab-status").inner_text()
     page.locator("#lab-run").click()
     page.wait_for_function("(b) => { const t = document.querySelector('#lab-status').innerText;"
