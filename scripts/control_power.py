@@ -1,4 +1,4 @@
-"""The power of the suite's statistical checks: how sure each skip-adjustment control is to fail,
+"""Size the suite's statistical checks by their power: how sure each skip-adjustment control is to fail,
 and the smallest bias each exactness check catches, at a number of runs. The suite's RUNS
 (tests/test_decoding.py, tests/test_features.py) are sized from what this prints.
 

@@ -1,4 +1,4 @@
-"""Load: 16 gradio_client clients at once with different seeds, each result equal to the same
+"""Load-test a server: 16 gradio_client clients at once with different seeds, each result equal to the same
 request run alone; then 40 at once against a server with a queue of 8: the excess is told to
 retry, nothing else fails, and the server answers right after.
 

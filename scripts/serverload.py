@@ -480,7 +480,7 @@ def _import_soak_main(args) -> int:
     env = {"SPECDEC_SESSION_BYTES": str(int(args.budget_mb * 1e6)), "SPECDEC_MAX_UPLOAD_MB": "6"}
     server = start_server(env)
     try:
-        from specdec.models import load_pair
+        from specdec.models.pair import load_pair
         trace = big_trace(load_pair(), server.folder)
         res = import_soak(server, trace, args.imports, args.budget_mb)
         summary = res.summary()

@@ -1,4 +1,4 @@
-"""Soak: 200 default runs against a fresh `python app.py`; resident memory after run 200 must be
+"""Soak-test a server: 200 default runs against a fresh `python app.py`; resident memory after run 200 must be
 within 5 % of after run 20, and the temp and Gradio cache folders grow by at most 5 MB.
 
     python scripts/soak.py                 # the full soak (about 4 minutes on 2 cores)

@@ -1,5 +1,5 @@
-"""Two runs at once: in two threads of one process (how the server decodes a run that has no
-worker) or in two processes (the decode workers, `app/server/workers.py`)? Times one run alone,
+"""Time two runs at once: in two threads of one process (how the server decodes a run that has no
+worker) or in two processes (the decode workers, `app/server/workers.py`), to choose between them. Times one run alone,
 then two at once each way, on one torch thread per run, as the app decodes.
 
     python scripts/threads_or_processes.py --preset smollm2-135m      # the real model
@@ -22,7 +22,7 @@ PROMPTS = ("How do I make a good cup of tea?", "Explain why the sky is blue.")
 
 def _settings(args, seed: int):
     from specdec import RunSettings
-    from specdec.sampling import SamplingConfig
+    from specdec.core.sampling import SamplingConfig
 
     return RunSettings(gamma=4, max_new_tokens=args.tokens, seed=seed, drafter=args.drafter,
                        sampling=SamplingConfig(temperature=1.0))

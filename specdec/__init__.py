@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "StopSignal": "decoding", "autoregressive_generate": "decoding", "speculative_generate": "decoding",
-    "PRESETS": "models", "ModelLoadError": "models", "ModelPair": "models", "load_pair": "models",
-    "Rule": "sampling", "SamplingConfig": "sampling", "output_distribution": "sampling", "residual": "sampling",
-    "verify": "sampling", "RunSettings": "settings", "Dist": "trace", "Generation": "trace", "Position": "trace",
-    "Round": "trace", "Stats": "trace", "load_trace": "validate",
+    "StopSignal": "decoding.loop", "autoregressive_generate": "decoding.loop", "speculative_generate": "decoding.loop",
+    "PRESETS": "models.pair", "ModelLoadError": "models.pair", "ModelPair": "models.pair", "load_pair": "models.pair",
+    "Rule": "core.sampling", "SamplingConfig": "core.sampling", "output_distribution": "core.sampling",
+    "residual": "core.sampling", "verify": "core.sampling", "RunSettings": "core.settings",
+    "Dist": "trace.spine", "Generation": "trace.spine", "Position": "trace.spine", "Round": "trace.spine",
+    "Stats": "trace.spine", "load_trace": "trace.validate",
 }
 __all__ = ["RunSettings", "SamplingConfig", "Rule", "residual", "output_distribution", "verify", "Generation",
            "Round", "Position", "Dist", "Stats", "ModelPair", "ModelLoadError", "load_pair", "PRESETS",

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdec.cli import main
+from specdec.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}

@@ -12,7 +12,7 @@ import bounds
 from specdec import load_trace, speculative_generate
 from specdec.app.server.api import EXAMPLES, MAIN_OUTPUTS, RunRequest, api_outputs
 from specdec.bench.app_client import app_client
-from specdec.models import BUNDLED, PRESETS, context_of
+from specdec.models.pair import BUNDLED, PRESETS, context_of
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402

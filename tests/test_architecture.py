@@ -1,6 +1,7 @@
-"""The house keeps its shape (ARCHITECTURE.md): layers that import only downward, no circles, and
-modules and functions short enough to read. Read from the source with `ast` (lazy imports inside
-functions count too), plus what `import specdec` really loads."""
+"""The house keeps its shape (ARCHITECTURE.md): layers that import only downward, the library's
+packages by level, the app's and training's families, no circles, and modules and functions short
+enough to read. Read from the source with `ast` (lazy imports inside functions count too), plus
+what `import specdec` really loads."""
 
 from __future__ import annotations
 
@@ -64,9 +65,10 @@ GRAPH = {m: imports(m) for m in MODULES}
 
 
 def test_the_import_graph_is_read():
-    assert GRAPH["specdec.decoding"] >= {"specdec.rounds", "specdec.trace", "specdec.sampling"}
-    assert GRAPH["specdec.rounds"] >= {"specdec.drafters", "specdec.engine", "specdec.sampling"}
-    assert "specdec.app.server.limits" in GRAPH["specdec.cli"] and "specdec.app.page.layout" in MODULES
+    assert GRAPH["specdec.decoding.loop"] >= {"specdec.decoding.rounds", "specdec.trace.spine", "specdec.core.sampling"}
+    assert GRAPH["specdec.decoding.rounds"] >= {"specdec.drafting.drafters", "specdec.engine.engine",
+                                                "specdec.core.sampling"}
+    assert "specdec.app.server.limits" in GRAPH["specdec.cli.main"] and "specdec.app.page.layout" in MODULES
 
 
 def test_no_module_imports_a_layer_above_its_own():
@@ -77,7 +79,8 @@ def test_no_module_imports_a_layer_above_its_own():
 
 def test_the_library_imports_neither_app_nor_bench_nor_training_nor_the_cli():
     library = [m for m in MODULES if layer(m) == "library"]
-    assert {"specdec.decoding", "specdec.trace", "specdec.validate", "specdec.lab"} <= set(library)
+    assert {"specdec.decoding.loop", "specdec.trace.spine", "specdec.trace.validate",
+            "specdec.explain.lab"} <= set(library)
     wrong = [f"{m} imports {t}" for m in library for t in GRAPH[m] if layer(t) != "library"]
     assert not wrong, "\n".join(wrong)
 
@@ -123,6 +126,81 @@ def test_the_family_rule_finds_a_wrong_import():
     wrong = [(m, t) for m, targets in graph.items() for t in targets if not may_import(m, t)]
     assert wrong == [("specdec.app.shows.charts", "specdec.app.server.runs"),
                      ("specdec.app.server.runs", "specdec.app.page.layout")]
+
+
+# The library floor in seven packages on six levels (ARCHITECTURE.md), bottom to top. A package
+# imports itself and packages on a lower level only; two on one level (models and trace) import
+# neither each other.
+LIBRARY_LEVELS = {"core": 0, "models": 1, "trace": 1, "drafting": 2, "engine": 3, "decoding": 4, "explain": 5}
+
+
+def library_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LIBRARY_LEVELS else None
+
+
+def library_may_import(module: str, target: str) -> bool:
+    """Whether one library module may import another by the level rule (outside the packages: always)."""
+    here, there = library_package(module), library_package(target)
+    if not (here and there):
+        return True
+    return here == there or LIBRARY_LEVELS[there] < LIBRARY_LEVELS[here]
+
+
+def test_every_library_module_sits_in_one_of_the_seven_packages():
+    loose = [m for m in MODULES if layer(m) == "library" and m != "specdec" and not library_package(m)]
+    assert not loose, loose
+    assert {library_package(m) for m in MODULES} - {None} == set(LIBRARY_LEVELS)
+
+
+def test_library_packages_import_only_themselves_and_lower_levels():
+    wrong = [f"{m} ({library_package(m)}) imports {t} ({library_package(t)})" for m, targets in GRAPH.items()
+             for t in targets if not library_may_import(m, t)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_level_rule_finds_a_wrong_import():
+    """The rule can fail: the math that imported the trace (upward), or a model that imported the
+    trace (a sibling on its level); the loop importing the engine and its own rounds is fine."""
+    graph = {"specdec.core.sampling": {"specdec.trace.spine"},
+             "specdec.models.pair": {"specdec.trace.spine", "specdec.core.settings"},
+             "specdec.decoding.loop": {"specdec.engine.engine", "specdec.decoding.rounds"}}
+    wrong = [(m, t) for m, targets in graph.items() for t in sorted(targets) if not library_may_import(m, t)]
+    assert wrong == [("specdec.core.sampling", "specdec.trace.spine"), ("specdec.models.pair", "specdec.trace.spine")]
+
+
+# training/ in two families: the bundled pair, and a real chat target's drafter, which reuses the
+# bundled pair's training loop. chat may import bundled; bundled never imports chat.
+TRAINING_MAY_IMPORT = {"bundled": {"bundled"}, "chat": {"chat", "bundled"}}
+
+
+def training_family(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "training" else None
+
+
+def training_may_import(module: str, target: str) -> bool:
+    here, there = training_family(module), training_family(target)
+    return not (here and there) or there in TRAINING_MAY_IMPORT[here]
+
+
+def test_every_training_module_sits_in_bundled_or_chat():
+    loose = [m for m in MODULES if layer(m) == "training" and m != "specdec.training"
+             and training_family(m) not in TRAINING_MAY_IMPORT]
+    assert not loose, loose
+
+
+def test_training_families_import_only_what_they_may():
+    wrong = [f"{m} imports {t}" for m, targets in GRAPH.items() for t in targets if not training_may_import(m, t)]
+    assert not wrong, "\n".join(wrong)
+    assert "specdec.training.bundled.features" in GRAPH["specdec.training.chat.features_chat"]   # the edge is read
+
+
+def test_the_training_rule_finds_a_wrong_import():
+    graph = {"specdec.training.bundled.features": {"specdec.training.chat.chat_pool"},
+             "specdec.training.chat.features_chat": {"specdec.training.bundled.features"}}
+    wrong = [(m, t) for m, targets in graph.items() for t in targets if not training_may_import(m, t)]
+    assert wrong == [("specdec.training.bundled.features", "specdec.training.chat.chat_pool")]
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -219,7 +297,8 @@ def classes(source: str):
 
 def test_no_class_over_150_lines():
     sizes = {f"{m}.{name}": n for m, p in MODULES.items() for name, n in classes(p.read_text(encoding="utf-8"))}
-    assert "specdec.engine.Engine" in sizes and "specdec.engine_slots.Slots" in sizes   # the package's classes are read
+    # the package's classes are read
+    assert "specdec.engine.engine.Engine" in sizes and "specdec.engine.slots.Slots" in sizes
     long = {c: n for c, n in sizes.items() if n > MAX_CLASS_LINES}
     assert not long, long
     assert dict(classes("class Long:\n" + "    x = 1\n" * 150)) == {"Long": 151}   # the control: one line over

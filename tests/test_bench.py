@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from specdec import measure, speed
 from specdec.bench import contenders, profiles, report, run
 from specdec.bench.chart import speedup_figure
 from specdec.bench.contenders import (
@@ -25,6 +24,7 @@ from specdec.bench.contenders import (
     Contender,
     Run,
 )
+from specdec.explain import measure, speed
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"}
@@ -422,7 +422,7 @@ def test_a_quick_bench_of_a_target_alone_runs_its_drafters_and_agrees_greedily(t
     """A pair with no draft model (the real model's kind; here the bundled target, whose features
     drafter exists): no draft-model contenders, no draft cost, the greedy outputs all the same."""
     from specdec import load_pair
-    from specdec.models import ASSETS
+    from specdec.models.pair import ASSETS
 
     pair = load_pair(target=str(ASSETS / "specdec-target"), device="cpu")
     results = run.benchmark(pair, run.config_from_args(_args("--quick", "--out", str(tmp_path))))

@@ -9,11 +9,11 @@ import pytest
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, speculative_generate
 from specdec.app.shows import charts, step_charts
-from specdec.looks import TAIL_LABELS
-from specdec.outcomes import Ending
-from specdec.speed import expected_tokens_per_round
-from specdec.trace import Generation
-from specdec.validate import load_trace
+from specdec.explain.looks import TAIL_LABELS
+from specdec.explain.speed import expected_tokens_per_round
+from specdec.trace.outcomes import Ending
+from specdec.trace.spine import Generation
+from specdec.trace.validate import load_trace
 from tiny import tiny_pair
 
 ENDINGS = {e.value for e in Ending}
@@ -282,7 +282,7 @@ def test_relaid_gives_the_layout_update_layout_gives():
 def test_a_rejected_newline_breaks_no_line_in_the_page_s_text():
     """Issue 38: a struck-through "↵" draft rendered as a real line break (the text sits in a
     pre-wrap box). Its ↵ stays, on the line; an accepted newline still breaks the line."""
-    from specdec.outcomes import Status
+    from specdec.trace.outcomes import Status
 
     rejected = charts._span(Status.REJECTED, "\n", "t", 1)
     assert "↵" in rejected and "\n" not in rejected

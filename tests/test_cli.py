@@ -1,6 +1,7 @@
 """The command line as a user runs it, on the bundled pair: real subprocesses for `lab`, `bench-app`,
-`--help` and `--version`; `generate`, `train`, `card` and the bad-argument cases call `main` in this
-process (tests/commands.py; one bad argument still goes through the real `python -m specdec generate`).
+`--help` and `--version`; `generate`, `train`, `card`, the chat drafter's commands' `--help` and the
+bad-argument cases call `main` in this process (tests/commands.py; one bad argument still goes through
+the real `python -m specdec generate`).
 
 One exit-code policy for every subcommand: 0 on success; 2 and exactly ONE line
 `specdec: error: ...` on stderr for bad arguments (argparse's and the library's ValueError alike).
@@ -11,14 +12,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from commands import ENV, ROOT, command, in_process
 from specdec import load_trace
-from specdec.cli import COMMANDS, main
-from specdec.looks import LOOKS
-from specdec.outcomes import Ending, Status
-from specdec.speed import speedup
-from specdec.trace import Stats
+from specdec.cli.main import COMMANDS, main
+from specdec.explain.looks import LOOKS
+from specdec.explain.speed import speedup
+from specdec.trace.outcomes import Ending, Status
+from specdec.trace.spine import Stats
 
 
 def run(*args, timeout=120, env=ENV):
@@ -207,8 +209,8 @@ def test_without_colour_rejected_drafts_are_struck_through_and_the_rest_is_the_t
     `be the✗,⚠` no longer reads as text), and what is left without struck characters and symbols is
     exactly the generated text. The legend's "(struck through)" is then true without colour too."""
     from specdec import RunSettings, speculative_generate
-    from specdec.outcomes import events
-    from specdec.terminal import STRIKE, legend, render_tokens
+    from specdec.explain.terminal import STRIKE, legend, render_tokens
+    from specdec.trace.outcomes import events
 
     gen = speculative_generate(bundled, "ROMEO.\n", RunSettings(gamma=4, max_new_tokens=48, seed=1))
     rejected = [ev for ev in events(gen) if ev.outcome is Status.REJECTED and ev.in_text]
@@ -230,7 +232,7 @@ def test_a_rejected_newline_breaks_no_line_in_colour_or_without(bundled):
     lines. A rejected draft is not part of the text: its newline shows as ↵ and the lines are the
     text's own (a negative control: an accepted newline still breaks its line)."""
     from specdec import RunSettings, speculative_generate
-    from specdec.terminal import mark, render_tokens
+    from specdec.explain.terminal import mark, render_tokens
 
     for colour in (True, False):
         assert "\n" not in mark(Status.REJECTED, "\n", colour) and "↵" in mark(Status.REJECTED, "\n", colour)
@@ -269,14 +271,14 @@ def test_help_shows_every_default_and_version_answers():
 def test_help_loads_no_torch():
     """`--help` answers from the table of commands: it imports none of their modules (so it takes
     about as long as Python's start, not torch's import)."""
-    code = ("import sys\nfrom specdec.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom specdec.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('LOADED', sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
     assert "LOADED []" in r.stdout, r.stdout[-300:] + r.stderr
 
 
 def test_a_newline_tokens_mark_ends_its_own_line():
-    from specdec.terminal import mark
+    from specdec.explain.terminal import mark
 
     for colour in (False, True):
         shown = mark(Status.ACCEPTED, "\n", colour)
@@ -294,3 +296,53 @@ def test_the_bench_table_keeps_its_columns_with_a_long_contender_name():
     lines = format_table([row, {**row, "label": "short"}]).splitlines()
     assert len({len(line) for line in lines if line and not line.startswith("-")}) == 1, lines
     assert len(COLUMNS) == len(lines[0].split())
+
+
+# ---------------------------------------------------------------- the real model's chat drafter (issue 51)
+
+# Each command with options and the defaults its script had (scripts/train_chat_gpu.py,
+# chat_drafter_card.py, chat_alpha.py before they became commands): `--help` shows each.
+CHAT_DRAFTER_DEFAULTS = {
+    "chat-train": {"--device": "cuda", "--minutes": "3.0", "--steps": "100000", "--chunks": "(1, 4)",
+                   "--batch": "1024", "--length": "160", "--batch-size": "64", "--unroll": "3",
+                   "--intermediate": "1536", "--vocab": "8192", "--lr": "0.002", "--questions": "mixed",
+                   "--out": "runs/chat-drafter"},
+    "chat-card": {"--questions": "16", "--timed": "8"},
+    "chat-alpha": {"--sets": "('card', 'other', 'own')", "--own": "12", "--tokens": "64", "--threads": "2"},
+}
+
+
+@pytest.mark.parametrize("name", CHAT_DRAFTER_DEFAULTS)
+def test_each_chat_drafter_command_shows_its_options_and_their_defaults(name, capsys):
+    with pytest.raises(SystemExit) as stop:   # argparse's --help exits 0 by itself
+        main([name, "--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0
+    # One entry per option (argparse starts each on a line of its own, indented two spaces, and wraps it).
+    entries = [" ".join(e.split()) for e in re.split(r"\n  (?=-)", out.split("\noptions:\n")[1])]
+    entries = {e.split()[0]: e for e in entries if e}
+    for option, default in CHAT_DRAFTER_DEFAULTS[name].items():
+        assert entries[option].endswith(f"(default: {default})"), entries[option]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["chat-train", "--batch", "0"], "--batch must be a whole number of at least 1"),
+    (["chat-train", "--chunks", "1"], "expected 2 arguments"),
+    (["chat-train", "--init-from", "/no/such/folder"], "not a folder"),
+    (["chat-card", "--timed", "0"], "--timed must be a whole number of at least 1"),
+    (["chat-card", "--questions", "many"], "invalid int"),
+    (["chat-alpha", "--drafter", "/no/such/folder"], "not a folder"),
+    (["chat-alpha", "--sets", "all"], "invalid choice"),
+    (["chat-alpha", "--own", "0"], "--own must be a whole number of at least 1"),
+])
+def test_each_chat_drafter_command_refuses_a_bad_argument_in_one_line(args, words, capsys):
+    # Each is refused before any model loads (in this process: a subprocess adds only torch's import).
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert words in one_error_line(captured.err) and captured.out == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
+def test_chat_train_without_a_cuda_device_says_so_in_one_line(capsys):
+    assert main(["chat-train"]) == 2
+    assert "no CUDA device here" in one_error_line(capsys.readouterr().err)

@@ -17,10 +17,10 @@ from specdec import (
     load_trace,
     speculative_generate,
 )
-from specdec.drafters import KVCache, NgramDrafter, make_drafter
-from specdec.models import ModelPair
-from specdec.outcomes import Status
-from specdec.sampling import logits_to_probs
+from specdec.core.sampling import logits_to_probs
+from specdec.drafting.drafters import KVCache, NgramDrafter, make_drafter
+from specdec.models.pair import ModelPair
+from specdec.trace.outcomes import Status
 from tiny import StopAfter, tiny_model, tiny_pair
 
 ACCEPTED, REJECTED, UNUSED = Status.ACCEPTED, Status.REJECTED, Status.UNUSED
@@ -320,7 +320,7 @@ def test_callback_sees_every_round():
 def test_keep_top_matches_a_plain_reference():
     """The batched id selection equals the obvious per-row version: top-n of each row plus the
     extra token, ordered by a then b (ties by id); a token is in a row's top only with mass there."""
-    from specdec.trace import keep_top
+    from specdec.trace.spine import keep_top
 
     g = torch.Generator().manual_seed(0)
     for trial in range(50):
@@ -347,7 +347,7 @@ def test_stored_tail_keeps_beta_and_residual_exact(bundled, temperature, top_k, 
     """The tail is stored as two parts split by the sign of p - q, so beta = sum(min(p, q)) and
     the residual mass sum(max(0, p - q)) on the stored view equal their values on the full rows
     (pos.beta and r.residual_mass are computed on the full rows at decode time)."""
-    from specdec.trace import beta_of, residual_mass_of
+    from specdec.trace.spine import beta_of, residual_mass_of
 
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
     tol = bounds.rounding(bundled.target.config.vocab_size)   # float32 sums over the full rows
@@ -376,7 +376,7 @@ def test_stored_skip_bias_equals_the_closed_form_on_full_rows():
     """Each drafted position stores TV(what the skip rule emits there, p), computed on the full
     rows at decode time; it equals the closed form on rows recomputed without a cache (vocab 8:
     the trace keeps every token). The exact rule's own bias there is 0 (closed form)."""
-    from specdec.sampling import Rule, output_distribution
+    from specdec.core.sampling import Rule, output_distribution
 
     pair = tiny_pair(vocab=8, seed=3)
     gen = speculative_generate(pair, PROMPT, RunSettings(gamma=4, max_new_tokens=40, seed=7))
@@ -418,7 +418,7 @@ def test_a_stop_acts_between_forwards_inside_a_round_and_returns_the_partial_run
 
 
 def test_a_deadline_stops_the_run_as_a_time_limit():
-    from specdec.decoding import StopSignal
+    from specdec.decoding.loop import StopSignal
 
     gen = speculative_generate(tiny_pair(), PROMPT, RunSettings(max_new_tokens=40), stop=StopSignal(seconds=0))
     assert gen.token_ids == [] and gen.stats.stopped == "time limit"

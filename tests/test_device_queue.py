@@ -13,7 +13,7 @@ import pytest
 from specdec import RunSettings, StopSignal
 from specdec.app.server import device_queue, flights, limits, runs
 from specdec.app.server.device_queue import DeviceQueue, LeftTheLine
-from specdec.models import BUNDLED
+from specdec.models.pair import BUNDLED
 
 
 def _start(target, *args) -> threading.Thread:

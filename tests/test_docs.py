@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.cli import COMMANDS, build_parser
-from specdec.looks import LOOKS
-from specdec.models import ASSETS
-from specdec.outcomes import Ending, Status
-from specdec.sampling import Rule
+from specdec.cli.main import COMMANDS, build_parser
+from specdec.core.sampling import Rule
+from specdec.explain.looks import LOOKS
+from specdec.models.pair import ASSETS
+from specdec.trace.outcomes import Ending, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -20,10 +20,10 @@ from specdec import (
     load_trace,
     speculative_generate,
 )
-from specdec.engine import engine_for
-from specdec.engine_slots import length_for as _length_for
-from specdec.models import ModelPair, pick_device, pick_engine
-from specdec.sampling import sample
+from specdec.core.sampling import sample
+from specdec.engine.engine import engine_for
+from specdec.engine.slots import length_for as _length_for
+from specdec.models.pair import ModelPair, pick_device, pick_engine
 from tiny import StopAfter, tiny_pair
 
 PROMPT = [1, 2, 3]
@@ -265,8 +265,8 @@ def test_a_traced_round_copies_no_full_vocabulary_row_to_the_host():
     """Defect 5 of #25: the verify step reduces p and q on the device to what the trace keeps, so
     its copy holds 2 + g head numbers and a summary whose size depends on g and TOP_N only. Before,
     it held the (2g + 2) full rows: with vocab 4096 at g 4, 40,966 numbers instead of ~1,000."""
-    from specdec.reduction import summary_size
-    from specdec.trace import TOP_N
+    from specdec.trace.reduction import summary_size
+    from specdec.trace.spine import TOP_N
 
     per_vocab = {}
     for vocab in (8, 512, 4096):
@@ -287,9 +287,9 @@ def test_the_engines_rounds_equal_the_eager_recording_of_the_same_rows(monkeypat
     """The engine reduces its rows inside the verify step and copies the summary; the eager
     decoder hands its rows to `Pending.of`, which reduces them on the host. Given the same rows,
     both give the same Round exactly: every kept id, value, tail bucket, beta and skip bias."""
-    import specdec.engine_graphs as eng
-    from specdec.recording import Pending, record
-    from specdec.rounds import Step
+    import specdec.engine.graphs as eng
+    from specdec.decoding.rounds import Step
+    from specdec.trace.recording import Pending, record
 
     rows, real = [], eng.round_summary
 

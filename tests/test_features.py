@@ -1,4 +1,4 @@
-"""The `features` drafter (EAGLE-style, specdec.features): exact whatever its weights, its cache rolls
+"""The `features` drafter (EAGLE-style, specdec.drafting.features): exact whatever its weights, its cache rolls
 back like a fresh one, and training unrolls it exactly as drafting runs it.
 
 Most tests build a randomly initialised drafter in the test: exactness holds for any q, and a random
@@ -12,13 +12,13 @@ import torch
 import bounds
 from commands import command, in_process
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec import features as fx
-from specdec.cli import main
-from specdec.drafters import FeaturesDrafter
-from specdec.models import ModelPair
-from specdec.rounds import EagerRounds
-from specdec.sampling import logits_to_probs
-from specdec.training.features import unroll_mask, unrolled_outputs
+from specdec.cli.main import main
+from specdec.core.sampling import logits_to_probs
+from specdec.decoding.rounds import EagerRounds
+from specdec.drafting import features as fx
+from specdec.drafting.drafters import FeaturesDrafter
+from specdec.models.pair import ModelPair
+from specdec.training.bundled.features import unroll_mask, unrolled_outputs
 from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value, sampled
 from tiny import tiny_pair
 
@@ -316,8 +316,8 @@ def test_negative_control_skip_adjustment_is_detected(joint_setup):
 # ---------------------------------------------------------------- the shipped drafter and the commands
 
 def test_shipped_drafter_is_small_recorded_and_loads_offline(bundled):
-    from specdec import manifest
-    from specdec.models import ASSETS
+    from specdec.models import manifest
+    from specdec.models.pair import ASSETS
 
     folder = ASSETS / fx.FOLDER
     assert (folder / "model.safetensors").stat().st_size <= 5e6 and not list(folder.glob("*.bin"))
@@ -373,7 +373,7 @@ def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path, caps
 def test_the_drafters_embedding_and_head_shortcuts_equal_the_modules():
     """A plain embedding is read as a view and a bias-free head as one product with its first rows;
     any other module (max_norm renormalises, a bias adds) is called: both equal the module's output."""
-    from specdec.drafters import _row_lookup
+    from specdec.drafting.drafters import _row_lookup
 
     torch.manual_seed(0)
     feature = torch.randn(1, 6)

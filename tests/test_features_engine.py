@@ -17,8 +17,8 @@ import torch
 import bounds
 from graph_emulation import Emulator
 from specdec import Rule, RunSettings, SamplingConfig, load_pair, load_trace, speculative_generate
-from specdec.engine import Engine
-from specdec.models import ModelPair
+from specdec.engine.engine import Engine
+from specdec.models.pair import ModelPair
 from test_features import random_net
 from tiny import StopAfter, tiny_pair
 
@@ -151,7 +151,7 @@ def test_the_graph_path_on_the_bundled_pair_with_the_shipped_drafter(emulator, b
 def test_control_a_features_step_that_reads_its_start_on_the_host_is_caught(monkeypatch):
     """The features step must read where to write from the device: one that takes its positions from
     a Python int freezes them at capture, and its replays then write the wrong cache slots."""
-    from specdec import static_cache
+    from specdec.engine import static_cache
 
     real = static_cache._causal
 

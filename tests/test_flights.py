@@ -14,8 +14,8 @@ from specdec import RunSettings
 from specdec.app.server import flights, runs
 from specdec.app.server.api import MAIN_OUTPUTS, RunRequest, api_outputs
 from specdec.bench.app_client import app_client
-from specdec.decoding import StopSignal
-from specdec.models import BUNDLED
+from specdec.decoding.loop import StopSignal
+from specdec.models.pair import BUNDLED
 
 PROMPT = "To be, or not to be"
 
@@ -57,7 +57,7 @@ def test_the_real_models_runs_are_keyed_by_its_converted_folders_manifest(tmp_pa
     """The real model (no draft model) is keyed by the manifest of its folder in the user's cache."""
     import hashlib
 
-    from specdec import realmodel
+    from specdec.models import realmodel
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     folder = realmodel.folder_of(realmodel.SMOLLM2_135M)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, load_trace, speculative_generate
-from specdec.engine import engine_for
+from specdec.engine.engine import engine_for
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

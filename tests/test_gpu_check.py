@@ -9,9 +9,9 @@ import torch
 
 from graph_emulation import Emulator
 from specdec.bench.gpu_check import graphs_in_use
-from specdec.cli import main
-from specdec.engine import Engine
-from specdec.models import ModelPair
+from specdec.cli.main import main
+from specdec.engine.engine import Engine
+from specdec.models.pair import ModelPair
 from tiny import tiny_pair
 
 

@@ -17,9 +17,9 @@ import torch
 
 from graph_emulation import Emulator
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, load_pair, speculative_generate
-from specdec.engine import Engine
-from specdec.models import ModelPair
-from specdec.static_cache import StaticModel
+from specdec.engine.engine import Engine
+from specdec.engine.static_cache import StaticModel
+from specdec.models.pair import ModelPair
 from tiny import tiny_pair
 
 SAMPLINGS = {"greedy": SamplingConfig(temperature=0), "T1": SamplingConfig(),
@@ -181,7 +181,7 @@ def test_a_failed_capture_costs_only_its_own_step_and_the_run_says_what_ran():
 
 
 def test_the_graph_cache_evicts_the_least_recently_used(monkeypatch):
-    import specdec.engine_graphs as engine_module
+    import specdec.engine.graphs as engine_module
 
     monkeypatch.setattr(engine_module, "MAX_GRAPHS", 2)
     emu = Emulator()

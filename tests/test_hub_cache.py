@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.models import ASSETS, PRESETS, display_name
+from specdec.models.pair import ASSETS, PRESETS, display_name
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 HUB_PRESETS = [k for k, p in PRESETS.items() if p.hub][:3]
@@ -76,10 +76,10 @@ def run_offline(cache: Path, code: str, **env) -> dict:
 def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
     key = HUB_PRESETS[0]
     result = run_offline(hub_cache, f"""
-        from specdec.models import context_of
+        from specdec.models.pair import context_of
         from specdec.app.server.pairs import get_pair
-        from specdec.decoding import speculative_generate
-        from specdec.settings import RunSettings
+        from specdec.decoding.loop import speculative_generate
+        from specdec.core.settings import RunSettings
         pair = get_pair({key!r})
         gen = speculative_generate(pair, "To be, or not to be", RunSettings(max_new_tokens=8, seed=1))
         print(json.dumps(dict(models=gen.models, tokens=len(gen.token_ids), context=context_of({key!r}))))
@@ -95,7 +95,7 @@ def test_a_hub_preset_loads_by_id_from_the_cache_offline(hub_cache):
 def test_a_preset_missing_from_the_cache_fails_fast_with_a_clear_message(tmp_path):
     result = run_offline(tmp_path, f"""
         import time
-        from specdec.models import ModelLoadError
+        from specdec.models.pair import ModelLoadError
         from specdec.app.server.pairs import get_pair, loaded_pairs
         t0 = time.perf_counter()
         try:
@@ -118,7 +118,7 @@ def test_a_broken_cached_model_fails_to_load_and_the_cache_keeps_serving(tmp_pat
     weights.unlink()
     weights.write_bytes(b"not a safetensors file")
     result = run_offline(tmp_path, f"""
-        from specdec.models import ModelLoadError
+        from specdec.models.pair import ModelLoadError
         from specdec.app.server.pairs import get_pair, loaded_pairs
         get_pair("bundled")
         try:
@@ -139,7 +139,7 @@ def test_the_pair_cache_evicts_the_least_recently_used_and_memory_returns(hub_ca
     turn evicts the older ones; resident memory grows by about one pair, not three."""
     result = run_offline(hub_cache, f"""
         import gc
-        from specdec.models import release_memory
+        from specdec.models.pair import release_memory
         from specdec.app.server.pairs import get_pair, loaded_pairs
         keys = {HUB_PRESETS!r}
         bundled = id(get_pair("bundled"))
@@ -188,8 +188,8 @@ def test_display_names_never_carry_server_paths():
 
 
 def test_an_exported_trace_carries_model_names_not_paths(bundled):
-    from specdec.decoding import speculative_generate
-    from specdec.settings import RunSettings
+    from specdec.core.settings import RunSettings
+    from specdec.decoding.loop import speculative_generate
 
     gen = speculative_generate(bundled, "To be", RunSettings(max_new_tokens=4))
     text = gen.to_json()

@@ -15,12 +15,12 @@ import torch
 from scipy import stats
 
 import bounds
-from specdec import lab, montecarlo
-from specdec.cli import main
-from specdec.outcomes import Ending, Status
-from specdec.sampling import Rule
-from specdec.settings import RunSettings
-from specdec.trace import Dist, Generation, Position, Round, Stats
+from specdec.cli.main import main
+from specdec.core.sampling import Rule
+from specdec.core.settings import RunSettings
+from specdec.explain import lab, montecarlo
+from specdec.trace.outcomes import Ending, Status
+from specdec.trace.spine import Dist, Generation, Position, Round, Stats
 
 N_RANDOM = 200
 MC_SAMPLES = 10_000          # trials per (case, rule) in the closed-form vs Monte Carlo check
@@ -372,7 +372,7 @@ def test_take_from_run_is_exact_on_real_runs(bundled, drafter):
     With either drafter that has a q of its own (the draft model, the features drafter).
     The negative control: the skip rule's closed form misses p by far more than that bound."""
     from specdec import SamplingConfig, speculative_generate
-    from specdec.sampling import Rule
+    from specdec.core.sampling import Rule
 
     vocab = bundled.target.config.vocab_size   # 2,048 for the bundled pair
     checked, skip_miss = 0, 0.0

@@ -7,10 +7,10 @@ import plotly.graph_objects as go
 import pytest
 
 import bounds
-from specdec import lab
 from specdec.app.shows import lab_charts
-from specdec.looks import PALETTE
-from specdec.sampling import Rule
+from specdec.core.sampling import Rule
+from specdec.explain import lab
+from specdec.explain.looks import PALETTE
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,12 @@ import sys
 import pytest
 import torch
 
-from specdec import RunSettings, lab, speculative_generate
+from specdec import RunSettings, speculative_generate
 from specdec.app.server import limits, serving
 from specdec.app.shows import messages
-from specdec.cli import main
-from specdec.trace import Generation
+from specdec.cli.main import main
+from specdec.explain import lab
+from specdec.trace.spine import Generation
 
 gr = pytest.importorskip("gradio")
 
@@ -39,12 +40,12 @@ def test_every_limit_has_a_documented_variable_and_a_default():
 def test_the_library_keeps_no_copy_of_a_limit():
     """Limits are enforced where requests enter, read when a request comes: no library module
     holds a copy that a changed limit would leave stale."""
-    import specdec.lab
-    import specdec.models
-    import specdec.settings
-    import specdec.validate
+    import specdec.core.settings
+    import specdec.explain.lab
+    import specdec.models.pair
+    import specdec.trace.validate
 
-    for module in (specdec.settings, specdec.models, specdec.lab, specdec.validate):
+    for module in (specdec.core.settings, specdec.models.pair, specdec.explain.lab, specdec.trace.validate):
         assert not hasattr(module, "limits") and not hasattr(module, "MAX_GAMMA"), module.__name__
 
 
@@ -75,7 +76,7 @@ def test_the_max_new_tokens_slider_leaves_what_the_prompt_leaves_and_a_run_of_it
     """For the bundled pair the slider's maximum is the context less the prompt's tokens: a run of
     that many new tokens decodes, one more is refused by the decoder. A value that fits stays."""
     from specdec.app.page import handlers
-    from specdec.models import BUNDLED, context_of
+    from specdec.models.pair import BUNDLED, context_of
 
     context = bundled.context_length
     verse = "ROMEO:\nBut, soft! what light through yonder window breaks? "
@@ -146,7 +147,7 @@ def test_prompts_over_the_token_limit_are_refused_where_requests_enter(bundled, 
 
 
 def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatch):
-    from specdec.settings import RunSettings
+    from specdec.core.settings import RunSettings
 
     monkeypatch.setattr(limits, "MAX_GAMMA", 3)   # read when the request comes: never a stale copy
     RunSettings(gamma=8).validate()                # the library takes it
@@ -158,7 +159,7 @@ def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatc
 
 # ---------------------------------------------------------------- number inputs through Gradio
 
-@pytest.mark.parametrize("payload, words", [   # one wording for every number (specdec.checks)
+@pytest.mark.parametrize("payload, words", [   # one wording for every number (specdec.core.checks)
     ("abc", "γ must be a whole number from 1 to 16, got 'abc'"),
     (None, "γ is empty: give a whole number from 1 to 16"),
     ("", "γ is empty"),
@@ -267,7 +268,7 @@ def test_leaving_a_run_stops_its_decoder(monkeypatch):
 
 def test_out_of_memory_is_told_plainly_and_frees_memory(monkeypatch):
     freed = []
-    monkeypatch.setattr("specdec.models.release_memory", lambda: freed.append(1))
+    monkeypatch.setattr("specdec.models.pair.release_memory", lambda: freed.append(1))
     msg = messages.user_message(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"))
     assert "ran out of memory" in msg and "ready for the next run" in msg and freed
     assert messages.user_message(MemoryError()).startswith("The server ran out of memory")

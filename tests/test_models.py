@@ -8,13 +8,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec import manifest
-from specdec.decoding import autoregressive_generate, speculative_generate
-from specdec.drafters import drafters_for
-from specdec.models import ASSETS, ModelLoadError, check_same_tokenizer, load_pair
-from specdec.sampling import SamplingConfig
-from specdec.settings import RunSettings
-from specdec.training.recipe import train_tokenizer
+from specdec.core.sampling import SamplingConfig
+from specdec.core.settings import RunSettings
+from specdec.decoding.loop import autoregressive_generate, speculative_generate
+from specdec.drafting.drafters import drafters_for
+from specdec.models import manifest
+from specdec.models.pair import ASSETS, ModelLoadError, check_same_tokenizer, load_pair
+from specdec.training.bundled.recipe import train_tokenizer
 
 
 def test_bundled_folders_load_with_auto_classes_and_share_a_tokenizer():
@@ -136,7 +136,7 @@ def test_a_changed_pair_is_refused_saying_what_changed(tmp_path):
 
 
 def test_the_bundled_pair_modified_says_how_to_restore_it(tmp_path, monkeypatch):
-    import specdec.models as models
+    import specdec.models.pair as models
 
     bundled = tmp_path / "assets" / "models"
     shutil.copytree(ASSETS, bundled)
@@ -201,7 +201,7 @@ def test_a_limit_of_one_still_lets_one_hub_pair_load_beside_the_pinned_one(fake_
 
 def test_a_failed_load_leaves_the_cache_as_it_was(monkeypatch):
     import specdec.app.server.pairs as pairs
-    import specdec.models as models
+    import specdec.models.pair as models
 
     monkeypatch.setattr(pairs, "_LOADED", type(pairs._LOADED)())
 

@@ -15,9 +15,9 @@ from specdec import RunSettings, SamplingConfig
 from specdec.app.page import speed_tab
 from specdec.app.server.runs import COMPARE_REPEATS
 from specdec.app.shows import charts, views
-from specdec.measure import mean_timings, timed_repeats
-from specdec.speed import depth_story, expected_tokens_per_round, explain, run_point, time_split
-from specdec.trace import Stats
+from specdec.explain.measure import mean_timings, timed_repeats
+from specdec.explain.speed import depth_story, expected_tokens_per_round, explain, run_point, time_split
+from specdec.trace.spine import Stats
 
 # The figures are float64 arithmetic of a handful of terms (a sum of three parts, a product and a
 # quotient): relative rounding well inside rounding(8, float64) ~ 2.5e-15.
@@ -129,8 +129,8 @@ def sampled(bundled):
 
 
 def test_the_lab_names_its_skip_tv_and_the_decode_tabs_apart(sampled):
-    from specdec import lab
     from specdec.app.page import lab_tab
+    from specdec.explain import lab
 
     differ = 0
     for r, i in lab.drafted_positions(sampled):

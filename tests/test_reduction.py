@@ -1,4 +1,4 @@
-"""The device reduction of a round's rows (`specdec.reduction`) against a plain per-row reference."""
+"""The device reduction of a round's rows (`specdec.trace.reduction`) against a plain per-row reference."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from specdec.reduction import parse, round_summary, tie_free_key, top_ids
-from specdec.trace import order_kept
+from specdec.trace.reduction import parse, round_summary, tie_free_key, top_ids
+from specdec.trace.spine import order_kept
 
 
 def _top(x: torch.Tensor, n: int, low_first: bool = True) -> list[int]:

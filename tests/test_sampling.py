@@ -7,7 +7,7 @@ import torch
 from scipy.stats import chisquare
 
 import bounds
-from specdec.sampling import (
+from specdec.core.sampling import (
     Rule,
     SamplingConfig,
     acceptance_probability,
@@ -178,7 +178,7 @@ def test_verify_counts_and_bonus():
 
 
 def test_sample_follows_probs_and_never_draws_zero_probability_tokens():
-    from specdec.sampling import sample
+    from specdec.core.sampling import sample
 
     g = torch.Generator().manual_seed(0)
     p = torch.tensor([0.0, 0.2, 0.0, 0.5, 1e-30, 0.3, 0.0])
@@ -202,7 +202,7 @@ def test_sample_follows_probs_and_never_draws_zero_probability_tokens():
 
 
 def test_sampling_numbers_read_from_the_device_give_the_warpers_probabilities_bit_for_bit():
-    from specdec.sampling import DeviceSampling
+    from specdec.core.sampling import DeviceSampling
 
     gen, numbers = torch.Generator().manual_seed(0), DeviceSampling("cpu")
     for trial in range(60):

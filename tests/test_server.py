@@ -38,7 +38,7 @@ import serverload  # noqa: E402
 from serverload import client, generate  # noqa: E402
 from serving import assert_serving  # noqa: E402
 from specdec.app.server.api import RunRequest  # noqa: E402
-from specdec.models import ASSETS, PRESETS  # noqa: E402
+from specdec.models.pair import ASSETS, PRESETS  # noqa: E402
 from test_hub_cache import add_to_hub_cache  # noqa: E402
 
 OOM_PROMPT = "simulate out of memory"

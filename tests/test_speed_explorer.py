@@ -1,6 +1,6 @@
 """The speed explorer: Leviathan et al.'s speedup against α with measured costs.
 
-The curves are checked against the closed form written out here (not through `specdec.speed`),
+The curves are checked against the closed form written out here (not through `specdec.explain.speed`),
 with c and v computed from the committed profile file's milliseconds; a run's measured point lies
 on its own curve within α's noise; the profiles are read at each request."""
 
@@ -15,7 +15,7 @@ import pytest
 from specdec import RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.app.page import speed_tab
 from specdec.app.shows import speed_charts
-from specdec.speed import alpha_band, leviathan_speedup, profile_from_dict, profiles_from_json, run_point
+from specdec.explain.speed import alpha_band, leviathan_speedup, profile_from_dict, profiles_from_json, run_point
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "assets" / "bench" / "cost-profiles.json"
@@ -167,8 +167,8 @@ def test_profiles_are_read_at_each_request(tmp_path):
 
 
 def test_the_depth_story_reads_the_runs_own_costs_per_layer():
-    from specdec.speed import depth_story
-    from specdec.trace import Stats
+    from specdec.explain.speed import depth_story
+    from specdec.trace.spine import Stats
 
     models = {"target_layers": 16, "draft_layers": 1, "target_params": 4_460_672, "draft_params": 475_520,
               "device": "cpu", "engine": "eager"}

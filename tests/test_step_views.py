@@ -12,10 +12,10 @@ import pytest
 
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
-from specdec import features as fx
 from specdec.app.shows import charts, step_charts, views
-from specdec.looks import TAIL_LABELS, token_label
-from specdec.outcomes import Ending, Status
+from specdec.drafting import features as fx
+from specdec.explain.looks import TAIL_LABELS, token_label
+from specdec.trace.outcomes import Ending, Status
 
 PROMPT = "To be, or not to be"
 
@@ -213,7 +213,7 @@ def test_two_wall_times_are_each_named_where_both_appear(bundled, run):
 
 
 def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
-    from specdec.speed import expected_tokens_per_round, predicted_at
+    from specdec.explain.speed import expected_tokens_per_round, predicted_at
 
     s, gamma = run.stats, run.settings.gamma
     text = charts.metrics_markdown(run)

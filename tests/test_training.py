@@ -7,8 +7,9 @@ import pytest
 
 import bounds
 from commands import command, in_process
-from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, manifest, speculative_generate
-from specdec.cli import main
+from specdec import RunSettings, SamplingConfig, autoregressive_generate, load_pair, speculative_generate
+from specdec.cli.main import main
+from specdec.models import manifest
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_tiny_training_by_default_writes_a_new_folder_under_runs(tmp_path, capsy
 def test_training_into_the_bundled_folder_takes_overwrite_bundled(tmp_path, monkeypatch, capsys):
     """The shipped pair is never overwritten by accident: --out naming it (or a folder inside it)
     is refused before anything is fetched or trained."""
-    import specdec.training.recipe as recipe
+    import specdec.training.bundled.recipe as recipe
 
     bundled = tmp_path / "assets" / "models"
     (bundled / "specdec-target").mkdir(parents=True)
@@ -121,7 +122,7 @@ def test_draft_only_keeps_the_target_and_writes_a_distilled_draft_with_its_recor
 def test_distillation_losses_are_zero_only_where_the_draft_matches_and_tv_is_one_minus_beta():
     import torch
 
-    from specdec.training.distill import divergences, loss_of, position_mask
+    from specdec.training.bundled.distill import divergences, loss_of, position_mask
 
     torch.manual_seed(0)
     teacher = torch.log_softmax(torch.randn(2, 5, 11), -1)
@@ -143,7 +144,7 @@ def test_distillation_losses_are_zero_only_where_the_draft_matches_and_tv_is_one
 def test_a_widened_mlp_computes_the_same_function():
     import torch
 
-    from specdec.training.distill import widen_mlp
+    from specdec.training.bundled.distill import widen_mlp
     from tiny import tiny_model
 
     model = tiny_model(vocab=12)

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from specdec.app.server import limits
-from specdec.decoding import speculative_generate
-from specdec.sampling import Rule, SamplingConfig
-from specdec.settings import RunSettings
-from specdec.validate import ImportLimits, check_trace, json_depth, load_json, load_trace, read_trace_file
+from specdec.core.sampling import Rule, SamplingConfig
+from specdec.core.settings import RunSettings
+from specdec.decoding.loop import speculative_generate
+from specdec.trace.validate import ImportLimits, check_trace, json_depth, load_json, load_trace, read_trace_file
 
 PROMPT = "To be, or not to be"
 

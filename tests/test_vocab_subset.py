@@ -7,11 +7,11 @@ import torch
 
 import bounds
 from specdec import Rule, RunSettings, SamplingConfig, speculative_generate
-from specdec import features as fx
-from specdec.drafters import FeaturesDrafter
-from specdec.models import ModelPair
-from specdec.sampling import logits_to_probs
-from specdec.training import features_chat as fc
+from specdec.core.sampling import logits_to_probs
+from specdec.drafting import features as fx
+from specdec.drafting.drafters import FeaturesDrafter
+from specdec.models.pair import ModelPair
+from specdec.training.chat import features_chat as fc
 from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value, sampled
 from test_features import drafted_2_3, exact_joint_2_3, tokens_2_3
 from tiny import tiny_pair
@@ -174,7 +174,7 @@ def tiny_chat_model(tmp_path):
     (tokenizer, model, folder)."""
     from transformers import AutoTokenizer
 
-    from specdec.models import ASSETS
+    from specdec.models.pair import ASSETS
     from tiny import tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(ASSETS / "specdec-target")
@@ -231,8 +231,8 @@ def test_chat_training_goes_on_from_a_saved_drafter_with_its_vocabulary(tmp_path
 def test_templated_questions_are_seeded_filled_in_and_hold_out_the_cards_prompts():
     """The questions a chat drafter can train on besides the target's own: the same seed gives the
     same questions, every slot is filled, and none is (or is about) one of the card's held-out prompts."""
-    from specdec.measure import CHAT_PROMPTS
-    from specdec.training.chat_pool import template_questions
+    from specdec.explain.measure import CHAT_PROMPTS
+    from specdec.training.chat.chat_pool import template_questions
 
     qs = template_questions(5000, torch.Generator().manual_seed(3))
     assert qs == template_questions(5000, torch.Generator().manual_seed(3))
@@ -243,7 +243,7 @@ def test_templated_questions_are_seeded_filled_in_and_hold_out_the_cards_prompts
 
 
 def test_coverage_and_card_of_a_chat_drafter():
-    from specdec.training import features_chat_card as fcc
+    from specdec.training.chat import features_chat_card as fcc
     from tiny import tiny_model
 
     model = tiny_model(vocab=16, layers=1, width=8, seed=2)
@@ -268,7 +268,7 @@ def test_coverage_and_card_of_a_chat_drafter():
     assert "heavily shared 2-core machine" in text   # trained on the CPU (no device in the record)
     gpu = fcc.card({**record, "device": "NVIDIA H200", "pool": {"batch": 1024}, "pool_seconds": 92.0},
                    {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
-    assert "on one NVIDIA H200" in gpu and "scripts/train_chat_gpu.py" in gpu and "2-core" not in gpu
+    assert "on one NVIDIA H200" in gpu and "specdec chat-train" in gpu and "2-core" not in gpu
 
 
 SUBSET_SAMPLINGS = [SamplingConfig(temperature=0), SamplingConfig(), SamplingConfig(temperature=0.8, top_k=3, top_p=.9)]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from specdec import lab
 from specdec.app.page import speed_tab
 from specdec.app.shows import charts, step_charts, views
-from specdec.outcomes import Status
-from specdec.settings import RunSettings
-from specdec.trace import Dist, Generation, Position, Stats
+from specdec.core.settings import RunSettings
+from specdec.explain import lab
+from specdec.trace.outcomes import Status
+from specdec.trace.spine import Dist, Generation, Position, Stats
 
 
 def _gen() -> Generation:

@@ -10,7 +10,7 @@ import pytest
 
 from specdec import RunSettings, speculative_generate
 from specdec.app.server import workers
-from specdec.decoding import STOPPED, TIME_LIMIT, StopSignal
+from specdec.decoding.loop import STOPPED, TIME_LIMIT, StopSignal
 
 pytestmark = pytest.mark.slow   # each worker is a process of its own: ~8 s to load and warm up
 

@@ -3,7 +3,7 @@
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec.models import ModelPair
+from specdec.models.pair import ModelPair
 
 
 def tiny_model(vocab: int = 8, layers: int = 1, width: int = 16, seed: int = 0, sharpness: float = 0.5,

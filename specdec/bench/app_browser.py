@@ -48,8 +48,8 @@ def what_runs(preset: str | None) -> dict:
     model, or a real chat model asked a question with its features drafter (γ 4, T = 1 for both): one
     whose answer runs long ("What is the capital of France?" ends after 8 tokens, so the page's 64- and
     200-token runs would time an answer of a few tokens)."""
-    from ..measure import CHAT_PROMPTS
-    from ..models import BUNDLED, PRESETS
+    from ..explain.measure import CHAT_PROMPTS
+    from ..models.pair import BUNDLED, PRESETS
 
     if preset in (None, BUNDLED):
         return {"preset": BUNDLED, "prompt": PROMPT, "drafter": "model"}
@@ -244,9 +244,9 @@ def decoder_seconds(sizes: list[int], repeats: int, seed: int, runs: dict | None
     """{tokens: [seconds]}: the library's traced run of the same settings and seeds as the page's."""
     import torch
 
-    from ..decoding import speculative_generate
-    from ..models import load_pair
-    from ..settings import RunSettings
+    from ..core.settings import RunSettings
+    from ..decoding.loop import speculative_generate
+    from ..models.pair import load_pair
 
     runs = runs or what_runs(None)
     torch.set_num_threads(1)   # the app's default (SPECDEC_THREADS)

@@ -47,7 +47,7 @@ def serialise(values: dict) -> None:
 
 def timed_run(pair, prompt: str, settings) -> tuple[float, float, object]:
     """(seconds until the first round is decoded, seconds for the whole run, the Generation)."""
-    from ..decoding import speculative_generate
+    from ..decoding.loop import speculative_generate
 
     first: list[float] = []
     t0 = time.perf_counter()
@@ -107,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..app.server import limits
-    from ..checks import whole_number
-    from ..models import BUNDLED, load_pair
-    from ..settings import RunSettings
+    from ..core.checks import whole_number
+    from ..core.settings import RunSettings
+    from ..models.pair import BUNDLED, load_pair
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: type at least one word")

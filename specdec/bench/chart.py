@@ -13,7 +13,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..looks import PALETTE
+from ..explain.looks import PALETTE
 
 STYLE = {   # kind -> colour, marker (tells the series apart in greyscale too), x nudge (error bars apart)
     "specdec_model": dict(color=PALETTE["blue"], symbol="circle", nudge=-0.15),

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..decoding import autoregressive_generate, speculative_generate
-from ..drafters import NgramDrafter
-from ..sampling import SamplingConfig
-from ..settings import RunSettings
+from ..core.sampling import SamplingConfig
+from ..core.settings import RunSettings
+from ..decoding.loop import autoregressive_generate, speculative_generate
+from ..drafting.drafters import NgramDrafter
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import torch
 
-from ..measure import PROMPTS, prompts_for
-from ..sampling import Rule, SamplingConfig
-from ..settings import RunSettings
-from ..speed import expected_tokens_per_round, predicted_speedup
+from ..core.sampling import Rule, SamplingConfig
+from ..core.settings import RunSettings
+from ..explain.measure import PROMPTS, prompts_for
+from ..explain.speed import expected_tokens_per_round, predicted_speedup
 
 EXACT_SETTINGS = dict(temperature=1.0, top_k=6)
 CHI_PASS, CONTROL_FAIL = 1e-3, 1e-6   # the exact rule passes above, the skip control fails below
@@ -74,8 +74,8 @@ NO_CUDA = ("no CUDA device here (torch {torch} sees none): gpu-check proves thin
 
 
 def run(args) -> int:
-    from .. import features as fx
-    from ..models import load_pair
+    from ..drafting import features as fx
+    from ..models.pair import load_pair
 
     device = args.device or "cuda"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -127,7 +127,7 @@ def run_shapes(args, device: str) -> int:
     """`--shapes`: each pair's costs on the engine (graphs on CUDA by default), one sampled run on
     it, and the graph check; profiles saved with `--save-profile`. Exit 1 when graphs were asked
     for (or expected) and a pair ran without them."""
-    from ..models import pick_device, pick_engine
+    from ..models.pair import pick_device, pick_engine
     from . import profiles, shapes
 
     keys = args.shapes or list(shapes.PAIRS)
@@ -175,7 +175,7 @@ def _pytest_gpu() -> dict:
 def graphs_in_use(pair) -> dict:
     """Where graphs were asked for (`--engine graphs`, or auto on CUDA), the engine must have them
     on, with no step whose capture failed; read from the engine itself."""
-    from ..engine import engine_for
+    from ..engine.engine import engine_for
 
     if pair.engine != "graphs":
         return {"check": "CUDA graphs in use", "ok": True, "result": f"not asked for (engine {pair.engine})"}
@@ -200,7 +200,7 @@ def early_tokens(pair, prompt: str, rule: Rule, n: int, drafter: str = "model") 
     tokens, so the pair spans a rejection and the next round (the caches rolled back) about as
     often as an accepted draft and its bonus (with the features drafter: the prefill round's token,
     then its first draft's fate)."""
-    from ..decoding import speculative_generate
+    from ..decoding.loop import speculative_generate
 
     settings = RunSettings(gamma=1, max_new_tokens=JOINT + 1, sampling=SamplingConfig(**EXACT_SETTINGS), rule=rule,
                            drafter=drafter)
@@ -215,8 +215,8 @@ def _ended(tokens: list[int], eos: int | None) -> tuple[int, ...]:
 
 @torch.inference_mode()
 def _next_probs(pair, ids: list[int]) -> torch.Tensor:
-    from ..drafters import align_logits
-    from ..sampling import logits_to_probs
+    from ..core.sampling import logits_to_probs
+    from ..drafting.drafters import align_logits
 
     logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1]
     return logits_to_probs(align_logits(logits, pair.vocab_size), SamplingConfig(**EXACT_SETTINGS)).double().cpu()
@@ -278,7 +278,7 @@ def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2], drafter: st
 
 
 def greedy_identity(pair, reference, tokens: int, drafter: str = "model", prompts=PROMPTS) -> list[dict]:
-    from ..decoding import autoregressive_generate, speculative_generate
+    from ..decoding.loop import autoregressive_generate, speculative_generate
 
     out = []
     greedy = SamplingConfig(temperature=0)
@@ -312,9 +312,9 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafter
     drafter at each γ, T = 0 and 1, interleaved (a rotating order each round), tokens per second.
     Where the pair has no draft model, the draft step's cost is the features drafter's, read off
     its runs (milliseconds per draft, sampling included), when it ran."""
-    from ..decoding import autoregressive_generate, speculative_generate
-    from ..engine import engine_for
-    from ..measure import measure_costs
+    from ..decoding.loop import autoregressive_generate, speculative_generate
+    from ..engine.engine import engine_for
+    from ..explain.measure import measure_costs
 
     prompt_ids = pair.encode(prompts[0])[1]
     engine = engine_for(pair)

@@ -1,5 +1,5 @@
 """Cost profiles measured by the project's own commands, kept in `assets/bench/cost-profiles.json`
-(the speed explorer draws one curve per profile; see `specdec.speed.CostProfile`).
+(the speed explorer draws one curve per profile; see `specdec.explain.speed.CostProfile`).
 
 `bench --save-profile` and `gpu-check --save-profile` add the costs they measured, replacing a
 profile of the same name: one file, written only when asked.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..speed import profile_from_dict
+from ..explain.speed import profile_from_dict
 
 DEFAULT = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..speed import leviathan_speedup, predicted_speedup
+from ..explain.speed import leviathan_speedup, predicted_speedup
 from .contenders import (
     BASELINES,
     HF_ASSISTED,

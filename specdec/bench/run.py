@@ -18,7 +18,7 @@ Measured speedup = a contender's tokens/s / the faster target-alone loop's token
 Predicted speedups: Leviathan et al.'s closed form from alpha, gamma and c, and the one from the
 measured costs and the counted forwards (what the run would give with zero overhead outside forwards).
 
-The pieces: `contenders` (who runs, one timed run), `specdec.measure` (the forward costs),
+The pieces: `contenders` (who runs, one timed run), `specdec.explain.measure` (the forward costs),
 `report` (rows, summary, table), `chart` (the figure); this module resolves the options, runs
 the whole bench and writes its results.
 """
@@ -36,12 +36,12 @@ from pathlib import Path
 
 import torch
 
-from .. import features as fx
 from ..app.server import limits
-from ..checks import whole_number
-from ..engine import engine_for
-from ..measure import COST_WARMUP, PROMPTS, CostMeter, prompts_for
-from ..sampling import SamplingConfig
+from ..core.checks import whole_number
+from ..core.sampling import SamplingConfig
+from ..drafting import features as fx
+from ..engine.engine import engine_for
+from ..explain.measure import COST_WARMUP, PROMPTS, CostMeter, prompts_for
 from .contenders import HF_ASSISTED, Contender, ForwardCounter, Run, contenders, rotated, run_contender
 from .report import (
     LEGEND,
@@ -274,7 +274,7 @@ def run(args) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from ..models import load_pair
+    from ..models.pair import load_pair
 
     hf_logging.set_verbosity_error()   # the output is the table, not transformers' notices
     hf_logging.disable_progress_bar()
@@ -345,7 +345,7 @@ def _duration(seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Standalone entry (`python -m specdec.bench`): the same options and exit codes as the CLI."""
-    from ..models import ModelLoadError
+    from ..models.pair import ModelLoadError
 
     parser = argparse.ArgumentParser(prog="python -m specdec bench", description=DESCRIPTION)
     add_arguments(parser)

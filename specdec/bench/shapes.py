@@ -94,7 +94,7 @@ def build(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32, la
 def random_pair(key: str, device: str = "cpu", dtype: torch.dtype = torch.float32, engine: str = "eager",
                 layers: int | None = None):
     """A ModelPair of random-weight models with a preset's shapes; no tokenizer (prompts are ids)."""
-    from ..models import ModelPair
+    from ..models.pair import ModelPair
 
     spec = PAIRS[key]
     target = build(spec.target, device, dtype, layers, seed=1)
@@ -111,9 +111,9 @@ def prompt_ids(pair, n: int = 16, seed: int = 0) -> list[int]:
 def measure(pair, widths: list[int], repeats: int) -> dict:
     """The pair's forward costs on its engine (the static or graph engine's `costs`; the eager
     path's cost meter where there is no engine), as `gpu-check`'s speed section measures them."""
-    from ..engine import engine_for
-    from ..measure import measure_costs
-    from ..sampling import SamplingConfig
+    from ..core.sampling import SamplingConfig
+    from ..engine.engine import engine_for
+    from ..explain.measure import measure_costs
 
     ids = prompt_ids(pair)
     engine = engine_for(pair)
@@ -125,9 +125,9 @@ def measure(pair, widths: list[int], repeats: int) -> dict:
 def sampled_run(pair, tokens: int) -> dict:
     """One traced speculative run at T = 1, top-p 0.9, γ 4 on the pair's engine: the full-row sort
     of a large vocabulary inside the captured steps, and the trace's reduction on the device."""
-    from ..decoding import speculative_generate
-    from ..sampling import SamplingConfig
-    from ..settings import RunSettings
+    from ..core.sampling import SamplingConfig
+    from ..core.settings import RunSettings
+    from ..decoding.loop import speculative_generate
 
     s = RunSettings(gamma=4, max_new_tokens=tokens, sampling=SamplingConfig(temperature=1.0, top_p=0.9), seed=0)
     gen = speculative_generate(pair, prompt_ids(pair), s, trace=True)

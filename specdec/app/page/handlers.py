@@ -13,12 +13,12 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ...decoding import TIME_LIMIT
-from ...drafters import drafters_for
-from ...models import BUNDLED, PRESETS, ModelLoadError, context_of
-from ...settings import DRAFTERS
-from ...trace import MAX_NOTE, MAX_TITLE, Generation, cap_text
-from ...validate import load_trace, read_trace_file
+from ...core.settings import DRAFTERS
+from ...decoding.loop import TIME_LIMIT
+from ...drafting.drafters import drafters_for
+from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
+from ...trace.validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
 from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once

@@ -1,4 +1,4 @@
-"""The "Exactness lab" tab: layout and callbacks only; the math is in `specdec.lab`, the figures in
+"""The "Exactness lab" tab: layout and callbacks only; the math is in `specdec.explain.lab`, the figures in
 `lab_charts`.
 
 The app calls `build_lab_tab(run_state, selection)` inside its `gr.Tab("Exactness lab")`. The
@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from ... import lab
-from ...checks import seed as seed_number
-from ...checks import whole_number
-from ...looks import visible_token
+from ...core.checks import seed as seed_number
+from ...core.checks import whole_number
+from ...explain import lab
+from ...explain.looks import visible_token
 from ..server import limits
 from ..server.serving import CheckedNumber
 from ..shows import lab_charts

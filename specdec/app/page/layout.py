@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ...looks import LOOKS
-from ...models import BUNDLED, PRESETS, context_of
-from ...outcomes import Ending, Status
-from ...settings import DRAFTERS
-from ...trace import MAX_NOTE
+from ...core.settings import DRAFTERS
+from ...explain.looks import LOOKS
+from ...models.pair import BUNDLED, PRESETS, context_of
+from ...trace.outcomes import Ending, Status
+from ...trace.spine import MAX_NOTE
 from ..server import limits, restore
 from ..server.api import EXAMPLE_FIELDS, EXAMPLES, MAIN_OUTPUTS, STEP_VIEW_OUTPUTS, RunRequest, link_query
 from ..server.encoded import encoded

@@ -4,7 +4,7 @@ target alone) and the cost profiles the project measured and committed
 (`assets/bench/cost-profiles.json`, read at each request: new profiles show without a restart),
 with sliders for α, c and γ to ask "what if".
 
-Layout and callbacks only: the formulas are `specdec.speed`, the figures `speed_charts`. The
+Layout and callbacks only: the formulas are `specdec.explain.speed`, the figures `speed_charts`. The
 callbacks are plain functions returning {output name: value}, like the lab's.
 """
 
@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
-from ...features import FOLDER
-from ...models import ASSETS
-from ...speed import CostProfile, RunPoint, alpha_band, profiles_from_json
+from ...drafting.features import FOLDER
+from ...explain.speed import CostProfile, RunPoint, alpha_band, profiles_from_json
+from ...models.pair import ASSETS
 from ..shows import speed_charts
 from ..shows.charts import md_text
 
@@ -97,8 +97,8 @@ def model_card_profile(path: Path = PAIR_MEASUREMENTS) -> CostProfile | None:
             when="with the model cards", device="cpu", dtype="float32", engine="eager",
             target_step_ms=cost["target_step_ms"], draft_step_ms=cost["draft_step_ms"],
             verify_ms_by_width={1: cost["target_step_ms"], cost["gamma"] + 1: cost["verify_ms"]},
-            source=(f"python -m specdec card (assets/models/{path.name}: specdec.measure.cost, 60 forwards of each "
-                    f"width timed back to back on one prompt; only widths 1 and {cost['gamma'] + 1} measured)"))
+            source=(f"python -m specdec card (assets/models/{path.name}: specdec.explain.measure.cost, 60 forwards "
+                    f"of each width timed back to back on one prompt; only widths 1 and {cost['gamma'] + 1} measured)"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

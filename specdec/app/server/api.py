@@ -11,11 +11,11 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import asdict, dataclass, fields, replace
 
-from ...checks import number, whole_number
-from ...checks import seed as seed_number
-from ...models import BUNDLED, PRESETS
-from ...sampling import Rule, SamplingConfig
-from ...settings import RunSettings
+from ...core.checks import number, whole_number
+from ...core.checks import seed as seed_number
+from ...core.sampling import Rule, SamplingConfig
+from ...core.settings import RunSettings
+from ...models.pair import BUNDLED, PRESETS
 from . import limits
 
 DEFAULT_PROMPT = "To be, or not to be"

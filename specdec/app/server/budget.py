@@ -23,7 +23,7 @@ import types
 import weakref
 from collections import OrderedDict
 
-from ...trace import Generation, Round
+from ...trace.spine import Generation, Round
 from . import limits
 
 __all__ = ["size_of", "session_bytes", "holds_a_run", "Sizer", "SIZER", "over_budget", "tell", "take_message",

@@ -27,7 +27,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from ... import models
+from ...models import pair as models
 from . import limits
 
 __all__ = ["DeviceQueue", "LeftTheLine", "QUEUE", "device_key", "serialised", "turn", "waiting_words",

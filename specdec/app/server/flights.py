@@ -33,11 +33,11 @@ from collections import OrderedDict, deque
 from contextlib import contextmanager
 from pathlib import Path
 
-from ... import realmodel
-from ...decoding import STOPPED, TIME_LIMIT
-from ...models import PRESETS
-from ...settings import RunSettings
-from ...trace import Generation
+from ...core.settings import RunSettings
+from ...decoding.loop import STOPPED, TIME_LIMIT
+from ...models import realmodel
+from ...models.pair import PRESETS
+from ...trace.spine import Generation
 from . import budget, limits
 from .device_queue import LeftTheLine
 

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING
 # `validate` imports torch, and the CLI reads these limits to build its parser: imported where
 # used, so building the parser (--help, an argument error) loads less.
 if TYPE_CHECKING:
-    from ...validate import ImportLimits
+    from ...trace.validate import ImportLimits
 
 __all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
@@ -183,7 +183,7 @@ def check_lab_samples(n: int, name: str = "samples per rule") -> None:
 
 def import_limits() -> ImportLimits:
     """The bounds an imported trace is held to on this server, named by their variables."""
-    from ...validate import ImportLimits
+    from ...trace.validate import ImportLimits
 
     return ImportLimits(max_bytes=MAX_UPLOAD_BYTES, max_depth=MAX_JSON_DEPTH, max_tokens=MAX_NEW_TOKENS,
                         max_prompt_tokens=MAX_PROMPT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,

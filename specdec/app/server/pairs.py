@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ... import realmodel
-from ...models import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
+from ...models import realmodel
+from ...models.pair import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
 from . import device_queue, limits
 
 PINNED = frozenset({BUNDLED})              # never evicted

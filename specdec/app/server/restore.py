@@ -16,8 +16,8 @@ status line says that a reload will not bring the trace back.
 
 from __future__ import annotations
 
-from ...models import PRESETS, display_name
-from ...trace import Generation
+from ...models.pair import PRESETS, display_name
+from ...trace.spine import Generation
 from .api import RunRequest, link_query
 
 __all__ = ["NO_LINK", "request_of", "run_link", "keep_links"]

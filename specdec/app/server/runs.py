@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ...decoding import STOPPED, TIME_LIMIT, StopSignal, autoregressive_generate, speculative_generate
-from ...drafters import drafters_for
-from ...measure import Repeats, timed_repeats
-from ...sampling import Rule
-from ...settings import RunSettings
-from ...trace import Generation
+from ...core.sampling import Rule
+from ...core.settings import RunSettings
+from ...decoding.loop import STOPPED, TIME_LIMIT, StopSignal, autoregressive_generate, speculative_generate
+from ...drafting.drafters import drafters_for
+from ...explain.measure import Repeats, timed_repeats
+from ...trace.spine import Generation
 from . import device_queue, flights, limits, workers
 from .api import DEFAULT_PROMPT
 from .pairs import get_pair, ready

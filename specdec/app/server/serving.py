@@ -10,7 +10,7 @@ What `configure` sets, each from `limits` (one environment variable each):
 - the decoding events' concurrency group (`DECODE`);
 - number inputs that refuse what Gradio passes on or turns into a generic "Error": text, a missing
   value, NaN, infinity, and a fraction where a whole number is expected (Gradio rounds 2.5 to 2
-  without a word) — each with a message naming the control (`specdec.checks`, one wording);
+  without a word) — each with a message naming the control (`specdec.core.checks`, one wording);
 - Gradio's `delete_cache`: uploads and returned files deleted after SPECDEC_FILE_MAX_AGE_SECONDS;
 - a visitor's session released when their page closes, and the housekeeping thread
   (`housekeeping`): idle sessions, orphaned component copies, this process's old files, freed
@@ -34,7 +34,7 @@ import asyncio
 
 import gradio as gr
 
-from ...checks import number
+from ...core.checks import number
 from ..shows.messages import error
 from . import budget, housekeeping, limits
 from .sessions import quick_sessions

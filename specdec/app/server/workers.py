@@ -38,9 +38,9 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from ...decoding import STOPPED, StopSignal, speculative_generate
-from ...models import BUNDLED
-from ...trace import Generation
+from ...decoding.loop import STOPPED, StopSignal, speculative_generate
+from ...models.pair import BUNDLED
+from ...trace.spine import Generation
 from . import limits
 
 __all__ = ["Worker", "Pool", "POOL", "decode", "start"]
@@ -147,8 +147,8 @@ def _warm_up(pair) -> None:
     """Each drafter once (a few tokens), as `runs.warm_up` does for the server: the first run a
     worker decodes pays no one-time cost. (Not `runs` itself: it imports Gradio, which a worker
     does without.)"""
-    from ...drafters import drafters_for
-    from ...settings import RunSettings
+    from ...core.settings import RunSettings
+    from ...drafting.drafters import drafters_for
     from .api import DEFAULT_PROMPT
 
     for drafter in drafters_for(pair):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import html
 
-from ...looks import PALETTE, token_label
-from ...trace import Generation
+from ...explain.looks import PALETTE, token_label
+from ...trace.spine import Generation
 
 LOW = 0.5   # β under this: the draft more often fails here than passes; hatched as well as pale
 _BLUE = tuple(int(PALETTE["blue"][i:i + 2], 16) for i in (1, 3, 5))

@@ -1,7 +1,7 @@
 """Pure figure and text builders: a `Generation` trace in, a Plotly figure / HTML / table out.
 
 Nothing here holds state, runs a model or recomputes model outputs: every number shown is read
-from the trace (see `specdec.trace`). Colours follow the Okabe-Ito palette (colour-blind safe)
+from the trace (see `specdec.trace.spine`). Colours follow the Okabe-Ito palette (colour-blind safe)
 and every outcome also has a second cue (a symbol, a line style or a marker shape), so colour is
 never the only signal. All token text is HTML-escaped before it reaches HTML or Plotly labels.
 """
@@ -12,10 +12,10 @@ import html
 
 import plotly.graph_objects as go
 
-from ...looks import LOOKS, PALETTE, token_label, visible_token
-from ...outcomes import Ending, Status, events
-from ...speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
-from ...trace import Generation
+from ...explain.looks import LOOKS, PALETTE, token_label, visible_token
+from ...explain.speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
+from ...trace.outcomes import Ending, Status, events
+from ...trace.spine import Generation
 from .beta_strip import strip_html
 
 HIGHLIGHT = PALETTE["black"]

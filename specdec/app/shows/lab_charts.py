@@ -13,9 +13,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...lab import EXACT_TOLERANCE, RULE_NAMES, LabResult, closed_form_text
-from ...looks import PALETTE
-from ...sampling import Rule
+from ...core.sampling import Rule
+from ...explain.lab import EXACT_TOLERANCE, RULE_NAMES, LabResult, closed_form_text
+from ...explain.looks import PALETTE
 
 STYLE = {
     Rule.EXACT: dict(color=PALETTE["blue"], symbol="circle", dash="solid", pattern=""),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gradio as gr
 import torch
 
-from ... import models
-from ...models import ModelLoadError, scrub_paths
+from ...models import pair as models
+from ...models.pair import ModelLoadError, scrub_paths
 
 
 def sentence(text: str, capital: bool = True) -> str:

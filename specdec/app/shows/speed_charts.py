@@ -13,8 +13,8 @@ import math
 
 import plotly.graph_objects as go
 
-from ...looks import PALETTE
-from ...speed import CostProfile, RunPoint, alpha_band, expected_tokens_per_round
+from ...explain.looks import PALETTE
+from ...explain.speed import CostProfile, RunPoint, alpha_band, expected_tokens_per_round
 from .charts import empty_figure, legend_below, plotly_text
 
 GAMMAS = tuple(range(1, 9))

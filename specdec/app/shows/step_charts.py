@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...looks import LOOKS, PALETTE, TAIL_LABELS, tail_labels, token_label
-from ...outcomes import Ending, Status
-from ...trace import Generation
+from ...explain.looks import LOOKS, PALETTE, TAIL_LABELS, tail_labels, token_label
+from ...trace.outcomes import Ending, Status
+from ...trace.spine import Generation
 from .charts import (
     FADED,
     HIGHLIGHT,

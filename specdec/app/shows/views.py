@@ -13,11 +13,11 @@ import json
 import gradio as gr
 import pandas as pd
 
-from ...decoding import STOPPED
-from ...looks import LOOKS, PALETTE, token_label
-from ...outcomes import Ending
-from ...speed import expected_tokens_per_round, run_point, speedup
-from ...trace import Generation
+from ...decoding.loop import STOPPED
+from ...explain.looks import LOOKS, PALETTE, token_label
+from ...explain.speed import expected_tokens_per_round, run_point, speedup
+from ...trace.outcomes import Ending
+from ...trace.spine import Generation
 from . import charts, step_charts
 from .charts import sig3
 

@@ -1,0 +1,71 @@
+"""`specdec chat-alpha`: the α of SmolLM2-135M-Instruct's features drafter on three kinds of prompt: the
+card's 8 hand-written chat prompts (`measure.CHAT_PROMPTS`), 8 other hand-written ones (none is a training question; two
+share a subject with the templates: cookies, Python), and questions the model writes itself
+(`training.chat.chat_pool.write_questions`, as its training pool does).
+
+Why: the card's α (0.42 greedy) is far below the held-out agreement its training reports (0.69),
+and this tells a bug from a change of distribution. Measured 2026-11-26 on the shipped drafter
+(greedy, γ 4, 48 new tokens): 0.62 on 12 of the model's own questions, 0.42 on the card's. A newly
+trained drafter is compared here before it replaces the shipped one:
+
+    specdec chat-alpha                       # the shipped drafter, all three sets (~10 min, 2 threads)
+    specdec chat-alpha --drafter runs/chat-drafter/specdec-features --sets card other
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..core.checks import whole_number
+from .main import folder
+
+OTHER_PROMPTS = ("My Python code raises a KeyError. What does that mean?", "Suggest a name for a small bakery.",
+                 "Is it safe to eat raw cookie dough?", "Translate 'good morning' into Spanish.",
+                 "What year did the Berlin Wall fall?", "How many legs does a spider have?",
+                 "Draft a polite email declining a meeting invitation.", "What is a good vegetarian dinner idea?")
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--drafter", type=folder, default=None, metavar="FOLDER",
+                    help="a saved features drafter folder (default: the shipped one)")
+    ap.add_argument("--sets", nargs="+", choices=("card", "other", "own"), default=("card", "other", "own"),
+                    help="which prompts: the card's, 8 other hand-written ones, the model's own questions")
+    ap.add_argument("--own", type=int, default=12, help="how many questions the model writes itself")
+    ap.add_argument("--tokens", type=int, default=64, help="new tokens a prompt")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+
+
+def run(args) -> int:
+    """Print α at greedy and T = 1 for each set of prompts, then all of it as one JSON line."""
+    whole_number(args.own, "--own", 1)
+    whole_number(args.tokens, "--tokens", 1)
+    whole_number(args.threads, "--threads", 1)
+    from pathlib import Path
+
+    import torch
+
+    from ..drafting import features as fx
+    from ..explain.measure import CHAT_PROMPTS
+    from ..models.pair import load_pair
+    from ..training.chat.chat_pool import chat_prompt, write_questions
+    from ..training.chat.features_chat_card import acceptance
+
+    torch.set_num_threads(args.threads)
+    pair = load_pair(preset="smollm2-135m", drafter="features")
+    if args.drafter:
+        pair.feature_net = fx.load(Path(args.drafter), pair.target)
+    texts = {"card": list(CHAT_PROMPTS), "other": list(OTHER_PROMPTS)}
+    if "own" in args.sets:   # seeded apart from every training pool's seeds
+        texts["own"] = write_questions(pair.target, pair.tokenizer, args.own, torch.Generator().manual_seed(4321),
+                                       batch=args.own)
+    found = {"drafter": args.drafter or str(fx.weights_folder(pair)), "gamma": 4, "new_tokens": args.tokens}
+    for name in args.sets:
+        prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name]]
+        for temperature in (0.0, 1.0):   # the card's own measure: greedy one seed, T = 1 measure.SEEDS
+            row = acceptance(pair, prompts, temperature, gamma=4, new=args.tokens)
+            key = f"{name}, {'greedy' if temperature == 0 else 'T = 1'}"
+            found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"]}
+            print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)
+    print(json.dumps(found))
+    return 0

@@ -1,0 +1,55 @@
+"""`specdec chat-card`: measure the features drafter shipped for SmolLM2-135M-Instruct on this CPU and write its card
+(README.md beside its weights, in assets/models/SmolLM2-135M-Instruct-features).
+
+α at greedy and T = 1, c and the speedup over the target alone on one torch thread
+(`training.chat.features_chat_card.measure_chat`), and the p-mass its vocabulary subset holds on a
+held-out pool the target draws here (its own questions and answers, seeded apart from training's).
+
+    specdec chat-card [--questions 16] [--timed 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from ..core.checks import whole_number
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--questions", type=int, default=16, help="held-out questions for the coverage")
+    ap.add_argument("--timed", type=int, default=8, help="chat prompts timed against the target alone")
+    ap.add_argument("--from-measures", action="store_true",
+                    help="write the card again from the folder's measures.json (no measuring)")
+
+
+def run(args) -> int:
+    """Measure (or read the saved measures), then write README.md and measures.json beside the weights."""
+    whole_number(args.questions, "--questions", 1)
+    whole_number(args.timed, "--timed", 1)
+    from ..drafting import features as fx
+    from ..models.pair import load_pair
+    from ..training.chat import features_chat_card as fcc
+    from ..training.chat.chat_pool import draw_chat_pool
+    from ..training.chat.features_chat import USES
+
+    t0 = time.perf_counter()
+    pair = load_pair(preset="smollm2-135m", drafter="features")
+    folder = fx.weights_folder(pair)
+    record = json.loads((folder / "training.json").read_text())
+    if args.from_measures:
+        saved = json.loads((folder / "measures.json").read_text())
+        measures, cover = saved["measures"], saved["coverage"]
+    else:
+        measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed)
+        print(json.dumps(measures, indent=1), flush=True)
+        pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
+        cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)
+        print(json.dumps(cover), flush=True)
+    size_mb = (folder / "model.safetensors").stat().st_size / 1e6
+    (folder / "README.md").write_text(fcc.card(record, measures, cover, size_mb, pair.label), encoding="utf-8")
+    (folder / "measures.json").write_text(json.dumps({"measures": measures, "coverage": cover}, indent=1) + "\n",
+                                          encoding="utf-8")
+    print(f"wrote {folder / 'README.md'} in {time.perf_counter() - t0:.0f} s")
+    return 0

@@ -1,0 +1,1 @@
+"""The decoding loops: speculative and autoregressive generation, one round at a time."""

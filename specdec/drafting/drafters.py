@@ -1,0 +1,263 @@
+"""Drafters: whatever proposes tokens for the target to verify.
+
+One small interface (like transformers' `CandidateGenerator`), so the decoder never branches on
+the kind of drafter: `propose` returns the drafted tokens and the distribution q each was drawn
+from. q is the draft distribution after the same processing as p (temperature, top-k, top-p). A
+drafter that runs a model checks `stop` before each of its forwards and returns what it has.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ..core.sampling import SamplingConfig, logits_to_probs, sample
+from ..core.settings import DRAFTERS, lacks_draft_model
+from . import features as fx
+
+
+class Drafter(Protocol):
+    name: str
+    forwards: int   # model forward passes spent so far
+
+    def propose(self, context: list[int], gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator, stop=None) -> tuple[list[int], torch.Tensor]:
+        """Up to `gamma` drafted tokens after `context`, and q: [len(drafts), V] float32 rows.
+        `stop` (a threading.Event, or None): when set, return the drafts so far."""
+        ...
+
+
+class KVCache:
+    """A model's DynamicCache plus the token ids it holds, so it can be cut back to the longest
+    prefix it shares with a new context (`DynamicCache.crop` does the cutting)."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.ids: list[int] = []
+
+    def forward(self, context: list[int], extra: list[int]) -> torch.Tensor:
+        """Logits [len(extra) + 1, V] scoring the token after context[-1] and after each of `extra`.
+
+        Feeds the model only the tokens the cache lacks, after cropping the cache to the
+        longest common prefix (tokens rejected in an earlier round are dropped here).
+        """
+        return self.forward_features(context, extra, layers=None)[0]
+
+    def forward_features(self, context: list[int], extra: list[int], layers: tuple[int, ...] | None = ()):
+        """(logits [len(extra) + 1, V], the fed positions' feature rows [n, d * (1 + len(layers))] or
+        None, the first fed position): `forward`, plus the model's post-norm last hidden state (and
+        its residual stream after each of `layers`) at every position it fed: what the `features`
+        drafter reads (see `specdec.drafting.features.forward_with_features`). `layers` None: no rows."""
+        tokens = context + extra
+        keep = common_prefix(self.ids, tokens)
+        keep = min(keep, len(tokens) - len(extra) - 1)   # always feed context[-1] to get its logits
+        if keep < len(self.ids):
+            self.cache.crop(keep - len(self.ids))         # transformers 5: negative = drop that many
+            self.ids = self.ids[:keep]
+        feed = tokens[keep:]
+        device = next(self.model.parameters()).device
+        ids = torch.tensor([feed], device=device)
+        if layers is not None:
+            logits, hidden = fx.forward_with_features(self.model, ids, self.cache, layers)
+            hidden = hidden[0]
+        else:
+            logits, hidden = self.model(ids, past_key_values=self.cache, use_cache=True).logits, None
+        self.ids = tokens
+        return logits[0, -(len(extra) + 1):], hidden, keep
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix. The usual case, `a` a prefix of `b`, is one list
+    comparison in C: this runs before every forward, so it must not walk the context in Python."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n   # a[:lo] == b[:lo] and a[:hi] != b[:hi]: bisect on slice equality
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class ModelDrafter:
+    """A small causal LM drafting autoregressively with its own KV cache."""
+
+    name = "model"
+
+    def __init__(self, model, vocab_size: int):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.cache = KVCache(model)
+        self.forwards = 0
+
+    @torch.inference_mode()
+    def propose(self, context, gamma, sampling, generator, stop=None):
+        drafts: list[int] = []
+        rows = []
+        for _ in range(gamma):
+            if stop is not None and stop.is_set():
+                break
+            logits = self.cache.forward(context + drafts, [])[-1]
+            self.forwards += 1
+            q = logits_to_probs(align_logits(logits, self.vocab_size), sampling)
+            drafts.append(int(sample(q, generator)))
+            rows.append(q)
+        if not rows:
+            return [], torch.zeros(0, self.vocab_size)
+        return drafts, torch.stack(rows)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the context's last n tokens
+    (n = max_ngram down to 1) and propose the tokens that followed it.
+
+    Its q is one-hot on each proposed token (the drafter is deterministic), so a draft is
+    accepted with probability p(x) and a rejection resamples from p with x removed: exact.
+    (romsto's n-gram drafter samples differently; we keep q honest instead.)
+    """
+
+    name = "ngram"
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, device: str | torch.device = "cpu"):
+        self.vocab_size = vocab_size
+        self.max_ngram = max_ngram
+        self.device = device   # q lives where the target's p does (on a GPU a CPU q broke the round's summary)
+        self.forwards = 0   # no model
+
+    def lookup(self, context: list[int], gamma: int) -> list[int]:
+        for n in range(min(self.max_ngram, len(context) - 1), 0, -1):
+            tail = context[-n:]
+            for start in range(len(context) - n - 1, -1, -1):   # latest match first
+                if context[start:start + n] == tail:
+                    follow = context[start + n:start + n + gamma]
+                    if follow:
+                        return follow
+        return []
+
+    def propose(self, context, gamma, sampling, generator, stop=None):   # no forward to stop between
+        drafts = self.lookup(context, gamma) if gamma > 0 else []
+        q = torch.zeros(len(drafts), self.vocab_size, device=self.device)
+        if drafts:
+            q[torch.arange(len(drafts)), torch.tensor(drafts)] = 1.0   # CPU indices index a device tensor
+        return drafts, q
+
+
+class FeaturesDrafter:
+    """Drafts from the target's features: the `features` drafter (EAGLE-style, see `specdec.drafting.features`).
+
+    It keeps its own KV cache of "exact" elements (built from the target's features), one per
+    context position but the last: element i = (f_i, x_{i+1}). Drafted elements (built from its own
+    features) are dropped at the end of every `propose`; elements past a rejected draft are cropped
+    when the context no longer matches (like `KVCache`). The rounds hand it the target's features of
+    every kept position with `observe` after each verify.
+    """
+
+    name = "features"
+
+    def __init__(self, net, target, vocab_size: int):
+        from transformers import DynamicCache
+
+        self.net, self.vocab_size = net, vocab_size
+        self.embed = target.get_input_embeddings()
+        self.norm = fx.rms_norm(target.get_decoder().norm)   # the target's final norm
+        self.head = target.get_output_embeddings()
+        self.forward = fx.LeanForward(net)   # the net's math without transformers' per-call overhead
+        self.rows_of = _row_lookup(self.embed)
+        self.logits = fx.head_logits(self.head, vocab_size, net.vocab)   # q through a vocabulary subset, if any
+        self.feats = torch.zeros(0, net.row_width, device=self.embed.weight.device)   # the target's rows at 0, 1, ...
+        self.cache = DynamicCache(config=net.config)
+        self.ids: list[int] = []   # x_{i+1} of each cached element
+        self.forwards = 0
+        self.last_source: dict | None = None   # where the latest drafts' q came from (the trace's sentence)
+
+    def observe(self, start: int, rows: torch.Tensor) -> None:
+        """The target's feature rows at positions start, start + 1, ... ([n, net.row_width]): what a
+        verify forward computed for the positions the round kept."""
+        self.feats = torch.cat([self.feats[:start], rows.detach().to(self.feats.device, self.feats.dtype)])
+
+    def _catch_up(self, context: list[int]) -> torch.Tensor:
+        """Feed the exact elements the cache lacks; the layer output of the last one [1, d]."""
+        want = context[1:]
+        keep = min(common_prefix(self.ids, want), len(want) - 1)   # always feed the last element
+        fx.crop_to(self.cache, keep)
+        embeds = self.embed(torch.tensor(want[keep:], device=self.embed.weight.device))
+        out = self.forward(self.net.fused(self.feats[keep:len(want)].to(embeds.dtype)), embeds, keep, self.cache)
+        self.ids = want
+        return out[-1:]
+
+    @torch.inference_mode()
+    def propose(self, context, gamma, sampling, generator, stop=None):
+        n = len(context)
+        if gamma <= 0 or n < 2 or len(self.feats) < n - 1 or (stop is not None and stop.is_set()):
+            # No feature for the last kept position yet (a run's first round): draft nothing; the
+            # verify forward is then the prompt's prefill and brings the features.
+            self.last_source = None
+            return [], torch.zeros(0, self.vocab_size)
+        out = self._catch_up(context)
+        self.forwards += 1
+        drafts: list[int] = []
+        rows = []
+        for j in range(gamma):
+            feature = self.norm(out)
+            q = logits_to_probs(self.logits(feature)[0], sampling)
+            drafts.append(int(sample(q, generator)))
+            rows.append(q)
+            if j + 1 == gamma or (stop is not None and stop.is_set()):
+                break
+            out = self.forward(feature, self.rows_of(drafts[-1]), n - 1 + j, self.cache)
+            self.forwards += 1
+        fx.crop_to(self.cache, n - 1)   # drop the drafted elements: only the target's features are kept
+        self.last_source = {"position": n - 2, "token": context[-1], "drafts": len(drafts)}
+        return drafts, torch.stack(rows)
+
+
+def _row_lookup(embed):
+    """token id -> its embedding row [1, d]: a plain `nn.Embedding` read as a view of its weight (no
+    index tensor, no module call: ~10 µs of a ~0.5 ms draft step on a CPU), any other module called."""
+    if type(embed) is torch.nn.Embedding and embed.max_norm is None:
+        weight = embed.weight
+        return lambda token: weight[token:token + 1]
+    return lambda token: embed(torch.tensor([token], device=embed.weight.device))
+
+
+def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Align a model's logits to the pair's vocabulary: keep ids below `vocab_size`.
+
+    The ids cut off are embedding-matrix padding that no tokenizer entry maps to (see
+    `ModelPair.vocab_size`); p and q are both computed over the same real vocabulary.
+    """
+    if logits.shape[-1] < vocab_size:
+        raise ValueError(f"logits have {logits.shape[-1]} entries, fewer than the pair's {vocab_size}")
+    return logits[..., :vocab_size]
+
+
+def drafters_for(pair) -> list[str]:
+    """The drafter keys that can run on this pair: the model drafter needs a draft model, the
+    features drafter weights for its target."""
+    return [key for key in DRAFTERS if (key != "features" or fx.available(pair))
+            and (key != "model" or getattr(pair, "draft", None) is not None)]
+
+
+def check_drafter(name: str, pair) -> None:
+    """ValueError, naming the drafters the pair has, when it cannot run the drafter `name`."""
+    if name == "model" and getattr(pair, "draft", None) is None:
+        raise ValueError(lacks_draft_model(pair.label, drafters_for(pair)))
+
+
+def make_drafter(name: str, pair) -> Drafter:
+    """The drafter a run names (see `settings.DRAFTERS`), over the pair's shared vocabulary."""
+    if name == "ngram":
+        return NgramDrafter(pair.vocab_size, device=pair.device)
+    if name == "model":
+        check_drafter(name, pair)
+        return ModelDrafter(pair.draft, pair.vocab_size)
+    if name == "features":
+        return FeaturesDrafter(fx.net_for(pair), pair.target, pair.vocab_size)
+    raise ValueError(f"unknown drafter {name!r}: choose one of {', '.join(map(repr, DRAFTERS))}")

@@ -1,0 +1,1 @@
+"""What explains a run: its predicted speed, measured costs, the exactness lab, and how outcomes look."""

@@ -1,0 +1,75 @@
+"""How the run looks, in one table: every outcome's label, symbol, colour, marker, CSS and
+terminal colour, the colour-blind palette, and how tokens and the tail are named on screen.
+
+The trace holds data only; the renderers (the CLI's text, the app's HTML and figures, the bench's
+chart) read their looks here, so the CLI and the app show the same symbols in the same colours.
+Colour is never the only cue: every outcome also has a symbol, a marker shape or a line style.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..trace.outcomes import Ending, Outcome, Status
+
+# Okabe & Ito (2008), "Color Universal Design": a palette that colour-blind readers can tell apart.
+PALETTE = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
+           "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+           "black": "#000000"}
+
+
+@dataclass(frozen=True)
+class Look:
+    """How one outcome is shown everywhere: colour is never the only cue (symbol, line, marker)."""
+
+    label: str     # what the legend says
+    symbol: str    # the mark after the token, in the app and in the terminal
+    colour: str    # a PALETTE colour
+    marker: str    # Plotly marker symbol (timeline)
+    css: str       # the token's style in the app's text
+    ansi: str      # SGR code for the terminal
+
+
+LOOKS: dict[Outcome, Look] = {
+    Status.ACCEPTED: Look("accepted draft", "✓", PALETTE["green"], "square",
+                          "background:#009E7326;border-bottom:2px solid #009E73;", "32"),
+    Status.REJECTED: Look("rejected draft (struck through)", "✗", PALETTE["vermillion"], "x",
+                          "color:#D55E00;text-decoration:line-through;text-decoration-thickness:2px;opacity:.85;",
+                          "31;9"),
+    Status.UNUSED: Look("unused draft (after a rejection)", "·", PALETTE["grey"], "square-open",
+                        "color:#777;", "90"),
+    Ending.RESIDUAL: Look("resampled from the residual", "↺", PALETTE["blue"], "circle",
+                          "background:#0072B226;border:1px dashed #0072B2;border-radius:3px;", "34"),
+    Ending.BIASED_P: Look("sampled from p (adjustment skipped: biased)", "⚠", PALETTE["purple"], "triangle-up",
+                          "background:#CC79A740;border-bottom:3px double #CC79A7;", "35"),
+    Ending.GREEDY: Look("argmax of p (greedy match)", "=", PALETTE["yellow"], "diamond",
+                        "background:#F0E44260;border-bottom:2px dotted #000;", "33"),
+    Ending.BONUS: Look("bonus token (all drafts accepted)", "★", PALETTE["orange"], "star",
+                       "background:#E69F0033;border-bottom:2px dotted #E69F00;", "36"),
+    Ending.PLAIN: Look("plain target step (nothing drafted)", "○", PALETTE["sky"], "circle-open",
+                       "background:#56B4E926;border-bottom:1px solid #56B4E9;", "94"),
+}
+
+# The rest of the vocabulary at a position, as stored: two parts split by the sign of p - q (or, in
+# a schema-1 trace, one lumped part).
+TAIL_LABELS = ("rest where p ≥ q", "rest where p < q")
+LUMPED_TAIL = "everything else"
+
+
+def tail_labels(d) -> tuple[str, ...]:
+    """The names of a stored distribution's tail parts (`trace.Dist.buckets`)."""
+    return TAIL_LABELS if d.split is not None else (LUMPED_TAIL,)
+
+
+def visible_token(text: str) -> str:
+    """A token's text with spaces, newlines and tabs made visible (for labels and tables)."""
+    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    return shown or "∅"
+
+
+def token_label(gen, token_id: int) -> str:
+    """A token of a `trace.Generation` as charts and tables name it: whitespace made visible,
+    EOS as ⟨eos⟩."""
+    if token_id == gen.eos_token_id:
+        return "⟨eos⟩"
+    return visible_token(gen.token(token_id))

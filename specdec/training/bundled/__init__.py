@@ -1,0 +1,1 @@
+"""Building the bundled model pair: its training recipe, distillation, features drafter and model cards."""

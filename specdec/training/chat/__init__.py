@@ -1,0 +1,1 @@
+"""A drafter for a real chat target: its prompt pool, its features drafter's training and its model card."""

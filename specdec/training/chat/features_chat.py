@@ -1,0 +1,284 @@
+"""Train the `features` drafter for a real chat target (any Llama-family model), on-policy, with a
+frequency-ranked vocabulary subset (FR-Spec).
+
+The pools come from `chat_pool` (the target's own questions, its answers greedy and at T = 1, raw
+continuations), each position keeping the target's feature, the log of its full normaliser (`lse`)
+and its argmax. The subset is the `draft_vocab` ids the target emitted most often in the training
+pool (counts over its sampled tokens, ties by id). Training and evaluation read the head's subset
+rows only: p on the subset is exp(logit - lse), its true mass there; q is 0 outside, so
+
+    TV(p, q) = 1 - sum over the subset of min(p, q)   (what the acceptance test rejects, exactly)
+
+and the KL term uses p renormalised on the subset (q cannot reach the rest). As in
+`training.features`, the drafter is unrolled `unroll` steps as at test time and each step pays
+TV + kl_weight * KL + reg_weight * smooth-L1 to the target's feature. All rows are scored at T = 1
+(greedy rows too: their p at T = 1 ranks the tokens the argmax is chosen from).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class ChatFeaturesConfig:
+    seed: int = 0
+    draft_vocab: int = 8192        # ids q reads (0 = all); chosen by coverage against head cost
+    intermediate_size: int = 1024  # the drafter layer's MLP (SmolLM2-135M's own is 1536)
+    unroll: int = 2                # drafting steps trained as at test time (each costs a head product)
+    steps: int = 6000
+    minutes: float | None = None
+    batch_size: int = 8
+    lr: float = 2e-3
+    warmup: int = 100
+    kl_weight: float = 0.5
+    reg_weight: float = 0.1
+    eval_every: int = 200
+    checkpoint_every: int = 50
+    threads: int | None = 1
+    init_from: str | None = None   # a saved drafter to go on from: its weights and its vocabulary subset
+
+
+def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
+    """The `size` token ids the target sampled most often in `pool` (positions from each row's
+    start to its end), most frequent first, ties by id; ids never sampled fill up by id."""
+    ids, starts, ends = pool["ids"], pool["starts"], pool["ends"]
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
+    sampled = (pos >= starts[:, None]) & (pos < ends[:, None])
+    counts = torch.bincount(ids[sampled], minlength=vocab_size).double()
+    order = torch.argsort(-counts + torch.arange(vocab_size, device=ids.device) / (2.0 * vocab_size))   # ties by id
+    return order[:size].clone()
+
+
+def subset_weight(target, ids: torch.Tensor | None) -> torch.Tensor:
+    """The head's rows for `ids` [N, d] (all its rows when None); the head is a bias-free Linear."""
+    head = target.get_output_embeddings()
+    if not (type(head) is torch.nn.Linear and head.bias is None):
+        raise ValueError("training with a vocabulary subset needs a bias-free linear output head")
+    w = head.weight.detach()
+    return w if ids is None else w[ids].contiguous()
+
+
+def step_masks(starts: torch.Tensor, ends: torch.Tensor, length: int, k: int) -> list[torch.Tensor]:
+    """[B, n] bool per drafting step j: element i counts when the token it predicts (i + 2) was
+    sampled before the row's end and the chain has its j - 1 earlier steps (i >= j - 1)."""
+    i = torch.arange(length - 1, device=starts.device)[None]
+    ok = (i + 2 >= starts[:, None]) & (i + 2 < ends[:, None])
+    return [ok & (i >= j - 1) for j in range(1, k + 1)]
+
+
+def subset_terms(g: torch.Tensor, feats: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor
+                 ) -> dict[str, torch.Tensor]:
+    """Per row of drafter features g [M, d] against the target's feats [M, d] and lse [M]:
+    beta = sum over the subset of min(p, q), KL(p renormalised on the subset || q), and the
+    p-mass inside the subset (the most beta can be)."""
+    log_q = torch.log_softmax(g @ weight.T, -1)
+    with torch.no_grad():
+        z = feats @ weight.T
+        p = torch.exp(z - lse[:, None])
+        log_p_hat = torch.log_softmax(z, -1)
+    beta = torch.minimum(p, log_q.exp()).sum(-1)
+    kl = (log_p_hat.exp() * (log_p_hat - log_q)).sum(-1)
+    return {"beta": beta, "kl": kl, "mass": p.sum(-1), "q_top": log_q.argmax(-1)}
+
+
+def cropped(batch: dict) -> dict:
+    """The batch without the columns after its last row's end (nothing there counts: a row ends at
+    its end of turn, and a batch of short answers would otherwise run the drafter over padding)."""
+    width = int(batch["ends"].max())
+    return {k: v[:, :width] if v.dim() > 1 else v for k, v in batch.items()}
+
+
+def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tensor
+           ) -> tuple[torch.Tensor, list[float]]:
+    from ..bundled.features import unrolled_outputs
+
+    batch = cropped(batch)
+    ids, feats, lse = batch["ids"], batch["feats"], batch["lse"]
+    outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+    total, per_step = 0.0, []
+    for g, m in zip(outs, step_masks(batch["starts"], batch["ends"], ids.shape[1], cfg.unroll)):
+        if not m.any():
+            per_step.append(float("nan"))
+            continue
+        f_next = feats[:, 1:][m]
+        t = subset_terms(g[m], f_next, lse[:, 1:][m], weight)
+        reg = F.smooth_l1_loss(g[m], f_next, reduction="none").mean(-1)
+        total = total + ((1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg).mean()
+        per_step.append(float(1 - t["beta"].detach().mean()))
+    return total / cfg.unroll, per_step
+
+
+@torch.no_grad()
+def evaluate(net, target, pool: dict, cfg: ChatFeaturesConfig, weight: torch.Tensor, batch: int = 16
+             ) -> dict[str, float]:
+    """On the held-out pool, per drafting step j: beta at T = 1 on the T = 1 rows (what the
+    acceptance test accepts there), argmax agreement with the target on the greedy rows, and the
+    p-mass the subset holds at T = 1."""
+    from ..bundled.features import unrolled_outputs
+
+    sums: dict[str, list[float]] = {}
+
+    def add(key: str, values: torch.Tensor) -> None:
+        acc = sums.setdefault(key, [0.0, 0.0])
+        acc[0] += float(values.sum())
+        acc[1] += len(values)
+
+    for a in range(0, len(pool["ids"]), batch):
+        part = cropped({k: v[a:a + batch] for k, v in pool.items()})
+        ids, feats, lse, temps = part["ids"], part["feats"], part["lse"], part["temps"]
+        outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+        for j, (g, m) in enumerate(zip(outs, step_masks(part["starts"], part["ends"], ids.shape[1], cfg.unroll)), 1):
+            for greedy in (False, True):
+                rows = m & ((temps == 0) if greedy else (temps > 0))[:, None]
+                if not rows.any():
+                    continue
+                t = subset_terms(g[rows], feats[:, 1:][rows], lse[:, 1:][rows], weight)
+                if greedy:
+                    add(f"greedy agreement step {j}", (net_ids(net)[t["q_top"]] == part["top"][:, 1:][rows]).float())
+                else:
+                    add(f"beta at T=1 step {j}", t["beta"])
+                    if j == 1:
+                        add("subset mass at T=1", t["mass"])
+    return {key: s / max(n, 1) for key, (s, n) in sums.items()}
+
+
+def net_ids(net) -> torch.Tensor:
+    """Subset position -> token id (the identity when the net reads the whole vocabulary)."""
+    if net.vocab is not None:
+        return net.vocab
+    return torch.arange(net.config.vocab_size, device=net.fc.weight.device)
+
+
+def load_pools(work, names: dict[str, list[str]]) -> dict[str, dict]:
+    """The pools drawn by `chat_pool.draw_chat_pool` into `work`: {"train": [files], "eval": [files]}."""
+    out = {}
+    for split, files in names.items():
+        parts = [p for f in files if (work / f).exists() for p in torch.load(work / f)]
+        if not parts:
+            raise ValueError(f"no {split} pool in {work}: draw one first")
+        width = max(p["ids"].shape[1] for p in parts)
+        out[split] = {k: torch.cat([widened(p[k], width) for p in parts]) for k in parts[0]}
+    return out
+
+
+def widened(values: torch.Tensor, width: int) -> torch.Tensor:
+    """A pool tensor [N, L, ...] padded with zeros to `width` columns (pools drawn with different row
+    lengths; a row's padding lies past its end, where nothing counts); [N] tensors as they are."""
+    if values.dim() < 2 or values.shape[1] >= width:
+        return values
+    pad = values.new_zeros(values.shape[0], width - values.shape[1], *values.shape[2:])
+    return torch.cat([values, pad], 1)
+
+
+def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=print, progress: bool = False,
+                        info: dict | None = None, stop_at: int | None = None) -> dict:
+    """Rank the subset on the training pool, train a FeatureNet reading it, and save it to
+    `out/specdec-features` (fp16 weights, the subset's ids, the training record); resumable from
+    `out/.features-work/checkpoint.pt`."""
+    import json
+    from dataclasses import asdict
+    from functools import partial
+    from pathlib import Path
+
+    from ...drafting import features as fx
+    from ..bundled.features import train_net
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    work = out / ".features-work"
+    work.mkdir(parents=True, exist_ok=True)
+    ids, start = None, None
+    if cfg.init_from:   # going on from a saved drafter: its subset too (its weights learned to read it)
+        from safetensors.torch import load_file
+
+        start = {k: v.float() if v.is_floating_point() else v
+                 for k, v in load_file(Path(cfg.init_from) / "model.safetensors").items()}
+        if "vocab" in start and len(start["vocab"]) != cfg.draft_vocab:
+            raise ValueError(f"{cfg.init_from} reads {len(start['vocab'])} token ids, "
+                             f"not draft_vocab {cfg.draft_vocab}")
+        if "vocab" in start and not (work / "vocab.pt").exists():
+            torch.save(start["vocab"].clone(), work / "vocab.pt")
+    if cfg.draft_vocab:   # ranked once, on the pool the first call sees: a resumed run keeps it
+        if not (work / "vocab.pt").exists():
+            torch.save(rank_vocab(pools["train"], cfg.draft_vocab, target.config.vocab_size), work / "vocab.pt")
+        ids = torch.load(work / "vocab.pt")
+    weight = subset_weight(target, ids)
+    torch.manual_seed(cfg.seed)
+    device = target.get_output_embeddings().weight.device
+    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, (), cfg.draft_vocab)).to(device)
+    if start is not None:   # a resumed run's checkpoint, if any, replaces these in train_net
+        left = net.load_state_dict(start, strict=False)
+        if [k for k in left.missing_keys if not k.startswith("rotary.")] or left.unexpected_keys:
+            raise ValueError(f"{cfg.init_from} does not fit this drafter's shape: {left}")
+        log(f"going on from {cfg.init_from}")
+    if ids is not None:
+        ids = ids.to(device)
+        net.vocab.copy_(ids)
+    state = train_net(net, target, pools, cfg, work / "checkpoint.pt", log, progress, stop_at=stop_at,
+                      loss_fn=partial(losses, weight=weight), eval_fn=partial(evaluate, weight=weight))
+    record = {"config": asdict(cfg), **(info or {}), "params": sum(p.numel() for p in net.parameters()),
+              "history": state["history"], "after": state["history"][-1], "steps": state["step"],
+              "train_minutes": round(state["elapsed"] / 60, 1), "threads": torch.get_num_threads(),
+              "pool_sequences": int(len(pools["train"]["ids"])), "torch": torch.__version__}
+    folder = out / fx.FOLDER
+    fx.save(net.eval(), folder, {"target": (info or {}).get("target", "?"), "feature": "post-norm last hidden state",
+                                 "draft_vocab": cfg.draft_vocab})
+    (folder / "training.json").write_text(json.dumps(record, indent=2, default=str))
+    log(f"done: {state['step']} steps in {state['elapsed'] / 60:.1f} min; saved to {folder}")
+    return record
+
+
+USES = (("chat", 1.0), ("chat", 0.0), ("text", 1.0))   # each question: answered at T = 1 and greedily, continued
+
+
+def train_chat(folder, out, cfg: ChatFeaturesConfig, chunks: tuple[int, int] = (1, 24), batch: int = 64,
+               length: int = 160, log=print, questions: str = "model") -> dict:
+    """`specdec train --features --chat-target FOLDER`: draw the held-out and training pools from the
+    chat model in FOLDER (`chunks` of `batch` questions each, rows of `length` tokens; who writes the
+    questions: `chat_pool.draw_chat_pool`), then train. Every stage resumes from `out/.features-work`.
+    Loaded safely: safetensors only, no remote code."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .chat_pool import draw_chat_pool
+
+    folder, out = Path(folder), Path(out)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{folder} has no chat template: the features drafter's chat training asks it questions")
+    target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
+                                                  trust_remote_code=False).eval()
+    work = out / ".features-work"
+    work.mkdir(parents=True, exist_ok=True)
+    pools = {split: draw_chat_pool(target, tokenizer, n, USES, length, seed, work / f"pool-{split}.pt", log, batch,
+                                   questions=questions)
+             for split, n, seed in (("eval", chunks[0], cfg.seed + 7), ("train", chunks[1], cfg.seed))}
+    info = {"target": folder.name, "pool": {"chunks": list(chunks), "batch": batch, "length": length,
+                                            "uses": [list(u) for u in USES], "questions": questions}}
+    return train_chat_features(target, pools, out, cfg, log, info=info)
+
+
+def run_from_args(args, out: str) -> int:
+    """The command line's `train --features --chat-target FOLDER` (`--tiny`: a smoke run)."""
+    from pathlib import Path
+
+    cfg = ChatFeaturesConfig(minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
+                             init_from=str(args.init_from) if args.init_from else None)
+    sizes: dict = {"chunks": (1, 24)}
+    if args.tiny:
+        cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
+                                    "draft_vocab": 256, "batch_size": 2})
+        sizes = {"chunks": (1, 1), "batch": 2, "length": 96}
+    info = train_chat(args.chat_target, out, cfg, log=lambda msg: print(msg, flush=True),
+                      questions=getattr(args, "questions", "model"), **sizes)
+    print(f"features drafter trained in {info['train_minutes']:.1f} min; it is in {Path(out) / 'specdec-features'}")
+    return 0

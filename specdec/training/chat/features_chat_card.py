@@ -1,0 +1,165 @@
+"""The card of a features drafter trained for a real chat target (`features_chat`): measured, never
+typed by hand. α at γ = 4 (greedy and T = 1) on hand-written chat prompts the training never saw,
+the drafting cost c against a target step, the speedup over the target alone, and the p-mass the
+drafter's vocabulary subset holds where the target answers.
+
+`measure_chat` on a pair whose `feature_net` is the drafter; `coverage` on a held-out pool.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+
+import torch
+
+from ...core.sampling import SamplingConfig
+from ...core.settings import RunSettings
+from ...decoding.loop import speculative_generate
+from ...explain import measure
+from ...explain.speed import predicted_speedup, speedup
+
+PROMPTS = measure.CHAT_PROMPTS   # chat questions a visitor might type; none is among the training's topics' wording
+SEEDS = (0, 1)
+
+
+def chat_ids(tokenizer) -> list[list[int]]:
+    from .chat_pool import chat_prompt
+
+    return [chat_prompt(tokenizer, p) for p in PROMPTS]
+
+
+def acceptance(pair, prompts: list[list[int]], temperature: float, gamma: int = 4, new: int = 64) -> dict:
+    """Pooled α of the features drafter over the prompts (greedy: one seed; T = 1: SEEDS)."""
+    settings = RunSettings(gamma=gamma, max_new_tokens=new, drafter="features",
+                           sampling=SamplingConfig(temperature=temperature))
+    accepted = tested = drafted = 0
+    seconds, tpf = 0.0, []
+    for ids in prompts:
+        for seed in SEEDS[:1] if temperature == 0 else SEEDS:
+            s = speculative_generate(pair, ids, settings.with_(seed=seed), trace=False).stats
+            accepted, tested, drafted = accepted + s.accepted, tested + s.tested, drafted + s.drafted
+            seconds += s.draft_seconds
+            tpf.append(s.tokens_per_target_forward)
+    return {"temperature": temperature, "gamma": gamma, "alpha": accepted / tested if tested else 0.0,
+            "tested": tested, "tokens_per_target_forward": statistics.mean(tpf),
+            "draft_ms_per_draft": 1000 * seconds / max(drafted, 1)}
+
+
+def measure_chat(pair, prompts: list[list[int]], gamma: int = 4, timed: int | None = None) -> dict:
+    """α and c at greedy and T = 1 on one torch thread, and the speedup over the target alone (each
+    prompt's pair of runs warmed up and timed A B B A: `measure.compare_with_target`). A target step
+    is the target-alone runs' time per token; a verify, the speculative runs' time per target forward.
+    `timed`: how many of the prompts are timed (all by default; fewer on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = [acceptance(pair, prompts, t, gamma) for t in (0.0, 1.0)]
+        for r in rows:
+            settings = RunSettings(gamma=gamma, max_new_tokens=64, drafter="features",
+                                   sampling=SamplingConfig(temperature=r["temperature"]))
+            runs = [measure.compare_with_target(pair, ids, settings) for ids in prompts[:timed]]
+            r["measured_speedup"] = statistics.mean(speedup(a.stats, b.stats) for a, b in runs)
+            r["target_step_ms"] = 1000 * sum(b.stats.wall_seconds for _, b in runs) / sum(
+                b.stats.new_tokens for _, b in runs)
+            r["verify_ms"] = 1000 * sum(a.stats.verify_seconds for a, _ in runs) / sum(
+                a.stats.target_forwards for a, _ in runs)
+            r["c"] = r["draft_ms_per_draft"] / r["target_step_ms"]
+            r["predicted_speedup"] = predicted_speedup(r["tokens_per_target_forward"], gamma, r["c"],
+                                                       r["verify_ms"] / r["target_step_ms"], 1.0)
+    finally:
+        torch.set_num_threads(threads)
+    return {"acceptance": rows, "timed_prompts": len(prompts[:timed]),
+            "machine": f"{platform.processor() or platform.machine()}, 1 torch thread"}
+
+
+@torch.no_grad()
+def coverage(target, pool: dict, ids: torch.Tensor) -> dict:
+    """Mean and median p-mass (T = 1) inside the subset `ids`, and how often the target's argmax lies
+    in it, at the sampled positions of a pool (`chat_pool`: position i holds p of token i + 1)."""
+    pos = torch.arange(pool["ids"].shape[1])[None]
+    m = (pos + 1 >= pool["starts"][:, None]) & (pos + 1 < pool["ends"][:, None])
+    feats, lse = pool["feats"][m], pool["lse"][m]
+    weight = target.get_output_embeddings().weight.detach()[ids]
+    mass = torch.cat([torch.exp(f @ weight.T - z[:, None]).sum(-1) for f, z in zip(feats.split(1024), lse.split(1024))])
+    return {"size": len(ids), "mean_mass": float(mass.mean()), "median_mass": float(mass.median()),
+            "argmax_inside": float(torch.isin(pool["top"][m], ids).float().mean()), "positions": int(m.sum())}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _steps(measures: dict) -> str:
+    """What a target step and a verify cost where the speedups were measured (they set the speedup
+    as much as α does, and differ from machine to machine)."""
+    rows = measures["acceptance"]
+    step = sum(r["target_step_ms"] for r in rows) / len(rows)
+    verify = sum(r["verify_ms"] for r in rows) / len(rows)
+    return (f"a target step took {step:.0f} ms there and a verify of γ + 1 = {rows[0]['gamma'] + 1} tokens "
+            f"{verify:.0f} ms ({verify / step:.1f} steps: on this CPU a verify is bound by arithmetic, not only by "
+            "reading the weights).")
+
+
+def _where_trained(record: dict) -> str:
+    if record.get("device", "CPU") == "CPU":
+        return "`python -m specdec train --features --chat-target FOLDER`"
+    return ("`python -m specdec chat-train`: the pools and loss of `python -m specdec train --features "
+            "--chat-target FOLDER`, on a GPU")
+
+
+def _on_what(record: dict) -> str:
+    """Where the steps ran, in words (a GPU run also says how its pools were drawn)."""
+    if record.get("device", "CPU") == "CPU":
+        return f"on {record['threads']} torch thread(s) of a heavily shared 2-core machine"
+    pool = record.get("pool", {})
+    return (f"on one {record['device']} (TF32 products in training; the pools, {pool.get('batch', '?')} "
+            f"questions a batch, drawn in float32 in {record.get('pool_seconds', 0):.0f} s and kept in memory)")
+
+
+def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str) -> str:
+    """The drafter's README.md from its training record, its measures and its subset's coverage."""
+    cfg = record["config"]
+    rows = "".join(f"| {'greedy' if r['temperature'] == 0 else 'T = 1'} | {r['alpha']:.3f} ({r['tested']} tested) | "
+                   f"{r['tokens_per_target_forward']:.2f} | {r['c']:.3f} | {r['predicted_speedup']:.2f}x | "
+                   f"{r['measured_speedup']:.2f}x |\n" for r in measures["acceptance"])
+    last = record["after"]
+    betas = ", ".join(f"{k} {v:.3f}" for k, v in last.items() if k.startswith(("beta", "greedy", "subset")))
+    return f"""---
+license: apache-2.0
+language: en
+tags: [speculative-decoding, specdec, eagle, fr-spec, smollm2]
+---
+
+# specdec-features for {target_name}
+
+A **features drafter** (EAGLE-style, Li et al. 2024) trained by specdec for {target_name}: one Llama
+decoder layer (MLP {cfg['intermediate_size']} wide) over the target's post-norm last hidden state
+and the next token's embedding, read through the target's own final norm and output head.
+q is computed through a **frequency-ranked vocabulary subset** (FR-Spec, Zhao et al. 2025): the
+{cover['size']:,} token ids the target emitted most often in its own training answers. q is 0 outside
+it; the exact rule still gives exactly p (a token outside can only come from the residual).
+Weights in fp16 ({record['params'] / 1e6:.2f} M parameters, {size_mb:.1f} MB), q computed in float32.
+
+## Training ({_where_trained(record)})
+
+On-policy, no data download: the target wrote its own questions (asked to write one about a topic
+from a fixed list, T = 0.7), answered them under its chat template at T = 1 and greedily, and
+continued some as raw text; {record['pool_sequences']} training rows. {record['steps']} steps of
+{cfg['batch_size']} rows in {record['train_minutes']:.1f} min {_on_what(record)}; unroll {cfg['unroll']},
+lr {cfg['lr']}, TV + {cfg['kl_weight']} KL + {cfg['reg_weight']} smooth-L1, read through the subset.
+Held out at the end: {betas}.
+
+## Coverage of the subset (held-out answers, T = 1)
+
+Mean p-mass inside: {_pct(cover['mean_mass'])} (median {_pct(cover['median_mass'])}); the target's
+argmax lies inside at {_pct(cover['argmax_inside'])} of {cover['positions']:,} positions. α cannot exceed the mass
+q can reach.
+
+## As a drafter (γ = 4, 64 new tokens, {len(PROMPTS)} hand-written chat prompts, {measures['timed_prompts']} timed)
+
+| T | α | tokens per target forward | c | predicted speedup | measured speedup |
+|---|---:|---:|---:|---:|---:|
+{rows}
+Measured on {measures['machine']}: {_steps(measures)}
+"""
