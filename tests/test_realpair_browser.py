@@ -17,8 +17,8 @@ import layout_check
 from conftest import _start_app, free_port
 from specdec import RunSettings, SamplingConfig, speculative_generate
 from specdec.app.server.api import CHAT_PROMPT
-from specdec.models.pair import BUNDLED, PRESETS
 from specdec.core.settings import DRAFTERS
+from specdec.models.pair import BUNDLED, PRESETS
 from test_app_browser import wait_done
 from test_layout_browser import TABLES, WIDTHS, cut_at_right
 
