@@ -67,10 +67,12 @@ def pytest_xdist_auto_num_workers(config):
 # out whole files in collection order (pytest.ini: `--no-loadscope-reorder`; its default order,
 # most tests first, sent files of two long tests last). Test time in seconds, 2 workers on 2 cores,
 # 2026-11-26 (`pytest -n auto --durations=0 --junitxml=...`, summed per file): 250 180 140 130 127
-# 119 109 107 103 75 61 58 58 51 50 48 48 43 41 41 36 30 22; every other file took under 20. A file
+# 119 109 107 103 75 61 58 58 51 50 48 48 43 41 41 36 30 22; every other file took under 20
+# (test_realpair_browser.py, added since: ~230 s alone on a loaded machine, most of it the real
+# model's fetch and load). A file
 # missing from the list only runs later; a name here that is no file stops the run.
 HEAVIEST_FIRST = (
-    "test_app_browser.py", "test_server.py", "test_vocab_subset.py", "test_server_lines.py",
+    "test_app_browser.py", "test_server.py", "test_realpair_browser.py", "test_vocab_subset.py", "test_server_lines.py",
     "test_layout_browser.py", "test_cli.py", "test_features.py", "test_server_budget.py",
     "test_app_client.py", "test_decoding.py", "test_workers.py", "test_features_engine.py",
     "test_training.py", "test_graph_emulation.py", "test_hub_cache.py", "test_realmodel.py",
@@ -191,10 +193,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_app(port: int, log_path: Path | None) -> subprocess.Popen | str:
-    """`python app.py` on `port`; the process once it serves, or why it did not (its log's tail)."""
+def _start_app(port: int, log_path: Path | None, extra_env: dict | None = None) -> subprocess.Popen | str:
+    """`python app.py` on `port` (with `extra_env` set); the process once it serves, or why it did
+    not (its log's tail)."""
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

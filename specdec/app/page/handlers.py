@@ -20,7 +20,7 @@ from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out
 from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...trace.validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
-from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
+from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, messages, views
@@ -205,14 +205,20 @@ def side_by_side(gen: Generation | None, preset: str, which: str, stops: list | 
 
 
 def open_link(request: gr.Request, stops: list | None = None):
-    """On page load: a link's settings fill the form, the run starts, and its round opens."""
-    parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
+    """On page load: a link's settings fill the form, the run starts, and its round opens (at its
+    drafted position, when the link names one)."""
+    query = getattr(request, "query_params", None) if request is not None else None
+    parsed = parse_link(query)
     if parsed is None:
         yield opening_pair()
         return
     fields, round_number = parsed
     fields, lowered = fit_link(fields)
-    yield dict(fields)                              # the form shows the link's settings
+    form = dict(fields)                             # the form shows the link's settings
+    offered = offered_drafters(fields.get("preset", BUNDLED))
+    if fields.get("drafter") in offered:   # with only the pair's own drafters (one it lacks: Run says so)
+        form["drafter"] = drafter_update(offered, fields["drafter"])
+    yield form
     last = {}
     for update in run_generation(*RunRequest().with_(**fields).values(), stops=stops):
         last = update
@@ -220,7 +226,7 @@ def open_link(request: gr.Request, stops: list | None = None):
     if lowered and isinstance(last.get("run_state"), Generation):
         yield dict(status=f"{last['status']} {lowered}")
     if round_number is not None and isinstance(last.get("run_state"), Generation):
-        yield views.show_step(last["run_state"], round_number, None)
+        yield views.show_step(last["run_state"], round_number, linked_draft(query))
 
 
 def opening_pair() -> dict:
@@ -234,7 +240,8 @@ def opening_pair() -> dict:
     if not is_loaded(key):
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
-    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)))
+    pair = get_pair(key)
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter_for(pair)))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -307,6 +314,17 @@ def step_by(gen: Generation | None, round_number, delta: int) -> dict:
     return views.show_step(gen, max(1, min(int(round_number or 1) + delta, n)), None)
 
 
+def next_rejection(gen: Generation | None, round_number) -> dict:
+    """The next round (after the one in view, from the first again after the last) where a draft
+    was rejected, at its rejected draft; the round in view when no other rejected one."""
+    if gen is None or not gen.rounds:
+        return views.show_step(None, 1, None)
+    here = views.clamp_round(gen, round_number)
+    order = gen.rounds[here + 1:] + gen.rounds[:here + 1]
+    found = next((r.index for r in order if r.n_accepted < len(r.positions)), here)
+    return views.show_step(gen, found + 1, None)
+
+
 def click_round(gen: Generation | None, payload: str) -> dict:
     """A click on the timeline (set by the page's JS as 'round:position:nonce')."""
     try:
@@ -332,17 +350,34 @@ def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B0
         return gr.skip(), gr.skip(), gr.skip()
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
-        keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
+        offered = offered_drafters(preset_key)
         said = gr.skip()
         if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
             said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
-        return gr.update(value=keep), new_prompt, said
+        return drafter_update(offered, drafter if drafter in offered else "ngram"), new_prompt, said
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
         return gr.skip(), gr.skip(), failed_status(user_message(err))
     loaded = f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
-    return gr.update(value=drafter_for(pair, drafter)), new_prompt, loaded + chat_template_line(pair, new_prompt)
+    return (drafter_update(drafters_for(pair), drafter_for(pair, drafter)), new_prompt,
+            loaded + chat_template_line(pair, new_prompt))
+
+
+def offered_drafters(preset_key: str) -> list[str]:
+    """The drafters the page offers for a pair: those it can run (`drafters_for`) once it is
+    loaded; before that, every drafter but the draft model where the pair has none. Offered
+    regardless, the draft model on a pair without one failed at Run with a red Error badge, and
+    the previous run's results stayed under the changed controls (issue 53)."""
+    if is_loaded(preset_key):
+        return drafters_for(get_pair(preset_key))
+    preset = PRESETS.get(preset_key)
+    return [key for key in DRAFTERS if preset is None or preset.draft is not None or key != "model"]
+
+
+def drafter_update(offered: list[str], value: str) -> dict:
+    """The drafter radio showing only `offered`, with `value` chosen."""
+    return gr.update(choices=[(DRAFTERS[key], key) for key in offered], value=value)
 
 
 def drafter_for(pair, current: str | None = None) -> str:
