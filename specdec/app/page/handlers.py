@@ -20,7 +20,7 @@ from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out
 from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...trace.validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
-from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
+from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, messages, views
@@ -205,8 +205,10 @@ def side_by_side(gen: Generation | None, preset: str, which: str, stops: list | 
 
 
 def open_link(request: gr.Request, stops: list | None = None):
-    """On page load: a link's settings fill the form, the run starts, and its round opens."""
-    parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
+    """On page load: a link's settings fill the form, the run starts, and its round opens (at its
+    drafted position, when the link names one)."""
+    query = getattr(request, "query_params", None) if request is not None else None
+    parsed = parse_link(query)
     if parsed is None:
         yield opening_pair()
         return
@@ -214,7 +216,11 @@ def open_link(request: gr.Request, stops: list | None = None):
     fields, lowered = fit_link(fields)
     request = RunRequest().with_(**fields).resolved()   # a link without sampling: its pair's own
     # The form shows the run the link makes, every control.
-    yield dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset))
+    form = dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset))
+    offered = offered_drafters(request.preset)
+    if request.drafter in offered:   # with only the pair's own drafters (one it lacks: Run says so)
+        form["drafter"] = drafter_update(offered, request.drafter)
+    yield form
     last = {}
     for update in run_generation(*request.values(), stops=stops):
         last = update
@@ -222,7 +228,7 @@ def open_link(request: gr.Request, stops: list | None = None):
     if lowered and isinstance(last.get("run_state"), Generation):
         yield dict(status=f"{last['status']} {lowered}")
     if round_number is not None and isinstance(last.get("run_state"), Generation):
-        yield views.show_step(last["run_state"], round_number, None)
+        yield views.show_step(last["run_state"], round_number, linked_draft(query))
 
 
 def opening_pair() -> dict:
@@ -236,9 +242,9 @@ def opening_pair() -> dict:
     if not is_loaded(key):
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
-    own = pair_sampling(key)
-    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)), temperature=own.temperature,
-                top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key))
+    own, pair = pair_sampling(key), get_pair(key)
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter_for(pair)),
+                temperature=own.temperature, top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -311,6 +317,17 @@ def step_by(gen: Generation | None, round_number, delta: int) -> dict:
     return views.show_step(gen, max(1, min(int(round_number or 1) + delta, n)), None)
 
 
+def next_rejection(gen: Generation | None, round_number) -> dict:
+    """The next round (after the one in view, from the first again after the last) where a draft
+    was rejected, at its rejected draft; the round in view when no other rejected one."""
+    if gen is None or not gen.rounds:
+        return views.show_step(None, 1, None)
+    here = views.clamp_round(gen, round_number)
+    order = gen.rounds[here + 1:] + gen.rounds[:here + 1]
+    found = next((r.index for r in order if r.n_accepted < len(r.positions)), here)
+    return views.show_step(gen, found + 1, None)
+
+
 def click_round(gen: Generation | None, payload: str) -> dict:
     """A click on the timeline (set by the page's JS as 'round:position:nonce')."""
     try:
@@ -340,11 +357,12 @@ def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=N
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     sampling, sampling_said = follow_sampling(preset_key, temperature, top_k, top_p)
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
-        keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
+        offered = offered_drafters(preset_key)
+        keep = drafter if drafter in offered else "ngram"
         said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said
         if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
             said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
-        return (gr.update(value=keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key))
+        return (drafter_update(offered, keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key))
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
@@ -352,8 +370,8 @@ def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=N
     now = drafter_for(pair, drafter)
     loaded = (f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
               + changes_line(preset, drafter, now, prompt, new_prompt) + sampling_said)
-    return (gr.update(value=now), new_prompt, loaded + chat_template_line(pair, new_prompt), *sampling,
-            sampling_line(preset_key))
+    return (drafter_update(drafters_for(pair), now), new_prompt, loaded + chat_template_line(pair, new_prompt),
+            *sampling, sampling_line(preset_key))
 
 
 def changes_line(preset, drafter, new_drafter, prompt, new_prompt) -> str:
@@ -397,6 +415,22 @@ def sampling_line(preset_key) -> str:
         return ("Sampling: T = 1, top-k 0, top-p 1, the full distribution, where the residual shows best; "
                 "change freely.")
     return f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
+
+
+def offered_drafters(preset_key: str) -> list[str]:
+    """The drafters the page offers for a pair: those it can run (`drafters_for`) once it is
+    loaded; before that, every drafter but the draft model where the pair has none. Offered
+    regardless, the draft model on a pair without one failed at Run with a red Error badge, and
+    the previous run's results stayed under the changed controls (issue 53)."""
+    if is_loaded(preset_key):
+        return drafters_for(get_pair(preset_key))
+    preset = PRESETS.get(preset_key)
+    return [key for key in DRAFTERS if preset is None or preset.draft is not None or key != "model"]
+
+
+def drafter_update(offered: list[str], value: str) -> dict:
+    """The drafter radio showing only `offered`, with `value` chosen."""
+    return gr.update(choices=[(DRAFTERS[key], key) for key in offered], value=value)
 
 
 def drafter_for(pair, current: str | None = None) -> str:

@@ -228,7 +228,7 @@ def build_lab_tab(run_state: gr.State, selection: gr.State, also_from: list | No
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
     v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
     v.summary = gr.Dataframe(interactive=False, headers=lab.SUMMARY_HEADERS, wrap=True,
-                             column_widths=["20%", "11%", "11%", "11%", "9%", "14%", "12%", "12%"],
+                             column_widths=["13%", "14%", "15%", "12%", "10%", "12%", "12%", "12%"],
                              label="Per rule: TV distance, chi-square test, acceptance rate", elem_id="lab-summary")
     for name, (label, _, _) in VIEWS.items():
         setattr(v, name, gr.Plot(label=label, elem_id=f"lab-{name}"))

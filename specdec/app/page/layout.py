@@ -156,7 +156,10 @@ def _run_view(v) -> None:
     v.timeline = gr.Plot(charts.timeline_figure(None), label="Timeline (click a column to open its round)",
                          elem_id="timeline")
     with gr.Accordion("Timeline as a table", open=False):
-        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table")
+        # Widths that fit the window (unset, the drafting and verifying columns were off its right
+        # edge); the drafts and the texts wrap between words.
+        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table",
+                                        column_widths=charts.TIMELINE_WIDTHS, wrap=True)
     with gr.Accordion("Run metrics", open=True):
         v.metrics = gr.Markdown(charts.metrics_markdown(None), elem_id="metrics", latex_delimiters=[])
         v.time_plot = gr.Plot(charts.time_figure(None, None), label="where the time went", elem_id="time-chart")
@@ -169,6 +172,9 @@ def _run_view(v) -> None:
                              container=False)   # the page's JS writes a timeline click here
 
 
+STEP_COLUMN_PX = 460   # the narrowest the p/q chart and the acceptance test are drawn side by side
+
+
 def _step_viewer(v) -> None:
     """One round and one drafted position: p and q, the acceptance test, how the round ended."""
     gr.Markdown("## Step viewer\nClick a timeline column, drag the slider, or press ← / → (outside text "
@@ -177,28 +183,35 @@ def _step_viewer(v) -> None:
         v.prev_btn = gr.Button("◀ previous round", elem_id="prev-round", size="sm")
         v.round_slider = gr.Slider(1, 2, value=1, step=1, label="round", interactive=False, elem_id="round")
         v.next_btn = gr.Button("next round ▶", elem_id="next-round", size="sm")
+        v.next_rejection_btn = gr.Button("next rejection ▶▶", elem_id="next-rejection", size="sm")
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
     v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
     v.caption = gr.Markdown("", elem_id="round-caption")
     v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")
+    # Side by side where each column gets STEP_COLUMN_PX, else one above the other: at half of an
+    # 800 px window (about 340 px) the p/q chart cut its title, hid its legend behind the scale
+    # buttons and overlapped its token labels, and its table wrapped one digit a line; at half of
+    # 1400 px the real pair's 40 upright token labels overlapped (issue 53).
     with gr.Row():
-        with gr.Column():
+        with gr.Column(scale=3, min_width=STEP_COLUMN_PX):   # 3/5: room for 40 upright token labels
             v.pq_plot = gr.Plot(step_charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")
             with gr.Accordion("p and q as a table", open=False):
                 v.pq_table = gr.Dataframe(headers=step_charts.PQ_HEADERS, elem_id="pq-table", interactive=False,
-                                          column_widths=["22%", "9%", "17%", "17%", "17%", "18%"], wrap=True)
-        with gr.Column():
+                                          column_widths=["21%", "12%", "16%", "16%", "16%", "19%"], wrap=True)
+        with gr.Column(scale=2, min_width=STEP_COLUMN_PX):
             v.acc_plot = gr.Plot(step_charts.acceptance_figure(None), label="acceptance test", elem_id="accept-chart")
             with gr.Accordion("acceptance test as a table", open=False):
+                # The quantities are sentences: they wrap, and the values keep a column of their
+                # own (unset, the first column took the table's width and the values were cut off).
                 v.acc_table = gr.Dataframe(headers=step_charts.ACCEPT_HEADERS, elem_id="accept-table",
-                                           interactive=False)
+                                           interactive=False, column_widths=["70%", "30%"], wrap=True)
     v.end_plot = gr.Plot(step_charts.end_figure(None), label="how the round ended: residual / p / bonus",
                          elem_id="end-chart")
     with gr.Accordion("end of round as a table", open=False):
         v.end_table = gr.Dataframe(headers=step_charts.END_HEADERS, elem_id="end-table", interactive=False,
-                                   column_widths=["20%", "8%", "14%", "14%", "14%", "15%", "15%"], wrap=True)
+                                   column_widths=["19%", "10%", "14%", "14%", "14%", "15%", "14%"], wrap=True)
 
 
 def _traces(v) -> None:
@@ -311,6 +324,7 @@ def _wire_steps(v) -> None:
     step(v.round_slider.input, handlers.open_round, slider_in, trigger_mode="always_last")
     for button, delta in ((v.prev_btn, -1), (v.next_btn, +1)):
         step(button.click, lambda g, r, delta=delta: handlers.step_by(g, r, delta), slider_in)
+    step(v.next_rejection_btn.click, handlers.next_rejection, slider_in)
     step(v.click_box.change, handlers.click_round, [v.run_state, v.click_box], trigger_mode="always_last")
     step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position])
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
@@ -326,7 +340,9 @@ def _wire_traces(v) -> None:
     imported = v.import_file.upload(lambda f: _named(v, handlers.import_trace(f)), [v.import_file],
                                     _all(v, MAIN_OUTPUTS), api_name="import_trace", show_progress_on=[v.status])
     restore.keep_links(v, imports=[imported])   # no link: a reload does not bring an earlier run back
-    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-1]), values[-1]),
-                     [*_all(v, RunRequest.names()), v.round_slider], [v.link_box], api_name=False, **QUIET).then(
+    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-2]), values[-2],
+                                                values[-1] + 1 if isinstance(values[-1], int) else None),
+                     [*_all(v, RunRequest.names()), v.round_slider, v.position], [v.link_box], api_name=False,
+                     **QUIET).then(
         None, [v.link_box], [v.link_box], js="(q) => { const url = location.origin + location.pathname + q; "
         "if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {}); return url; }")

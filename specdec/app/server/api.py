@@ -119,11 +119,12 @@ LINK_KEYS = {"prompt": "prompt", "pair": "preset", "drafter": "drafter", "gamma"
 _TEXT_FIELDS = ("prompt", "preset", "drafter")
 
 
-def link_query(request: RunRequest, round_number=None) -> str:
-    """The query string that reproduces a run and opens a round."""
+def link_query(request: RunRequest, round_number=None, draft=None) -> str:
+    """The query string that reproduces a run and opens a round, at a drafted position (`draft`,
+    1-based) when given."""
     values = {key: getattr(request, name) for key, name in LINK_KEYS.items()}
     values.update(skip=int(bool(request.skip_adjustment)), raw=1 if request.raw_text is True else None,
-                  round=round_number)
+                  round=round_number, draft=draft)
     return "?" + urllib.parse.urlencode({k: _plain(v) for k, v in values.items() if v is not None})
 
 
@@ -144,6 +145,12 @@ def parse_link(params) -> tuple[dict, int | None] | None:
     found["raw_text"] = str(params.get("raw", "0")) in ("1", "true", "True")
     round_number = _number(params.get("round"))
     return found, int(round_number) if isinstance(round_number, (int, float)) else None
+
+
+def linked_draft(params) -> int | None:
+    """The drafted position a link opens (`draft`, 1-based), as a 0-based position; None without one."""
+    draft = _number(dict(params or {}).get("draft"))
+    return draft - 1 if isinstance(draft, int) and draft >= 1 else None
 
 
 def _number(text):

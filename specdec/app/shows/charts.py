@@ -228,6 +228,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
 
 TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
                     "emitted text", "drafting (s)", "verifying (s)"]
+TIMELINE_WIDTHS = ["7%", "9%", "10%", "17%", "13%", "9%", "13%", "10%", "12%"]
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
@@ -240,9 +241,20 @@ def timeline_rows(gen: Generation | None) -> list[list]:
             drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + token_label(gen, ev.token))
     return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
              f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", token_label(gen, r.end_token),
-             visible_token("".join(token_text(gen, t) for t in r.emitted)), round(r.draft_seconds, 4),
+             breakable(visible_token("".join(token_text(gen, t) for t in r.emitted))), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def breakable(shown: str) -> str:
+    """A text with its spaces shown as marks (␣ ↵ ⇥), breakable after each mark as after a space: a
+    round's text has no real space left, and a narrow column broke it inside a word ("d/ru")."""
+    for mark in "␣↵⇥":
+        shown = shown.replace(mark, mark + ZERO_WIDTH_SPACE)
+    return shown
 
 
 

@@ -73,12 +73,31 @@
     rebase();
   };
   setInterval(remember, 400);
+  // A link that names a round (…&round=N) opens at the step viewer once its run is shown with that
+  // round open: it opened at the page's top, about 3,000 px above the round it named (issue 53).
+  // Once only, and not when the visitor has scrolled meanwhile.
+  const linked = Math.round(Number(new URLSearchParams(location.search).get('round')));
+  if (linked >= 1) {
+    const since = Date.now();
+    const toRound = setInterval(() => {
+      const slider = document.querySelector('#round input[type=number]');
+      const status = document.querySelector('#run-status');
+      const viewer = document.querySelector('#step-viewer');
+      const shown = status && /^(Done|Stopped)/.test(status.innerText.trim());
+      if (window.scrollY > 50 || Date.now() - since > 600000) { clearInterval(toRound); return; }
+      if (shown && viewer && slider && Math.round(Number(slider.value)) === linked) {
+        clearInterval(toRound);
+        viewer.scrollIntoView({block: 'start'});
+      }
+    }, 400);
+  }
   // The first run shows its answer: when a run ends (the status line turns to "Done:" or
   // "Stopped:") and its text is not wholly in view, the page scrolls once so that the status line
   // is at the top with the text under it (at 1400 x 1000 the text's end was below the fold, at
   // 800 px wide, where the sliders sit under the form, all of it). Armed again by the next run
   // (Run, Enter in the prompt, an example), so a visitor who scrolls away after is left alone.
-  let armed = true;
+  // Not when a link names a round: that link opens at its round in the step viewer (below).
+  let armed = !(linked >= 1);
   const arm = () => { armed = true; };
   document.addEventListener('click', (ev) => { if (ev.target.closest && ev.target.closest('#run')) arm(); }, true);
   document.addEventListener('keydown', (ev) => {
