@@ -19,12 +19,13 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
 
 from specdec.app.page.layout import build_app, launch_kwargs  # noqa: E402
-from specdec.app.server import limits  # noqa: E402
+from specdec.app.server import limits, workers  # noqa: E402
 from specdec.app.server.pairs import preload  # noqa: E402
 from specdec.app.server.runs import warm_up  # noqa: E402
 from specdec.app.server.serving import configure, launch_options  # noqa: E402
 
 demo = configure(build_app())   # queue, limits, input checks, housekeeping (specdec/app/server/serving.py)
+workers.end_with_server()   # SIGTERM or exit ends the decode worker processes too (never left orphaned)
 preload(then=warm_up)   # the bundled pair loads (and runs once) while the page opens
 if limits.OPEN_ON != "bundled":   # the Space: the real model is fetched and loaded; the bundled pair serves meanwhile
     preload(limits.OPEN_ON, then=warm_up, fetch=True)

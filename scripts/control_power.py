@@ -1,6 +1,7 @@
 """Size the suite's statistical checks by their power: how sure each skip-adjustment control is to fail,
 and the smallest bias each exactness check catches, at a number of runs. The suite's RUNS
-(tests/test_decoding.py, tests/test_features.py) are sized from what this prints.
+(tests/test_decoding.py, tests/test_features.py, tests/test_vocab_subset.py) are sized from what this
+prints.
 
     python scripts/control_power.py            # 2,000 control runs each (about a minute)
 
@@ -24,6 +25,7 @@ from scipy.stats import chi2, chisquare, ncx2  # noqa: E402
 
 import test_decoding as td  # noqa: E402
 import test_features as tf  # noqa: E402
+import test_vocab_subset as tv  # noqa: E402
 from specdec import Rule, RunSettings, SamplingConfig, speculative_generate  # noqa: E402
 from tiny import tiny_pair  # noqa: E402
 
@@ -68,6 +70,10 @@ def main() -> int:
     report("test_features (features drafter)",
            [tf.tokens_2_3(speculative_generate(pair, tf.PROMPT, skip.with_(seed=s))) for s in range(n)],
            tf.exact_joint_2_3(pair, tf.PROMPT, sampling))
+    pair = tv.subset_pair(tiny_pair(vocab=8, seed=0), [1, 4, 6], seed=1)
+    report("test_vocab_subset (features drafter through a subset)",
+           [tf.tokens_2_3(speculative_generate(pair, tf.PROMPT, skip.with_(seed=s))) for s in range(n)],
+           tf.exact_joint_2_3(pair, tf.PROMPT, sampling), sizes=(500, 600, 700, 1000, 2000))
     return 0
 
 

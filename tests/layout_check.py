@@ -133,3 +133,80 @@ def figure_problems(fig: dict) -> list[str]:
 
 def problems(page, root: str = "body") -> list[str]:
     return [p for fig in figures(page, root) for p in figure_problems(fig)]
+
+
+# ---------------------------------------------------------------- tables
+
+WORD_CHARS = 12   # a word this short (a number, an id, a short token) never breaks over two lines
+
+# Every shown table cell under `root` whose text breaks a short word over lines ("3807/5", or one
+# digit a line in a column too narrow for its numbers). A longer word (a long token) may break, and
+# a line may break at a space, at a space the page shows as a mark (a token's ␣, ↵ or ⇥), or after
+# a hyphen or an en dash ("1.33–/1.55×").
+_BROKEN_WORDS = """([root, most]) => {
+  const out = [];
+  const seen = new Set();
+  // Gradio's tables: a header <table>, and a body of div grid cells (a virtual list)
+  for (const cell of document.querySelectorAll(root + ' :is(td, th, [role=gridcell], [role=columnheader])')) {
+    if (!cell.offsetParent) continue;
+    const host = cell.closest('[id]');
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+      if (seen.has(t) || getComputedStyle(t.parentElement).visibility !== 'visible') continue;
+      seen.add(t);
+      // words: between spaces, the page's shown spaces (␣ ↵ ⇥); a break after a hyphen or a dash is fine
+      for (const m of t.textContent.matchAll(/[^\\s\u2423\u21b5\u21e5\u2013-]+/g)) {
+        if (m[0].length > most) continue;
+        const range = document.createRange();
+        range.setStart(t, m.index);
+        range.setEnd(t, m.index + m[0].length);
+        const lines = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0)
+                              .map(r => Math.round(r.top)));
+        if (lines.size > 1)
+          out.push(`${host ? host.id : '?'}: ${JSON.stringify(m[0])} breaks over ${lines.size} lines`);
+      }
+    }
+  }
+  return out;
+}"""
+
+
+def broken_words(page, root: str = "body") -> list[str]:
+    """Every short word (`WORD_CHARS`) in a shown table under `root` that breaks over lines."""
+    return page.evaluate(_BROKEN_WORDS, [root, WORD_CHARS])
+
+
+# ---------------------------------------------------------------- pointers
+
+POINTER_SLACK = 6   # px between an arrow's tip and the top of the bar it names (the arrowhead's own size)
+
+# A figure's first annotation, when it is an arrow at a category of the x axis (the p/q chart's
+# "drafted", the end chart's "drawn"): where its tip is, and where the tallest bar at that category
+# ends, on screen.
+_POINTER = """(id) => {
+  const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+  const ann = gd && gd.layout && (gd.layout.annotations || [])[0];
+  if (!ann || !ann.showarrow || ann.xref !== 'x') return null;
+  const arrow = gd.querySelector('.annotation[data-index="0"] .annotation-arrow-g');
+  if (!arrow) return null;
+  let top = Infinity;
+  for (const g of gd.querySelectorAll('.barlayer .trace')) {
+    const trace = g.__data__ && g.__data__[0] && g.__data__[0].trace;
+    if (!trace || (trace.xaxis || 'x') !== 'x') continue;
+    const k = Array.from(trace.x).indexOf(ann.x);
+    const bar = k >= 0 ? g.querySelectorAll('.point')[k] : null;
+    const box = bar && bar.getBoundingClientRect();
+    if (box && box.height > 0) top = Math.min(top, box.top);
+  }
+  return {text: ann.text, tip: arrow.getBoundingClientRect().bottom, top: top};
+}"""
+
+
+def pointer_misses(page, ids: tuple[str, ...] = ("pq-chart", "end-chart")) -> list[str]:
+    """Every figure among `ids` whose pointer's arrow ends away from the top of the bar it names."""
+    out = []
+    for fig in ids:
+        found = page.evaluate(_POINTER, fig)
+        if found is not None and abs(found["tip"] - found["top"]) > POINTER_SLACK:
+            out.append(f"{fig}: {found['text']!r} ends {found['tip'] - found['top']:+.0f} px from its bar's top")
+    return out

@@ -8,6 +8,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
+import layout_check
 from specdec.bench.app_browser import IDLE  # Gradio's tracker on the status line is hidden
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
@@ -387,6 +388,14 @@ def test_timeline_click_opens_round(page):
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3')", timeout=30_000)
     wait_marked(page, 3)
+    # "next rejection" opens the next round with a rejected draft, at that draft (issue 53).
+    rejected = sorted((c[0], c[1]) for t in plot_data(page, "timeline") if t["name"].startswith("rejected")
+                      for c in t["customdata"] or [])   # (round, position), 0-based
+    after, draft = next((r + 1, k + 1) for r, k in rejected if r > 2)
+    page.locator("#next-rejection").click()
+    page.wait_for_function("(t) => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes(t)", arg=f"Round {after}, draft {draft}:", timeout=30_000)
+    assert round_number(page) == after
 
 
 def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
@@ -405,6 +414,17 @@ def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('BIASED')", timeout=30_000)
     assert plot_data(page, "end-chart")[0]["name"] == "p (used instead of the residual: biased)"
+    # Its "drawn" arrow ends at the drawn bar's top (issue 53: it ended high over a short bar,
+    # in empty space), on the scale it opens on and on the other.
+    page.wait_for_timeout(1000)   # Plotly draws the annotations after the bars
+    misses = layout_check.pointer_misses(page, ("end-chart",))
+    scale = page.evaluate("() => document.querySelector('#end-chart .js-plotly-plot').layout.yaxis.type")
+    page.locator("#end-chart .updatemenu-button").nth(0 if scale == "log" else 1).click()
+    page.wait_for_function("(s) => document.querySelector('#end-chart .js-plotly-plot').layout.yaxis.type !== s",
+                           arg=scale, timeout=10_000)
+    page.wait_for_timeout(500)
+    misses += layout_check.pointer_misses(page, ("end-chart",))
+    assert misses == [], misses
     shot(page, screenshots / "skip-adjustment.png", "#token-text", "#end-chart")
 
 
@@ -508,12 +528,15 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3')", timeout=30_000)
     wait_marked(page, 3)
+    page.locator("#position label").nth(1).click()   # draft 2 of round 3: the link opens it (issue 53)
+    page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round 3, draft 2')", timeout=30_000)
     text = page.locator("#token-text .specdec-text").inner_text()
     page.locator("#copy-link").click()
     page.wait_for_function("() => (document.querySelector('#link input, #link textarea') || {}).value"
                            "?.startsWith('http')", timeout=30_000)
     url = page.locator("#link input, #link textarea").first.input_value()
-    assert "round=3" in url and "seed=0" in url
+    assert "round=3" in url and "draft=2" in url and "seed=0" in url
     with fresh_page(browser, url) as fresh:
         wait_done(fresh)
         fresh.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
@@ -522,6 +545,11 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
         assert fresh.locator("#prompt textarea").input_value() == "HAMLET:\nWhat a piece of work is a man!"
         fresh.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                                 "?.includes('Round 3')", timeout=30_000)
+        fresh.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
+                                "?.includes('Round 3, draft 2')", timeout=30_000)
+        # The link opens at the step viewer, not at the page's top ~3,000 px above it (issue 53).
+        fresh.wait_for_function("() => Math.abs(document.querySelector('#step-viewer').getBoundingClientRect().top)"
+                                " < 100", timeout=10_000)
 
 
 def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):

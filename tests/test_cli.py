@@ -64,8 +64,8 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path, caps
     for outcome, look in LOOKS.items():
         assert (look.symbol in text) == (f"{look.symbol} {look.label}" in legend), outcome
     # The speedup printed is speed.speedup (a ratio of token rates), up to the printed rounding.
-    m = re.search(r"speculative (\d+) tokens in (\d+\.\d+) s; target alone (\d+) tokens in (\d+\.\d+) s "
-                  r".*speedup x(\d+\.\d+)", r.stdout)
+    m = re.search(r"speculative (\d+) tokens in (\d+\.\d+) s, [\d.]+ ms a token; target alone (\d+) tokens in "
+                  r"(\d+\.\d+) s, [\d.]+ ms a token .*speedup in tokens per second x(\d+\.\d+)", r.stdout)
     assert m, r.stdout
     assert int(m[1]) == int(m[3]) == len(gen.token_ids)   # both sides made the same number of tokens
     expected = speedup(Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])),
@@ -261,8 +261,13 @@ def test_help_shows_every_default_and_version_answers():
     r = run("generate", "--help")
     assert r.returncode == 0
     text = " ".join(r.stdout.split())   # argparse wraps lines
-    for option, default in (("--gamma", 4), ("--max-new-tokens", 64), ("--temperature", 1.0), ("--seed", 0),
-                            ("--top-k", 0), ("--top-p", 1.0), ("--drafter", "model")):
+    # Sampling defaults to the preset's own (issue 53): SmolLM2-135M-Instruct's authors' T 0.2, top-k 50, top-p 0.9.
+    for option, default in (("--gamma", 4), ("--max-new-tokens", 64), ("--seed", 0),
+                            ("--temperature", "per pair; 1, smollm2-135m 0.2"),
+                            ("--top-k", "per pair; 0, smollm2-135m 50"),
+                            ("--top-p", "per pair; 1, smollm2-135m 0.9"),
+                            ("--drafter", "the draft model where the pair has one, else its features drafter, "
+                                          "else n-gram")):
         assert re.search(rf"{option} \S+ .*?\(default: {re.escape(str(default))}\)", text), option
     r = run("--version")
     assert r.returncode == 0 and re.fullmatch(r"specdec \d+\.\d+\.\d+\n", r.stdout), r.stdout

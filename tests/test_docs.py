@@ -1,5 +1,7 @@
-"""The README tells the truth about what a newcomer runs: its commands, options, symbols and times
-are read here against the parser, the looks table, .ci/run and what the bundled pair recorded."""
+"""The README and the pages in docs/ tell the truth about what a newcomer runs: their commands,
+options, symbols, sizes and times are read here against the parser, the looks table, .ci/run, the
+real model's pins and what the bundled pair recorded. The README is the front page (at most 1,500
+words, as the project's hook counts them); the full command-line reference is docs/cli.md."""
 
 from __future__ import annotations
 
@@ -18,13 +20,24 @@ from specdec.trace.outcomes import Ending, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = {path.name: path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md"))}
+CLI_DOC = DOCS["cli.md"]   # "The command line", moved out of the README whole
 
 
-def section(title: str) -> str:
-    """A `## title` section of the README, up to the next `## ` heading."""
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
+def section(title: str, text: str = README) -> str:
+    """A `## title` section of the README (or of `text`), up to the next `## ` heading."""
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def words_shown(markdown: str) -> int:
+    """Words as the project's before-stop hook counts them: the front matter (a Space's
+    configuration, between the first two `---` lines) left out."""
+    lines = markdown.splitlines()
+    if lines and lines[0].startswith("---"):
+        lines = lines[lines.index("---", 1) + 1:]
+    return len("\n".join(lines).split())
 
 
 def subparser(name: str):
@@ -64,25 +77,32 @@ def test_the_readme_expands_ci_run_as_it_is():
     the environment it sets (HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False)."""
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     two = section("Two commands")
-    steps = [line.strip().replace("python -m pip", "pip").replace("python -m ruff", "ruff").replace(" -q -", " -")
-             for line in run.splitlines() if line.strip().startswith(("python", "HF_HUB_OFFLINE"))]
+
+    def plain(line: str) -> str:   # pip and ruff as a user types them; pip's -q left out
+        line = line.strip().replace("python -m pip", "pip").replace("python -m ruff", "ruff")
+        return line.replace("install -q ", "install ")
+
+    steps = [plain(line) for line in run.splitlines() if line.strip().startswith(("python", "HF_HUB_OFFLINE"))]
     assert any("pytest" in s for s in steps) and any("ruff" in s for s in steps)
-    for step in steps:
-        assert step in two.replace(" && ", "\n"), step
-    assert "git status" in two and "git status" in run
+    for text in (two, DOCS["testing.md"]):
+        for step in steps:
+            assert step in plain(text.replace(" && ", "\n")), step
+        assert "git status" in text
+    assert "git status" in run
+    assert "HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False python -m pytest -q -n auto" in two
 
 
 def test_every_option_the_command_line_section_names_exists():
-    cli = section("The command line")
-    commands = command_lines(cli)
+    commands = command_lines(CLI_DOC)
     assert {words[0] for words in commands} == set(COMMANDS), "every subcommand is in the list"
-    for words in commands:
+    for words in commands + command_lines(README) + [c for doc in DOCS.values() for c in command_lines(doc)]:
         named = {w.strip("[]").split("=")[0] for w in words if w.strip("[").startswith("--")}
+        assert words[0] in COMMANDS, words
         assert named <= options(words[0]), (words[0], named - options(words[0]))
 
 
 def test_the_generate_synopsis_names_every_option_of_generate():
-    synopsis = next(words for words in command_lines(section("The command line")) if words[0] == "generate")
+    synopsis = next(words for words in command_lines(CLI_DOC) if words[0] == "generate")
     named = {w.strip("[]").split("=")[0] for w in synopsis if w.strip("[").startswith("--")}
     assert named == options("generate"), options("generate") ^ named
 
@@ -93,7 +113,7 @@ def test_the_symbols_listed_for_generate_are_those_it_can_show():
     endings = {Ending.of(drafted, rejected, rule) for rule in (Rule.EXACT, Rule.SKIP_ADJUSTMENT)
                for drafted in (0, 1) for rejected in (False, True)}
     shown = {LOOKS[o].symbol for o in {Status.ACCEPTED, Status.REJECTED} | endings}
-    cli = section("The command line")
+    cli = CLI_DOC
     paragraph = cli[cli.index("`generate` marks every token"):]
     paragraph = " ".join(paragraph.split("\n\n")[0].split())
     listed = {s for s in re.findall(r"`(.)`", paragraph) if s in {look.symbol for look in LOOKS.values()}}
@@ -112,10 +132,10 @@ def recorded_training_minutes() -> float:
     return (target["train_seconds"] + distill) / 60
 
 
-@pytest.mark.parametrize("where", ["README", "--help"])
+@pytest.mark.parametrize("where", ["docs/cli.md", "--help"])
 def test_the_training_time_stated_is_the_one_recorded(where):
-    if where == "README":
-        text = next(line for line in section("The command line").splitlines() if re.match(r"specdec train +#", line))
+    if where == "docs/cli.md":
+        text = next(line for line in CLI_DOC.splitlines() if re.match(r"specdec train +#", line))
     else:
         text = COMMANDS["train"][0]
     stated = float(re.search(r"about (\d+) min", text)[1])
@@ -123,5 +143,42 @@ def test_the_training_time_stated_is_the_one_recorded(where):
 
 
 def test_the_quick_bench_is_in_the_readme_as_a_smoke_run():
-    line = next(line for line in section("The command line").splitlines() if "bench --quick" in line)
-    assert "smoke run" in line
+    for text in (section("The command line"), CLI_DOC):
+        line = next(line for line in text.splitlines() if "bench --quick" in line)
+        assert "smoke run" in line
+
+
+# ---------------------------------------------------------------- the front page and its pages (issue 54)
+
+def test_the_readme_is_a_front_page_that_reads_in_two_minutes():
+    assert words_shown(README) <= 1500, words_shown(README)
+    assert README.startswith("---\ntitle:") and "\napp_file: app.py\n" in README   # a Space reads its front matter
+    assert "pytest" in README and "GRADIO_SERVER_PORT" in section("Two commands")
+    assert "python -m venv .venv" in section("Two commands")
+
+
+def test_every_link_from_the_readme_and_the_docs_leads_to_a_file():
+    pages = {ROOT / "README.md": README, **{ROOT / "docs" / name: text for name, text in DOCS.items()}}
+    for page, text in pages.items():
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if not target.startswith(("http://", "https://")):
+                assert (page.parent / target).exists(), (page.name, target)
+    linked = set(re.findall(r"\]\(docs/([^)]+\.md)\)", README))
+    assert linked == set(DOCS), set(DOCS) ^ linked   # every page of docs/ is reachable from the front page
+
+
+def test_the_converted_real_model_has_one_size_everywhere():
+    """The folder `specdec fetch smollm2-135m` writes, as the CLI's messages give it
+    (`Source.folder_bytes`, checked against the real folder in test_realmodel.py): one figure."""
+    from specdec.models.realmodel import MB, SMOLLM2_135M
+
+    said = [int(n) for text in (README, *DOCS.values())
+            for n in re.findall(r"(\d+) MB (?:float32 )?(?:model )?folder", text)]
+    assert said and set(said) == {round(SMOLLM2_135M.folder_bytes / MB)}, said
+
+
+def test_the_two_smollm2_presets_are_told_apart():
+    real = section("The real model")
+    assert "**`smollm2-135m`**" in real and "**`smollm2`**" in real
+    assert "offline" in real[real.index("`smollm2-135m`"):real.index("**`smollm2`**")]
+    assert "Hugging Face Hub" in real[real.index("**`smollm2`**"):]

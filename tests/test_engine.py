@@ -293,9 +293,9 @@ def test_the_engines_rounds_equal_the_eager_recording_of_the_same_rows(monkeypat
 
     rows, real = [], eng.round_summary
 
-    def keeping(p, q, drafts, end_dist, n_accepted, end_token, n):   # the verify step's rows, kept
+    def keeping(p, q, drafts, end_dist, n_accepted, end_token, n, outside=None):   # the verify step's rows, kept
         rows.append((p.clone(), q.clone(), end_dist.clone()))
-        return real(p, q, drafts, end_dist, n_accepted, end_token, n)
+        return real(p, q, drafts, end_dist, n_accepted, end_token, n, outside)
     monkeypatch.setattr(eng, "round_summary", keeping)
     pair = tiny_pair(vocab=64, seed=4)
     for seed, sampling in enumerate([SamplingConfig(), SamplingConfig(temperature=0.8, top_k=5),

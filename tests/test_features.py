@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import bounds
-from commands import command, in_process
+from commands import in_process
 from specdec import Rule, RunSettings, SamplingConfig, autoregressive_generate, speculative_generate
 from specdec.cli.main import main
 from specdec.core.sampling import logits_to_probs
@@ -348,11 +348,13 @@ def test_train_features_tiny_runs_and_resumes_to_the_same_weights(tmp_path, caps
         (corpus / f"work{i:02d}.txt").write_text("ROMEO.\nBut soft, what light?\nJULIET.\nO Romeo.\n" * (5 + i))
     out = tmp_path / "out"
     args = ("train", "--features", "--tiny", "--out", str(out), "--corpus-dir", str(corpus))
-    r = command(*args)   # the real command, once
+    # In this process (tests/commands.py): the real `python -m specdec train` and its exit status
+    # are test_training's (its `trained` fixture); a subprocess here re-proved them for ~10 s of CPU.
+    r = in_process(capsys, *args)
     assert r.returncode == 0, r.stderr[-2000:]
     weights = (out / fx.FOLDER / "model.safetensors").read_bytes()
     assert "features drafter trained" in r.stdout
-    # Again, in this process (tests/commands.py): everything is checkpointed, nothing is redone.
+    # Again: everything is checkpointed, nothing is redone.
     assert main(list(args)) == 0
     assert "resumed at step 4" in capsys.readouterr().out
     assert (out / fx.FOLDER / "model.safetensors").read_bytes() == weights

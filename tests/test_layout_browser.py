@@ -26,7 +26,8 @@ _CUT_AT_RIGHT = """(root) => {
     let right = -Infinity;
     const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
     for (let t = walk.nextNode(); t; t = walk.nextNode()) {
-      if (!t.textContent.trim() || getComputedStyle(t.parentElement).visibility === 'hidden') continue;
+      // 'collapse' too: a table's measuring row (Gradio's) is laid out but never shown
+      if (!t.textContent.trim() || getComputedStyle(t.parentElement).visibility !== 'visible') continue;
       const range = document.createRange();
       range.selectNodeContents(t);
       for (const r of range.getClientRects()) if (r.width > 0) right = Math.max(right, r.right);
@@ -90,11 +91,17 @@ def test_every_dropdown_shows_its_whole_choice(page, width):
     assert page.console_errors == []
 
 
+TABLES = ("Timeline as a table", "p and q as a table", "acceptance test as a table", "end of round as a table")
+READ = ("#token-text", "#metrics", "#timeline-table", "#pq-table", "#accept-table", "#end-table")
+
+
 def decode_tab_problems(page) -> list[str]:
-    for name in ("p and q as a table", "end of round as a table"):
-        page.get_by_text(name).click()
+    """Figures, text cut at the right, short words broken in a table, pointers off their bars."""
+    for name in TABLES:
+        page.get_by_text(name, exact=True).click()
     page.wait_for_timeout(1000)
-    return layout_check.problems(page) + cut_at_right(page, "#token-text") + cut_at_right(page, "#metrics")
+    return (layout_check.problems(page) + [p for region in READ for p in cut_at_right(page, region)]
+            + layout_check.broken_words(page) + layout_check.pointer_misses(page))
 
 
 def lab_problems(page) -> list[str]:
@@ -188,3 +195,65 @@ def test_the_speed_explorer_reads_cleanly_and_every_chart_fits_its_box_after_tab
         found += [f"({step}) {m}" for m in page.evaluate(_MISFITS)]
     assert found == [], "\n".join(found)
     assert page.console_errors == []
+
+
+_TEXT_IN_VIEW = """() => {
+  const r = document.querySelector('#token-text').getBoundingClientRect();
+  return {top: r.top, bottom: r.bottom, height: innerHeight,
+          tokens: document.querySelectorAll('#token-text .round[data-round]').length};
+}"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_first_run_shows_its_answer(page, width):
+    """After the first Run, with nothing scrolled, the generated text is in view, whole: at
+    1400 x 1000 it sat ~1,400 px below the Run button, under the examples (issue 54)."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_selector("#run")
+    page.locator("#run").click()
+    page.wait_for_function("() => /^Done:/.test(document.querySelector('#run-status').innerText.trim())",
+                           timeout=RUN_TIMEOUT)
+    page.wait_for_timeout(1000)   # the page's check runs every 250 ms
+    box = page.evaluate(_TEXT_IN_VIEW)
+    assert box["tokens"] > 0, box   # the run's text, not the empty box
+    assert 0 <= box["top"] and box["bottom"] <= box["height"], box
+
+
+def test_a_pending_status_line_hides_its_stale_text_under_the_progress(page):
+    """While the real model was fetched, Gradio drew its progress ("dequantising the weights ...
+    30%") over the greyed "Press Run ..." line (issue 54, seen in chromium). Gradio marks the line's
+    own text `pending` meanwhile: here it is put in that state as Gradio puts it, and the stale
+    text must not show (its space kept); back out of it, it shows again (the control)."""
+    page.wait_for_function("() => { const w = document.querySelector('#run-status [data-testid=markdown-wrapper]');"
+                           " return w && !w.classList.contains('pending'); }")   # the page's load event over
+    shown = """async (pending) => {
+      const wrapper = document.querySelector('#run-status [data-testid=markdown-wrapper]');
+      wrapper.classList.toggle('pending', pending);
+      await new Promise((done) => setTimeout(done, 500));   // past Gradio's 0.15 s transitions
+      const text = wrapper.querySelector('p');
+      return [getComputedStyle(text).visibility, wrapper.getBoundingClientRect().height > 0];
+    }"""
+    assert page.evaluate(shown, True) == ["hidden", True]
+    assert page.evaluate(shown, False) == ["visible", True]
+
+
+@pytest.mark.parametrize("slider, typed, said", [
+    ("#max-new", "100000", "max new tokens is capped at {hi} on this server (100000 was typed)"),
+    ("#gamma", "0", "γ (drafts per round) is at least 1 (0 was typed)"),
+    ("#gamma", "99", "γ (drafts per round) is capped at {hi} on this server (99 was typed)"),
+])
+def test_a_value_out_of_a_sliders_range_is_clamped_and_said(page, slider, typed, said):
+    """The page clamped silently (max new tokens 100000 -> 249, γ 0 -> 1, γ 99 -> 16): the clamp
+    is now said under the slider, where it happens, until a new value is typed there."""
+    box = page.locator(f"{slider} input[type=number]")
+    page.wait_for_function("() => /this prompt takes/.test((document.querySelector('#max-new') || {}).innerText)")
+    hi = box.get_attribute("max")
+    box.fill(typed)
+    box.press("Enter")
+    note = page.locator(f"{slider} .specdec-clamp")
+    note.wait_for(timeout=10_000)
+    assert note.inner_text() == said.format(hi=hi)
+    assert box.input_value() == (hi if int(typed) > int(hi) else box.get_attribute("min"))   # Gradio's clamp
+    box.fill("2")   # a value that fits: the note has said its piece
+    box.press("Enter")
+    assert note.count() == 0

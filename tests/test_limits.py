@@ -146,7 +146,34 @@ def test_prompts_over_the_token_limit_are_refused_where_requests_enter(bundled, 
         bundled.encode([1, 2, 10**9])
 
 
-def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatch):
+def test_one_prompt_limit_in_tokens_serves_the_page_its_api_and_the_cli(bundled, monkeypatch, capsys):
+    """The page (and its API) capped a prompt at 4,000 characters, the CLI at 1,024 tokens: now one
+    limit, in tokens, each refusal in words that fit where it came from (the CLI has no server)."""
+    from specdec.app.server.api import RunRequest
+
+    prompt = "To be. " * 600   # 4,200 characters: over the page's old cap of 4,000
+    n = len(bundled.encode(prompt)[1])
+    monkeypatch.setattr(limits, "MAX_PROMPT_TOKENS", n)   # exactly at the limit: taken everywhere
+    assert RunRequest(prompt=prompt).checked()[0] == prompt
+    limits.check_prompt_tokens(n)
+    limits.check_prompt_tokens(n, limits.CLI)
+    monkeypatch.setattr(limits, "MAX_PROMPT_TOKENS", n - 1)
+    with pytest.raises(ValueError, match=rf"^the prompt is {n} tokens; this server takes prompts of at most {n - 1} "
+                                         r"tokens \(SPECDEC_MAX_PROMPT_TOKENS\): shorten it$"):
+        limits.check_prompt_tokens(n)
+    assert main(["generate", "--prompt", prompt, "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"the prompt is {n} tokens; a prompt may be at most {n - 1} tokens (set by SPECDEC_MAX_PROMPT_TOKENS)" \
+        in err and "server" not in err, err
+    # Too long to be worth tokenizing: refused before, in the same limit's words.
+    huge = "x" * (limits.MAX_PROMPT_TOKENS * limits.PROMPT_CHARS_PER_TOKEN + 1)
+    with pytest.raises(ValueError, match=rf"characters, far more than {n - 1} tokens hold; this server takes prompts "
+                                         rf"of at most {n - 1} tokens \(SPECDEC_MAX_PROMPT_TOKENS\)"):
+        RunRequest(prompt=huge).checked()
+    assert main(["generate", "--prompt", huge]) == 2 and "(set by SPECDEC_MAX_PROMPT_TOKENS)" in capsys.readouterr().err
+
+
+def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatch, capsys):
     from specdec.core.settings import RunSettings
 
     monkeypatch.setattr(limits, "MAX_GAMMA", 3)   # read when the request comes: never a stale copy
@@ -155,6 +182,8 @@ def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatc
                                          r"\(this server's SPECDEC_MAX_GAMMA\)"):
         limits.check_run(RunSettings(gamma=8))
     assert main(["generate", "--prompt", "x", "--gamma", "8"]) == 2   # the CLI keeps the same limits
+    err = capsys.readouterr().err   # in its own words: no server is involved
+    assert "from 1 to 3, got 8 (set by SPECDEC_MAX_GAMMA)" in err and "server" not in err, err
 
 
 # ---------------------------------------------------------------- number inputs through Gradio

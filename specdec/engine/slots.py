@@ -82,3 +82,4 @@ class FeatureSlots:
         self.norm = pair.target.get_decoder().norm
         self.head = pair.target.get_output_embeddings()
         self.logits = fx.head_logits(self.head, pair.vocab_size, self.net.vocab)   # q through its vocabulary subset
+        self.outside = fx.outside_vocab(self.net, pair.vocab_size, dev)   # p's mass there goes in the trace

@@ -96,6 +96,15 @@ def preset(name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
 SUM_TOLERANCE = 1e-6
 
 
+def sum_text(total: float) -> str:
+    """A row's sum as every note prints it, with enough digits to show how far from 1 it is ("summed
+    to 1" beside "normalised to 1" says nothing): one formatter, so one sum is never 1.0000019 in one
+    sentence and 1.000003 in the next (issue 53)."""
+    if not math.isfinite(total) or total == 1:
+        return f"{total:.6g}"
+    return f"{total:.{max(6, 2 - math.floor(math.log10(abs(total - 1))))}g}"
+
+
 def validate(tokens, p, q, normalise: bool = True, tol: float = SUM_TOLERANCE
              ) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
     """Check a user's (tokens, p, q). Returns cleaned copies and notes (e.g. "p normalised").
@@ -137,10 +146,9 @@ def validate(tokens, p, q, normalise: bool = True, tol: float = SUM_TOLERANCE
             total = float(d.sum())
         if abs(total - 1) > tol:
             if not normalise:
-                raise ValueError(f"{name} sums to {total:.6g}, not 1")
+                raise ValueError(f"{name} sums to {sum_text(total)}, not 1")
             # enough digits to show how far from 1 ("summed to 1" beside "normalised to 1" says nothing)
-            digits = max(6, 2 - math.floor(math.log10(abs(total - 1)))) if math.isfinite(total) else 6
-            notes.append(f"{name} summed to {total:.{digits}g}, not 1; normalised to 1")
+            notes.append(f"{name} summed to {sum_text(total)}, not 1; normalised to 1")
         rows[name] = scaled / scaled.sum()
     return tokens, rows["p"], rows["q"], notes
 

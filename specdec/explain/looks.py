@@ -67,9 +67,50 @@ def visible_token(text: str) -> str:
     return shown or "∅"
 
 
+# The end-of-sequence token, written one way wherever a run's output or its numbers name it (the
+# text, the charts, the tables, the status line, the terminal): it was ⟨eos⟩ in a chart, "(eos)" in
+# the status line and SmolLM2's own <|im_end|> in the text (issue 53). A prompt shown as the model
+# reads it (its chat template) keeps the tokenizer's own text: that is what the model reads.
+EOS = "⟨eos⟩"
+
+
+def token_text(gen, token_id: int) -> str:
+    """A generated token's text as the run's output shows it: its own text, EOS as `EOS`."""
+    return EOS if token_id == gen.eos_token_id else gen.token(token_id)
+
+
+def stop_text(stopped: str) -> str:
+    """Why a run stopped, in words: "eos" as `EOS`, "max_new_tokens" as "max new tokens"."""
+    return EOS if stopped == "eos" else stopped.replace("_", " ")
+
+
 def token_label(gen, token_id: int) -> str:
     """A token of a `trace.Generation` as charts and tables name it: whitespace made visible,
-    EOS as ⟨eos⟩."""
+    EOS as `EOS`."""
     if token_id == gen.eos_token_id:
-        return "⟨eos⟩"
+        return EOS
     return visible_token(gen.token(token_id))
+
+
+def text_with_eos(gen) -> str:
+    """A run's decoded text (an autoregressive run's, shown whole) with its end-of-sequence token
+    written as everywhere else (`EOS`), not as the tokenizer's own text (SmolLM2's <|im_end|>)."""
+    ids, text = gen.token_ids, gen.text
+    if ids and ids[-1] == gen.eos_token_id and text.endswith(gen.token(ids[-1])):
+        return text[:len(text) - len(gen.token(ids[-1]))] + EOS
+    return text
+
+
+# ---------------------------------------------------------------- numbers, one way (issue 53)
+
+def prob_text(x: float) -> str:
+    """A probability in a sentence: four decimals, or three significant digits where four decimals
+    would print a positive value as 0 (6.29e-08, never 0.0000)."""
+    return f"{x:.4f}" if x == 0 or x >= 5e-5 else f"{x:.3g}"
+
+
+def table_number(x: float | None, digits: int = 6) -> float | None:
+    """A probability as every table on the page holds it: `digits` significant digits, the charts'
+    own rounding (three) with more of them, so a chart's 6.29e-08 is 6.29417e-08 in its table, not
+    the 0 that six decimal places gave. None stays None."""
+    return None if x is None else float(f"{x:.{digits}g}")

@@ -31,6 +31,13 @@ def speedup(run: Stats, baseline: Stats) -> float:
     return (run.new_tokens / run.wall_seconds) / (baseline.new_tokens / baseline.wall_seconds)
 
 
+def tokens_in(s: Stats, digits: int = 2) -> str:
+    """A run's time, always with its time per token: runs side by side may stop at different lengths
+    (an EOS), so only the per-token times (and `speedup`, their ratio) compare."""
+    each = f", {1000 * s.wall_seconds / s.new_tokens:.1f} ms a token" if s.new_tokens else ""
+    return f"{s.new_tokens} tokens in {s.wall_seconds:.{digits}f} s{each}"
+
+
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     """(1 - alpha^(gamma+1)) / (1 - alpha): tokens per target forward if every position had alpha."""
     if alpha >= 1.0:
@@ -115,8 +122,10 @@ def predicted_at(spec: Stats, ar: Stats, rate: float, gamma: int | None = None, 
     return leviathan_speedup(min(max(rate, 0.0), 1.0), g, prof.c, prof.verify(g))
 
 
-def explain(spec: Stats, ar: Stats, gamma: int | None = None) -> SpeedStory:
-    """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow."""
+def explain(spec: Stats, ar: Stats, gamma: int | None = None, speedups: tuple[float, ...] = ()) -> SpeedStory:
+    """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow.
+    `speedups`: the repeats' own (two or more): a result whose spread holds 1× is called neither a
+    win nor a loss (issue 53: "It won" was said of 1.01× with repeats from 0.87× to 1.22×)."""
     g = _gamma_of(spec, gamma)
     point = run_point(spec, g, ar)
     measured = speedup(spec, ar)
@@ -130,12 +139,19 @@ def explain(spec: Stats, ar: Stats, gamma: int | None = None) -> SpeedStory:
     ar_other = time_split(ar).other / ar.wall_seconds if ar.wall_seconds else 0.0
     cost = draft_steps + verify_steps
     gave = spec.new_tokens / spec.rounds if spec.rounds else 0.0
-    head = (f"Each round cost {cost:.2f} target forwards (drafting {draft_steps:.2f}, verifying {verify_steps:.2f}) "
+    whole_v = point.whole_loop.verify(g) if point.whole_loop else 0.0
+    # In one-token target steps, as v and c are: a round is one target forward pass, which takes
+    # longer than one step; the forwards alone here, the whole loop's v (beside it) counts the rest.
+    head = (f"Counting the forwards alone, each round took as long as {cost:.2f} one-token target steps (drafting "
+            f"γc = {draft_steps:.2f}, verifying v = {verify_steps:.2f}; with the loop's other work, v = {whole_v:.2f}) "
             f"and, at α = {spec.acceptance_rate:.3f}, should yield {tokens:.2f} tokens: {forwards:.2f}× from the "
             f"forwards alone. Work outside the forwards (sampling, bookkeeping, the trace) took {other_share:.0%} of "
             f"the speculative run and {ar_other:.0%} of the target alone's; counting it, this run's costs predict "
             f"**{predicted:.2f}×**, and the rounds gave {gave:.2f} tokens each where α predicts {tokens:.2f}.")
-    if measured >= 1 and measured >= 0.9 * predicted:
+    if len(speedups) > 1 and min(speedups) <= 1 <= max(speedups):
+        tail = (f" Its repeats ranged {min(speedups):.2f}–{max(speedups):.2f}×, on both sides of 1×: no win and no "
+                "loss that timing noise could not make; run longer or compare the predicted speedups.")
+    elif measured >= 1 and measured >= 0.9 * predicted:
         tail = " It won because the rounds yield more tokens than they cost."
     elif tokens <= cost:
         worst = "drafting" if draft_steps > verify_steps - 1 else "verifying"

@@ -40,8 +40,9 @@ def render_tokens(gen: Generation, colour: bool) -> str:
     """The generated text with every token marked: accepted drafts, rejected drafts (where they
     were proposed), and how each round's last token was produced."""
     from ..trace.outcomes import events
+    from .looks import token_text
 
-    return "".join(mark(ev.outcome, gen.token(ev.token), colour) for ev in events(gen) if ev.in_text)
+    return "".join(mark(ev.outcome, token_text(gen, ev.token), colour) for ev in events(gen) if ev.in_text)
 
 
 def legend(gen: Generation, colour: bool) -> str:
@@ -65,12 +66,13 @@ def describe_device(pair) -> str:
 
 
 def stats_lines(gen: Generation) -> list[str]:
+    from .looks import stop_text
     from .speed import expected_tokens_per_round
 
     s = gen.stats
     gamma = gen.settings.gamma
     return [
-        f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {s.stopped}",
+        f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {stop_text(s.stopped)}",
         f"acceptance rate alpha = accepted/tested = {s.accepted}/{s.tested} = {s.acceptance_rate:.3f}"
         f"   (accepted/drafted = {s.accepted}/{s.drafted} = {s.accepted_per_drafted:.3f};"
         f" expected, mean beta = {s.expected_acceptance:.3f})",
@@ -88,9 +90,9 @@ def run_text(gen: Generation, prompt: str, colour: bool) -> str:
 
 def comparison_line(spec: Generation, alone: Generation) -> str:
     """A speculative run against the target alone, both timed warm (`measure.compare_with_target`)."""
-    from .speed import speedup
+    from .speed import speedup, tokens_in
 
     return (f"timed again, both warmed up, in the order speculative, alone, alone, speculative (mean of two each): "
-            f"speculative {spec.stats.new_tokens} tokens in {spec.stats.wall_seconds:.3f} s; target alone "
-            f"{alone.stats.new_tokens} tokens in {alone.stats.wall_seconds:.3f} s ({alone.stats.target_forwards} "
-            f"target forwards); speedup x{speedup(spec.stats, alone.stats):.2f}")
+            f"speculative {tokens_in(spec.stats, 3)}; target alone {tokens_in(alone.stats, 3)} "
+            f"({alone.stats.target_forwards} target forwards); speedup in tokens per second "
+            f"x{speedup(spec.stats, alone.stats):.2f}")

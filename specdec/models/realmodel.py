@@ -106,7 +106,7 @@ def folder_of(source: Source, root: str | Path | None = None) -> Path:
 
 def check_cached(source: Source, root: str | Path | None = None) -> tuple[Path | None, str | None]:
     """(the converted folder, None) when it is in the cache and matches its manifest (every file's
-    size and sha256: about a second for the 538 MB of weights); else (None, what is wrong, or None
+    size and sha256: about a second for the 542 MB folder); else (None, what is wrong, or None
     when there is simply nothing)."""
     folder = folder_of(source, root)
     if not folder.is_dir():
@@ -287,7 +287,7 @@ def convert(gguf: Path, out: Path, progress: Progress = _quiet) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _gguf_read_once():
+    with _gguf_read_once(), _no_progress_bars():
         progress(0.3, "dequantising the weights to float32 (about 20 s on 2 cores)")
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                       trust_remote_code=False, local_files_only=True)
@@ -343,6 +343,23 @@ def _gguf_read_once():
 
 
 _GGUF_SHARED = threading.Lock()   # held by `_gguf_read_once`
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers' GGUF loader draws its own tqdm bar ("Converting and de-quantizing GGUF
+    tensors...", 272 steps), which lands in the middle of `specdec fetch`'s progress lines and of
+    the page's; our `progress` already says that step. Its module imports tqdm by name, so the name
+    is set there to a bar that draws nothing, and put back however the block ends (inside
+    `_gguf_read_once`'s lock: one conversion at a time)."""
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    bar = loader.tqdm
+    loader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        loader.tqdm = bar
 
 
 def _no_init():

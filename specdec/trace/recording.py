@@ -41,16 +41,17 @@ class Pending:
     seconds: tuple[float, float]
 
     @classmethod
-    def of(cls, index: int, start: int, step, emitted: list[int]) -> Pending:
+    def of(cls, index: int, start: int, step, emitted: list[int], outside: torch.Tensor | None = None) -> Pending:
         """From a decoder `Step`: its summary when the engine made one on the device, else the
-        same reduction of its rows here."""
+        same reduction of its rows here (`outside`: the drafter's vocabulary mask, `round_summary`)."""
         summary = step.summary
         if summary is None:
             v = step.verdict
             dev = step.p.device
             ints = (torch.tensor(x, dtype=torch.long, device=dev)
                     for x in (step.drafts, step.n_accepted, step.end_token))
-            summary = round_summary(step.p.float(), step.q.float(), next(ints), v.end_dist.float(), *ints, TOP_N)
+            summary = round_summary(step.p.float(), step.q.float(), next(ints), v.end_dist.float(), *ints, TOP_N,
+                                    outside)
         return cls(index, start, list(step.drafts), summary.cpu().numpy(), step.vocab, step.u.tolist(),
                    step.n_accepted, step.end_token, list(emitted), step.seconds)
 
@@ -80,14 +81,15 @@ def _positions(pending: list[Pending], rows: list[Rows | None]) -> list[list[Pos
         if d is None:
             continue
         kept = order_kept(d.cand, d.valid, d.values)
-        (beta, skip_tv, unreachable), (p_tail, q_tail), (p_mass, q_mass) = d.sums, d.tails, d.totals
+        (beta, skip_tv, unreachable, beyond), (p_tail, q_tail), (p_mass, q_mass) = d.sums, d.tails, d.totals
         # The draft token is each row's last candidate: its p and q are there.
         p_draft, q_draft = d.values[0][:, -1].tolist(), d.values[1][:, -1].tolist()
         out[r.index] = [Position(draft_token=tok, p_draft=p_draft[i], q_draft=q_draft[i],
                                  ratio=_ratio(p_draft[i], q_draft[i]), u=r.u[i], status=status_at(i, r.n_accepted),
                                  beta=beta[i], p=tr.dist(ids, pv, p_mass[i], p_tail[i]),
                                  q=tr.dist(ids, qv, q_mass[i], q_tail[i]), skip_tv=skip_tv[i],
-                                 p_where_q_is_0=min(1.0, unreachable[i]))
+                                 p_where_q_is_0=min(1.0, unreachable[i]),
+                                 p_outside_vocab=None if beyond[i] < 0 else min(1.0, beyond[i]))
                         for i, (tok, (ids, pv, qv)) in enumerate(zip(r.drafts, kept))]
     return [out.get(r.index, []) for r in pending]
 

@@ -23,7 +23,9 @@ import torch
 
 # Columns per row: ids and valid flags (C each), values (C per distribution), then per
 # distribution (tail where p >= q, tail where p < q, total), then the row's extra sums.
-DRAFTED = 2, 3    # distributions (p, q); extra sums (beta, skip_tv, p's mass where q is 0)
+DRAFTED = 2, 4    # distributions (p, q); extra sums (beta, skip_tv, p's mass where q is 0, p's mass
+                  # outside the drafter's vocabulary: NO_SUBSET when its q reads every id)
+NO_SUBSET = -1.0
 END = 3, 1        # distributions (drawn, p, q); extra sum (residual mass)
 
 
@@ -76,11 +78,13 @@ def _summarize(rows: list[torch.Tensor], p: torch.Tensor, q: torch.Tensor, extra
 
 
 def round_summary(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, end_dist: torch.Tensor,
-                  n_accepted: torch.Tensor, end_token: torch.Tensor, n: int) -> torch.Tensor:
+                  n_accepted: torch.Tensor, end_token: torch.Tensor, n: int,
+                  outside: torch.Tensor | None = None) -> torch.Tensor:
     """The flat float64 summary of one round: g drafted rows then the end row.
 
     p: [g + 1, V] float32; q: [g, V]; drafts: [g]; end_dist: [V] (what the last token was drawn
-    from); n_accepted, end_token: 0-d device tensors (no host read: usable inside a graph).
+    from); n_accepted, end_token: 0-d device tensors (no host read: usable inside a graph);
+    outside: [V], 1 at the ids outside a drafter's vocabulary subset, 0 inside (None: q reads all).
     """
     g = q.shape[0]
     parts = []
@@ -93,7 +97,14 @@ def round_summary(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, end_di
         # p where q is 0: no draft can be those tokens, only the residual gives them (outside a
         # drafter's vocabulary subset, or cut by top-k / top-p).
         unreachable = (pd * (q == 0)).sum(1, keepdim=True, dtype=torch.float64)
-        parts.append(torch.cat([_summarize([pd, q], pd, q, drafts, n), beta, skip_tv, unreachable], 1).reshape(-1))
+        # p outside the drafter's vocabulary alone: where q is 0 also holds what sampling cut (at
+        # temperature 0 every id but the draft), which is not the vocabulary's doing (issue 53).
+        if outside is None:
+            beyond = torch.full_like(beta, NO_SUBSET)
+        else:
+            beyond = (pd * outside.to(pd.dtype)).sum(1, keepdim=True, dtype=torch.float64)
+        parts.append(torch.cat([_summarize([pd, q], pd, q, drafts, n), beta, skip_tv, unreachable, beyond],
+                               1).reshape(-1))
     at = n_accepted.reshape(1).long()
     p_end = p.index_select(0, at)
     if g:   # q at the end position exists only where a draft was rejected there

@@ -141,6 +141,9 @@ class Position:
     # p's mass where q is 0, on the full rows: tokens no draft can be, which only the residual gives
     # (outside a features drafter's vocabulary subset, or cut by top-k / top-p). None in older traces.
     p_where_q_is_0: float | None = None
+    # p's mass outside a features drafter's vocabulary subset alone (no sampling cut in it): None
+    # when q reads every id, or in older traces.
+    p_outside_vocab: float | None = None
 
 
 @dataclass

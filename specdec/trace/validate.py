@@ -191,7 +191,7 @@ def _same_ids(a: dict, b: dict, where: str, names: str) -> None:
 
 def _position(pos, where: str, vocab: int) -> dict:
     object_field(pos, where, ("draft_token", "p_draft", "q_draft", "ratio", "u", "status", "beta", "p", "q"),
-         ("skip_tv", "p_where_q_is_0"))
+         ("skip_tv", "p_where_q_is_0", "p_outside_vocab"))
     tok = token_id(pos["draft_token"], f"{where}.draft_token", vocab)
     p_x = probability(pos["p_draft"], f"{where}.p_draft")
     q_x = probability(pos["q_draft"], f"{where}.q_draft")
@@ -200,7 +200,7 @@ def _position(pos, where: str, vocab: int) -> dict:
     if not isinstance(pos["status"], str):
         fail(f"{where}.status", f"is {shown(pos['status'])}: expected 'accepted', 'rejected' or 'unused'")
     probability(pos["beta"], f"{where}.beta")
-    for key in ("skip_tv", "p_where_q_is_0"):
+    for key in ("skip_tv", "p_where_q_is_0", "p_outside_vocab"):
         if pos.get(key) is not None:
             probability(pos[key], f"{where}.{key}")
     p = _dist(pos["p"], f"{where}.p", vocab)

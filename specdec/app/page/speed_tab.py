@@ -26,6 +26,8 @@ from ..shows.charts import md_text
 PROFILES_FILE = Path(__file__).resolve().parents[3] / "assets" / "bench" / "cost-profiles.json"
 FEATURES_MEASUREMENTS = ASSETS / FOLDER / "measurements.json"   # the features drafter's model card
 PAIR_MEASUREMENTS = ASSETS / "measurements.json"   # the bundled pair's model cards
+# The real model's features drafter's own measures (its card): α 0.43 at T = 1, not the bundled one's.
+REAL_FEATURES_MEASURES = ASSETS / "SmolLM2-135M-Instruct-features" / "measures.json"
 CARD_PROFILE = "this CPU, model card (width 5)"
 OUTPUTS = ["profile", "gamma", "alpha", "c", "curves", "compare", "rates", "table", "costs", "note"]
 DEFAULT_ALPHA, DEFAULT_GAMMA = 0.65, 4
@@ -72,7 +74,7 @@ def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | N
         cost = data["cost"]
         row = next(r for r in data["acceptance"] if r["drafter"] == "features" and r["temperature"] == 1.0)
         return CostProfile(
-            name=f"this CPU, features drafter (its card: α {row['alpha']:.2f} at T = 1)",
+            name=f"this CPU, the bundled pair's features drafter (its card: α {row['alpha']:.2f} at T = 1)",
             where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
             when="with the features drafter's model card", device="cpu", dtype="float32", engine="eager",
             target_step_ms=cost["target_step_ms"], draft_step_ms=row["draft_ms_per_draft"],
@@ -81,6 +83,27 @@ def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | N
                     f"verify over {cost['gamma'] + 1} tokens timed alone; the draft step is the features drafter's "
                     f"time per draft over the card's {row['tested']}-draft runs (8 prompts x 3 seeds, T = 1, "
                     f"γ {row['gamma']}), where α = {row['alpha']:.3f}"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+
+
+def real_features_card_profile(path: Path = REAL_FEATURES_MEASURES) -> CostProfile | None:
+    """SmolLM2-135M-Instruct's features drafter's costs and α at T = 1 as its own card measured them
+    (`measures.json` beside its weights): each pair's drafter is named with its own numbers (issue 53:
+    a SmolLM2 run was shown the bundled drafter's α 0.80). None where they cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))["measures"]
+        row = next(r for r in data["acceptance"] if r["temperature"] == 1.0)
+        return CostProfile(
+            name=f"this CPU, SmolLM2-135M-Instruct's features drafter (its card: α {row['alpha']:.2f} at T = 1)",
+            where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
+            when="with that drafter's card", device="cpu", dtype="float32", engine="eager",
+            target_step_ms=row["target_step_ms"], draft_step_ms=row["draft_ms_per_draft"],
+            verify_ms_by_width={row["gamma"] + 1: row["verify_ms"]},
+            source=(f"its card ({path.parent.name}/{path.name}): the target's step and verify over "
+                    f"{row['gamma'] + 1} tokens and the drafter's time per draft over {row['tested']} tested drafts "
+                    f"({data.get('timed_prompts', '?')} prompts, T = 1, γ {row['gamma']}), where "
+                    f"α = {row['alpha']:.3f}"))
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None
 
@@ -107,9 +130,10 @@ def all_profiles(point: RunPoint | None, path: Path = PROFILES_FILE) -> tuple[li
     """This run's profiles, the committed ones, and the features drafter's card's."""
     committed, problem = load_profiles(path)
     run = [p for p in (point.whole_loop, point.forwards_only) if p is not None] if point is not None else []
-    card, features = model_card_profile(), features_card_profile()
+    card = model_card_profile()
+    features = [p for p in (features_card_profile(), real_features_card_profile()) if p is not None]
     cpu = [p for p in committed if p.device == "cpu"] + ([card] if card is not None else [])   # side by side
-    rest = [p for p in committed if p.device != "cpu"] + ([features] if features is not None else [])
+    rest = [p for p in committed if p.device != "cpu"] + features
     return run + cpu + rest, problem
 
 

@@ -15,7 +15,7 @@ from ...core.checks import number, whole_number
 from ...core.checks import seed as seed_number
 from ...core.sampling import Rule, SamplingConfig
 from ...core.settings import RunSettings
-from ...models.pair import BUNDLED, PRESETS
+from ...models.pair import BUNDLED, PRESETS, pair_sampling
 from . import limits
 
 DEFAULT_PROMPT = "To be, or not to be"
@@ -32,9 +32,11 @@ class RunRequest:
     drafter: str = "model"
     gamma: int = 4
     max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
+    # None: the pair's own sampling (`Preset.sampling`: SmolLM2-135M-Instruct's authors' T = 0.2,
+    # top-p 0.9; the bundled pair's T = 1, top-k 0, top-p 1). Any value given is kept as it is.
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
     seed: int = 0
     skip_adjustment: bool = False
     compare_ar: bool = False
@@ -46,8 +48,16 @@ class RunRequest:
         return [f.name for f in fields(cls)]
 
     def values(self) -> list:
-        """The values in the API's order (what `gradio_client` passes to /generate)."""
-        return list(asdict(self).values())
+        """The values in the API's order (what `gradio_client` passes to /generate), the sampling
+        the request leaves unset filled in with its pair's (`resolved`)."""
+        return list(asdict(self.resolved()).values())
+
+    def resolved(self) -> RunRequest:
+        """This request with each sampling value it leaves unset (None) taken from its pair's own
+        (`models.pair_sampling`): a run of SmolLM2-135M-Instruct starts at its authors' sampling."""
+        own = pair_sampling(self.preset) if isinstance(self.preset, str) else pair_sampling(BUNDLED)
+        return replace(self, **{name: getattr(own, name) for name in ("temperature", "top_k", "top_p")
+                                if getattr(self, name) is None})
 
     def with_(self, **changes) -> RunRequest:
         return replace(self, **changes)
@@ -58,10 +68,11 @@ class RunRequest:
         prompt = self.prompt
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("the prompt is empty: type at least one word")
-        if len(prompt) > limits.MAX_PROMPT_CHARS:
-            raise ValueError(f"the prompt is {len(prompt)} characters long; keep it under {limits.MAX_PROMPT_CHARS}")
+        limits.check_prompt_chars(len(prompt))   # its tokens are counted once its pair is ready (`runs`)
         if self.preset not in PRESETS:
             raise ValueError(f"unknown model pair {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+        if any(getattr(self, name) is None for name in ("temperature", "top_k", "top_p")):
+            return self.resolved().checked()
         settings = RunSettings(
             gamma=whole_number(self.gamma, "γ (drafts per round)", 1),
             max_new_tokens=whole_number(self.max_new_tokens, "max new tokens", 1),
@@ -76,9 +87,10 @@ class RunRequest:
 
 
 # The example prompts: each shows one thing (rejections, a greedy run, the n-gram drafter on
-# repetitive text); the form fills the fields they name.
-EXAMPLE_FIELDS = ("prompt", "preset", "drafter", "gamma", "temperature")
-EXAMPLES = [
+# repetitive text); the form fills the fields they name. The real model's run at its authors'
+# sampling (its pair's own, left unset here): its answers read, so a student can judge a draft.
+EXAMPLE_FIELDS = ("prompt", "preset", "drafter", "gamma", "temperature", "top_k", "top_p")
+EXAMPLES = [request.resolved() for request in [
     RunRequest(),
     RunRequest(prompt="ROMEO:\nBut, soft! what light through yonder window breaks?", temperature=0.8),
     RunRequest(prompt="First Citizen:\nBefore we proceed any further, hear me speak.", gamma=8),
@@ -87,9 +99,9 @@ EXAMPLES = [
     RunRequest(prompt="the king, the king, the king, the king, the king, the king, the", drafter="ngram", gamma=8),
     RunRequest(prompt="HAMLET:\nWhat a piece of work is a man!", temperature=0.0),
     # The real model (SmolLM2-135M-Instruct): a question as a user turn under its chat template.
-    RunRequest(prompt=CHAT_PROMPT, preset="smollm2-135m", drafter="ngram", temperature=0.0),
-    RunRequest(prompt="Write a short poem about the sea.", preset="smollm2-135m", drafter="ngram", temperature=1.0),
-]
+    RunRequest(prompt=CHAT_PROMPT, preset="smollm2-135m", drafter="features"),
+    RunRequest(prompt="Write a short poem about the sea.", preset="smollm2-135m", drafter="ngram"),
+]]
 
 
 def default_prompt(preset: str) -> str:
@@ -107,11 +119,12 @@ LINK_KEYS = {"prompt": "prompt", "pair": "preset", "drafter": "drafter", "gamma"
 _TEXT_FIELDS = ("prompt", "preset", "drafter")
 
 
-def link_query(request: RunRequest, round_number=None) -> str:
-    """The query string that reproduces a run and opens a round."""
+def link_query(request: RunRequest, round_number=None, draft=None) -> str:
+    """The query string that reproduces a run and opens a round, at a drafted position (`draft`,
+    1-based) when given."""
     values = {key: getattr(request, name) for key, name in LINK_KEYS.items()}
     values.update(skip=int(bool(request.skip_adjustment)), raw=1 if request.raw_text is True else None,
-                  round=round_number)
+                  round=round_number, draft=draft)
     return "?" + urllib.parse.urlencode({k: _plain(v) for k, v in values.items() if v is not None})
 
 
@@ -132,6 +145,12 @@ def parse_link(params) -> tuple[dict, int | None] | None:
     found["raw_text"] = str(params.get("raw", "0")) in ("1", "true", "True")
     round_number = _number(params.get("round"))
     return found, int(round_number) if isinstance(round_number, (int, float)) else None
+
+
+def linked_draft(params) -> int | None:
+    """The drafted position a link opens (`draft`, 1-based), as a 0-based position; None without one."""
+    draft = _number(dict(params or {}).get("draft"))
+    return draft - 1 if isinstance(draft, int) and draft >= 1 else None
 
 
 def _number(text):

@@ -8,14 +8,19 @@ range, stops the import with a message naming the variable.
 
 The limits are enforced where a request enters (the app's handlers and `serving`, the CLI), never
 inside the library: read them as `limits.NAME` when a request comes (never copy one at import),
-and check a request with `check_run`, `check_prompt_tokens`, and an import with `import_limits()`.
+and check a request with `check_run`, `check_prompt_chars`, `check_prompt_tokens`, and an import with
+`import_limits()`. Each check's message fits where the request came from (`SERVER`: the page and its
+API, "this server's ..."; `CLI`: no server, the variable that sets the limit).
 
 | variable                     | default   | what it bounds                                                       |
 |------------------------------|-----------|----------------------------------------------------------------------|
 | SPECDEC_MAX_NEW_TOKENS       | 1024      | tokens one run may generate (the app, its API and the CLI)           |
 | SPECDEC_MAX_GAMMA            | 16        | γ, drafted tokens per round                                          |
-| SPECDEC_MAX_PROMPT_CHARS     | 4000      | characters of a prompt typed into the app                            |
-| SPECDEC_MAX_PROMPT_TOKENS    | 1024      | tokens of a prompt (the model's context bounds it further)           |
+| SPECDEC_MAX_PROMPT_TOKENS    | 1024      | tokens of a prompt, the one prompt limit of the page, its API and   |
+|                              |           | the CLI (the model's context bounds it further). Before it is        |
+|                              |           | tokenized, a prompt over PROMPT_CHARS_PER_TOKEN characters per token |
+|                              |           | allowed is refused in the same words (no one makes the server       |
+|                              |           | tokenize megabytes)                                                  |
 | SPECDEC_MAX_UPLOAD_MB        | 5         | size of one uploaded file (Gradio's `max_file_size`) and of a trace  |
 |                              |           | the importer reads; an imported trace is also held to the run limits |
 |                              |           | above: rounds and tokens <= MAX_NEW_TOKENS, prompt <= the prompt caps |
@@ -76,12 +81,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ...trace.validate import ImportLimits
 
-__all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
+__all__ = ["MAX_NEW_TOKENS", "MAX_GAMMA", "PROMPT_CHARS_PER_TOKEN", "MAX_PROMPT_TOKENS", "MAX_UPLOAD_MB",
            "MAX_UPLOAD_BYTES", "MAX_JSON_DEPTH", "MAX_LAB_SAMPLES", "QUEUE_SIZE", "CONCURRENCY",
            "DECODE_CONCURRENCY", "DECODE_PROCESSES", "REQUEST_SECONDS", "MAX_PAIRS", "MAX_SESSIONS",
            "SESSION_IDLE_SECONDS",
            "FILE_MAX_AGE_SECONDS", "CLEAN_EVERY_SECONDS", "SESSION_BYTES", "SERIALISE_DEVICE", "FETCH", "OPEN_ON",
-           "max_new_tokens_for", "max_new_tokens_after", "describe", "check_run", "check_prompt_tokens",
+           "max_new_tokens_for", "max_new_tokens_after", "describe", "check_run", "check_prompt_chars",
+           "check_prompt_tokens", "SERVER", "CLI",
            "check_lab_samples", "import_limits"]
 
 
@@ -102,8 +108,13 @@ def _read(name: str, default: float, lo: float, hi: float, whole: bool = True) -
 
 MAX_NEW_TOKENS: int = _read("SPECDEC_MAX_NEW_TOKENS", 1024, 1, 1 << 20)
 MAX_GAMMA: int = _read("SPECDEC_MAX_GAMMA", 16, 1, 256)
-MAX_PROMPT_CHARS: int = _read("SPECDEC_MAX_PROMPT_CHARS", 4000, 1, 1 << 24)
 MAX_PROMPT_TOKENS: int = _read("SPECDEC_MAX_PROMPT_TOKENS", 1024, 1, 1 << 22)
+# The longest token of the shipped tokenizers is 81 characters (SmolLM2's; the bundled pair's 25):
+# a prompt of more than 100 characters per token allowed cannot be within the limit.
+PROMPT_CHARS_PER_TOKEN = 100
+if os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "").strip():   # the character limit there was (to 2026-11-27)
+    raise ValueError("SPECDEC_MAX_PROMPT_CHARS is gone: prompts have one limit, in tokens, "
+                     "SPECDEC_MAX_PROMPT_TOKENS")
 MAX_UPLOAD_MB: float = _read("SPECDEC_MAX_UPLOAD_MB", 5, 0.001, 4096, whole=False)
 MAX_UPLOAD_BYTES: int = int(MAX_UPLOAD_MB * 1_000_000)
 MAX_JSON_DEPTH: int = _read("SPECDEC_MAX_JSON_DEPTH", 16, 5, 200)
@@ -157,23 +168,44 @@ def max_new_tokens_after(context: int, prompt_tokens: int) -> int:
     return max(1, min(max_new_tokens_for(context), int(context) - int(prompt_tokens)))
 
 
-def _within(value: int, name: str, most: int, variable: str) -> None:
+SERVER, CLI = "server", "cli"   # where a request came from: the page and its API, or the command line
+
+
+def _whose(variable: str, where: str) -> str:
+    """The limit's source in the words that fit: a server's setting, or (the CLI) the variable alone."""
+    return f"this server's {variable}" if where == SERVER else f"set by {variable}"
+
+
+def _within(value: int, name: str, most: int, variable: str, where: str = SERVER) -> None:
     if value > most:
         raise ValueError(f"{name} must be a whole number from 1 to {most:,}, got {value:,} "
-                         f"(this server's {variable})")
+                         f"({_whose(variable, where)})")
 
 
-def check_run(settings) -> None:
-    """A run's size (a valid `RunSettings`) against this server's limits; ValueError naming the limit."""
-    _within(settings.gamma, "gamma (drafts per round)", MAX_GAMMA, "SPECDEC_MAX_GAMMA")
-    _within(settings.max_new_tokens, "max new tokens", MAX_NEW_TOKENS, "SPECDEC_MAX_NEW_TOKENS")
+def check_run(settings, where: str = SERVER) -> None:
+    """A run's size (a valid `RunSettings`) against the limits; ValueError naming the limit."""
+    _within(settings.gamma, "gamma (drafts per round)", MAX_GAMMA, "SPECDEC_MAX_GAMMA", where)
+    _within(settings.max_new_tokens, "max new tokens", MAX_NEW_TOKENS, "SPECDEC_MAX_NEW_TOKENS", where)
 
 
-def check_prompt_tokens(n: int) -> None:
-    """A prompt of n tokens against SPECDEC_MAX_PROMPT_TOKENS."""
+def _prompt_refused(said: str, where: str) -> ValueError:
+    most = f"at most {MAX_PROMPT_TOKENS} tokens"
+    if where == SERVER:
+        return ValueError(f"{said}; this server takes prompts of {most} (SPECDEC_MAX_PROMPT_TOKENS): shorten it")
+    return ValueError(f"{said}; a prompt may be {most} (set by SPECDEC_MAX_PROMPT_TOKENS): shorten it")
+
+
+def check_prompt_tokens(n: int, where: str = SERVER) -> None:
+    """A prompt of n tokens against SPECDEC_MAX_PROMPT_TOKENS, the one prompt limit."""
     if n > MAX_PROMPT_TOKENS:
-        raise ValueError(f"the prompt is {n} tokens; this server takes prompts of at most {MAX_PROMPT_TOKENS} "
-                         "tokens (SPECDEC_MAX_PROMPT_TOKENS): shorten it")
+        raise _prompt_refused(f"the prompt is {n} tokens", where)
+
+
+def check_prompt_chars(n: int, where: str = SERVER) -> None:
+    """A prompt of n characters, before it is tokenized: refused, in the words of the token limit,
+    when it is too long to be within it (PROMPT_CHARS_PER_TOKEN)."""
+    if n > MAX_PROMPT_TOKENS * PROMPT_CHARS_PER_TOKEN:
+        raise _prompt_refused(f"the prompt is {n:,} characters, far more than {MAX_PROMPT_TOKENS} tokens hold", where)
 
 
 def check_lab_samples(n: int, name: str = "samples per rule") -> None:
@@ -186,17 +218,18 @@ def import_limits() -> ImportLimits:
     from ...trace.validate import ImportLimits
 
     return ImportLimits(max_bytes=MAX_UPLOAD_BYTES, max_depth=MAX_JSON_DEPTH, max_tokens=MAX_NEW_TOKENS,
-                        max_prompt_tokens=MAX_PROMPT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
+                        max_prompt_tokens=MAX_PROMPT_TOKENS,
+                        max_prompt_chars=MAX_PROMPT_TOKENS * PROMPT_CHARS_PER_TOKEN,
                         names={"max_bytes": "SPECDEC_MAX_UPLOAD_MB", "max_depth": "SPECDEC_MAX_JSON_DEPTH",
                                "max_tokens": "SPECDEC_MAX_NEW_TOKENS",
                                "max_prompt_tokens": "SPECDEC_MAX_PROMPT_TOKENS",
-                               "max_prompt_chars": "SPECDEC_MAX_PROMPT_CHARS"})
+                               "max_prompt_chars": "SPECDEC_MAX_PROMPT_TOKENS"})
 
 
 def describe() -> dict[str, int | float]:
     """Every limit by its variable's name (for the README, the soak report and a health check)."""
     return {"SPECDEC_MAX_NEW_TOKENS": MAX_NEW_TOKENS, "SPECDEC_MAX_GAMMA": MAX_GAMMA,
-            "SPECDEC_MAX_PROMPT_CHARS": MAX_PROMPT_CHARS, "SPECDEC_MAX_PROMPT_TOKENS": MAX_PROMPT_TOKENS,
+            "SPECDEC_MAX_PROMPT_TOKENS": MAX_PROMPT_TOKENS,
             "SPECDEC_MAX_UPLOAD_MB": MAX_UPLOAD_MB, "SPECDEC_MAX_JSON_DEPTH": MAX_JSON_DEPTH,
             "SPECDEC_MAX_LAB_SAMPLES": MAX_LAB_SAMPLES, "SPECDEC_QUEUE_SIZE": QUEUE_SIZE,
             "SPECDEC_CONCURRENCY": CONCURRENCY, "SPECDEC_DECODE_CONCURRENCY": DECODE_CONCURRENCY,

@@ -27,10 +27,12 @@ decodes in its thread, as before.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import dataclasses
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -43,7 +45,7 @@ from ...models.pair import BUNDLED
 from ...trace.spine import Generation
 from . import limits
 
-__all__ = ["Worker", "Pool", "POOL", "decode", "start"]
+__all__ = ["Worker", "Pool", "POOL", "decode", "start", "end_all", "end_with_server"]
 
 
 # ---------------------------------------------------------------- what a worker sends back
@@ -295,6 +297,39 @@ def start(pair) -> None:
     """The server's workers (SPECDEC_DECODE_PROCESSES of them), for the bundled pair on a CPU."""
     if limits.DECODE_PROCESSES and pair.device == "cpu" and POOL.started == 0:
         POOL.start(limits.DECODE_PROCESSES)
+
+
+def end_all(pool: Pool = POOL) -> None:
+    """Every worker of the pool ended now (the server is going): a worker still loading its pair
+    would otherwise read its job pipe's end only once loaded, ~8 s after its server had gone."""
+    alive = [w for w in list(pool.workers) if w.proc.poll() is None]
+    for worker in alive:
+        worker.proc.terminate()
+    for worker in alive:
+        try:
+            worker.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            worker.proc.kill()
+            worker.proc.wait()
+
+
+def end_with_server() -> None:
+    """The server's workers end with it: at exit, and on SIGTERM (how a Space, a test or `kill`
+    stops it; Python's default for it exits at once, without `atexit`). The handler ends the
+    workers, then lets SIGTERM do what it did before. Called from the main thread (`app.py`),
+    the only one that may set a signal's handler."""
+    atexit.register(end_all)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum, frame):
+        end_all()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def decode(preset: str, pair, prompt: str, settings, stop, on_round=None) -> Generation:

@@ -12,8 +12,16 @@ import html
 
 import plotly.graph_objects as go
 
-from ...explain.looks import LOOKS, PALETTE, token_label, visible_token
-from ...explain.speed import depth_story, expected_tokens_per_round, explain, predicted_at, run_point, time_split
+from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token
+from ...explain.speed import (
+    depth_story,
+    expected_tokens_per_round,
+    explain,
+    predicted_at,
+    run_point,
+    time_split,
+    tokens_in,
+)
 from ...trace.outcomes import Ending, Status, events
 from ...trace.spine import Generation
 from .beta_strip import strip_html
@@ -104,11 +112,11 @@ def text_html(gen: Generation | None, selected_round: int | None = None, strip: 
         return '<div class="specdec-text" style="color:#666">Run a generation, or import a trace, to see it here.</div>'
     parts = [f'<span class="prompt" style="color:#555">{html.escape(gen.prompt)}</span>']
     if not gen.settings.speculative:   # an autoregressive trace has no rounds
-        parts.append(html.escape(gen.text))
+        parts.append(html.escape(text_with_eos(gen)))
     chunks: dict[int, list[str]] = {}
     for ev in events(gen):
         if ev.in_text:
-            span = _span(ev.outcome, gen.token(ev.token), event_title(gen, ev), ev.round)
+            span = _span(ev.outcome, token_text(gen, ev.token), event_title(gen, ev), ev.round)
             chunks.setdefault(ev.round, []).append(span)
     for r, chunk in chunks.items():
         # a box-shadow (not an outline) so that a round broken over lines gets a plain box on each line
@@ -132,13 +140,12 @@ def run_summary(gen: Generation) -> str:
     """One line of a run's numbers, for the side-by-side view."""
     s = gen.stats
     if not gen.settings.speculative:
-        return (f"the target alone: {s.new_tokens} tokens, {s.target_forwards} target forwards, "
-                f"{s.wall_seconds:.2f} s")
+        return f"the target alone: {tokens_in(s)}, {s.target_forwards} target forwards"
     rule = "adjustment skipped (biased)" if gen.settings.skip_adjustment else "exact rule"
     bias = f"{s.skip_tv_mean:.4f}" if gen.settings.skip_adjustment else "0 (closed form)"
     return (f"{rule}: α = {s.acceptance_rate:.3f}, mean β = {s.expected_acceptance:.3f}, "
             f"{s.tokens_per_target_forward:.2f} tokens per target forward, mean TV to p = {bias}, "
-            f"{s.new_tokens} tokens in {s.wall_seconds:.2f} s")
+            f"{tokens_in(s)}")
 
 
 def side_by_side_html(gen: Generation | None, other: Generation | None, label: str) -> str:
@@ -221,6 +228,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
 
 TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
                     "emitted text", "drafting (s)", "verifying (s)"]
+TIMELINE_WIDTHS = ["7%", "9%", "10%", "17%", "13%", "9%", "13%", "10%", "12%"]
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
@@ -233,9 +241,20 @@ def timeline_rows(gen: Generation | None) -> list[list]:
             drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + token_label(gen, ev.token))
     return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
              f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", token_label(gen, r.end_token),
-             visible_token("".join(gen.token(t) for t in r.emitted)), round(r.draft_seconds, 4),
+             breakable(visible_token("".join(token_text(gen, t) for t in r.emitted))), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def breakable(shown: str) -> str:
+    """A text with its spaces shown as marks (␣ ↵ ⇥), breakable after each mark as after a space: a
+    round's text has no real space left, and a narrow column broke it inside a word ("d/ru")."""
+    for mark in "␣↵⇥":
+        shown = shown.replace(mark, mark + ZERO_WIDTH_SPACE)
+    return shown
 
 
 
@@ -363,17 +382,17 @@ def _repeats_cell(speedups: tuple[float, ...]) -> str:
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
                      speedups: tuple[float, ...] = ()) -> list[str]:
     t, gamma = (timed or gen).stats, gen.settings.gamma
-    story = explain(t, ar.stats, gamma)
+    story = explain(t, ar.stats, gamma, speedups)
     from_beta = predicted_at(t, ar.stats, t.expected_acceptance, gamma)
     whole = run_point(t, gamma, ar.stats).whole_loop
     costs = (f"target step {whole.target_step_ms:.2f} ms, c = {whole.c:.3f}, v = {whole.verify(gamma):.2f}"
              if whole is not None else "")
     mean = " (mean of the repeats)" if len(speedups) > 1 else ""
     return [
-        f"| timed again, unstreamed (same seed, same tokens) | {t.new_tokens} tokens in {t.wall_seconds:.2f} s{mean} | "
+        f"| timed again, unstreamed (same seed, same tokens) | {tokens_in(t)}{mean} | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
         "interleaved, the same way |",
-        f"| autoregressive run (same settings) | {ar.stats.new_tokens} tokens in {ar.stats.wall_seconds:.2f} s{mean}, "
+        f"| autoregressive run (same settings) | {tokens_in(ar.stats)}{mean}, "
         f"{ar.stats.target_forwards} target forwards | |",
         f"| speedup over the target alone (tokens per second) | measured speedup "
         f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
@@ -386,12 +405,24 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
 
 def _why_tokens_differ(gen: Generation) -> str:
     """Why the measured tokens per forward need not equal the formula's, in this run's numbers."""
-    gamma = gen.settings.gamma
-    short = sum(1 for r in gen.rounds if r.gamma < gamma)
-    cut = (f"{short} of its {len(gen.rounds)} rounds drafted fewer than γ (the end of the run), and "
-           if short else "")
+    words = short_rounds(gen)
+    cut = f"{words} and " if words else ""
     return (f"Measured and predicted differ because {cut}the formula gives every position one rate r, while "
             "each of this run's positions has its own β (certain and doubtful positions do not average to one r).")
+
+
+def short_rounds(gen: Generation) -> str:
+    """How many rounds drafted fewer than γ, and why, each named by its cause: the run's end (a round
+    never drafts past max new tokens) or the drafter, which proposed fewer (n-gram: no match that
+    long in the context); '' when none did."""
+    gamma, most = gen.settings.gamma, gen.settings.max_new_tokens
+    short = [r for r in gen.rounds if r.gamma < gamma]
+    if not short:
+        return ""
+    at_end = sum(1 for r in short if r.gamma == max(0, min(gamma, most - r.start - 1)))
+    causes = [f"{at_end} at the end of the run (none drafts past max new tokens)" if at_end else "",
+              f"{len(short) - at_end} because the drafter proposed fewer" if len(short) > at_end else ""]
+    return f"{len(short)} of its {len(gen.rounds)} rounds drafted fewer than γ — {', '.join(c for c in causes if c)} —"
 
 
 def metrics_markdown(gen: Generation | None, ar: Generation | None = None, running: bool = False,

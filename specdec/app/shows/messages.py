@@ -7,6 +7,7 @@ import gradio as gr
 import torch
 
 from ...models import pair as models
+from ...models.errors import HubUnreachable
 from ...models.pair import ModelLoadError, scrub_paths
 
 
@@ -31,8 +32,17 @@ def user_message(err: BaseException) -> str:
         models.release_memory()
         return ("The server ran out of memory for this run and stopped it. Try fewer new tokens, a smaller γ, "
                 "or the bundled pair; the server is ready for the next run.")
+    if isinstance(err, HubUnreachable):
+        return hub_out_of_reach(err.label)
     if isinstance(err, (ValueError, ModelLoadError)):
         text = str(err)
         return text[:1].upper() + text[1:] if text else type(err).__name__
     detail = scrub_paths(str(err))[:300]
     return f"The run failed ({type(err).__name__}: {detail}); the server is ready for the next run."
+
+
+def hub_out_of_reach(label: str) -> str:
+    """A hub pair this server cannot load, in the page's words (its Model pair box, no presets, no
+    folders), said when the pair is picked and again if Run is pressed."""
+    return (f"{label} needs the Hugging Face Hub, which this server cannot reach. Pick the bundled pair "
+            "under Model pair: it is always here.")

@@ -182,11 +182,15 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     entries = len(profiles)
     if point is not None and point.measured is not None and point.whole_loop is not None:
         alone = 1000 / point.whole_loop.target_step_ms
-        for role, y, symbol in (("measured alone", alone, "square"), ("measured", alone * point.measured, "x")):
+        # An open square, larger than the X: at a speedup near 1 the two sit on one spot, and a
+        # filled square of the X's size was hidden under it (issue 53).
+        for role, y, symbol, size in (("measured alone", alone, "square-open", 17),
+                                      ("measured", alone * point.measured, "x", 10)):
             fig.add_trace(go.Scatter(x=[point.alpha], y=[y], mode="markers", meta={"role": role},
                                      name=f"this run, {'target alone' if role == 'measured alone' else 'speculative'}"
                                           ", measured",
-                                     marker=dict(symbol=symbol, size=12, color=RUN_COLOURS["this run (whole loop)"])))
+                                     marker=dict(symbol=symbol, size=size, color=RUN_COLOURS["this run (whole loop)"],
+                                                 line=dict(width=2.5 if symbol == "square-open" else 0))))
         entries += 2
     fig.add_vline(x=alpha, line=dict(color=PALETTE["black"], width=1, dash="dot"))
     _layout(fig, f"γ = {gamma}: tokens per second, target alone (dashed) and speculative (solid)<br>"

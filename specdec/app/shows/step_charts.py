@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...explain.looks import LOOKS, PALETTE, TAIL_LABELS, tail_labels, token_label
+from ...explain.looks import LOOKS, PALETTE, TAIL_LABELS, table_number, tail_labels, token_label
 from ...trace.outcomes import Ending, Status
 from ...trace.spine import Generation
 from .charts import (
@@ -35,6 +35,7 @@ from .charts import (
     sig3,
     unique_labels,
 )
+from .step_notes import bias_note, unreachable_note  # noqa: F401 (tests read them here)
 
 ACCEPT_HEADERS = ["quantity", "value"]
 PALETTE_GREY = PALETTE["grey"]
@@ -65,27 +66,57 @@ def _category_axis(labels: list[str], angle: int = -90) -> dict:
                 tickangle=angle, tickfont=dict(size=10), automargin=True)
 
 
-def _log_range(values: list[float], headroom: float) -> list[float]:
-    """A log axis range (in decades) that shows every positive value, with room above the tallest."""
+def _log_range(values: list[float]) -> list[float]:
+    """A log axis range (in decades) that shows every positive value, with the tallest at most 3/4
+    up, leaving room above it for a pointer's label (`_pointer`)."""
     shown = [v for v in values if v > 0]
     if not shown:
         return [-3.0, 0.0]
-    return [math.floor(math.log10(min(shown))) - 0.2, math.log10(max(shown)) + headroom]
+    low, high = math.floor(math.log10(min(shown))) - 0.2, math.log10(max(shown))
+    return [low, high + max(0.6, (high - low) / 3)]
 
 
-def _scale_buttons(log: bool, axes: tuple[str, ...], values: list[float]) -> list[dict]:
+def _pointer_y(value: float, kind: str, rng: list[float]) -> float:
+    """Where a pointer's tip goes for a bar of `value`, in the axis's own units (Plotly places an
+    annotation on a log axis by the log of its value): the bar's top, or the axis's foot for 0."""
+    if kind == "linear":
+        return value
+    return math.log10(value) if value > 0 else rng[0]
+
+
+def _scale_buttons(log: bool, axes: tuple[str, ...], values: list[float], pointed: float | None = None) -> list[dict]:
     """Two buttons on the figure itself (no server round trip) that switch its probability axes,
-    each with a range that shows every bar and leaves room for the label above the tallest; they
-    sit at the right of the row under the title, the legend at its left."""
+    each with a range that shows every bar and leaves room for the label above the tallest, and
+    (`pointed`: the value of the bar the first annotation points at) moving that pointer's tip to
+    the bar's top on the new scale; they sit at the right of the row under the title, the legend
+    at its left."""
     top = max(values, default=1.0) or 1.0
 
     def args(kind):
-        rng = _log_range(values, 0.6) if kind == "log" else [0, top * 1.45]
-        return [{**{f"{a}.type": kind for a in axes}, **{f"{a}.range": rng for a in axes}}]
+        rng = _log_range(values) if kind == "log" else [0, top * 1.45]
+        axis = _axis_scale(kind, rng)
+        moved = {} if pointed is None else {"annotations[0].y": _pointer_y(pointed, kind, rng)}
+        return [{**{f"{a}.{key}": value for a in axes for key, value in axis.items()}, **moved}]
     return [dict(type="buttons", direction="right", x=1.0, xanchor="right", y=1.0, yanchor="bottom",
                  showactive=True, active=1 if log else 0, pad=dict(r=0, t=0, b=4), font=dict(size=11),
                  buttons=[dict(label="linear", method="relayout", args=args("linear")),
                           dict(label="log", method="relayout", args=args("log"))])]
+
+
+def _axis_scale(kind: str, rng: list[float]) -> dict:
+    """A probability axis on one scale: a log axis ticks every power of ten up to 1, none above
+    (its range reaches past 1 to leave room for a pointer's label, and a probability of 10 or
+    1000 on a tick would be nonsense)."""
+    if kind == "linear":
+        return dict(type="linear", range=rng, tickmode="auto")
+    return dict(type="log", range=rng, tickmode="array",
+                tickvals=[10.0 ** k for k in range(math.floor(rng[0]), 1) if k >= rng[0]])
+
+
+def _scale_of(buttons: list[dict], log: bool, axis: str = "yaxis") -> dict:
+    """The axis settings of the scale a chart opens on, as its scale button sets them."""
+    chosen = buttons[0]["buttons"][1 if log else 0]["args"][0]
+    return {key.split(".", 1)[1]: value for key, value in chosen.items() if key.startswith(axis + ".")}
 
 
 def _needs_log(values: list[float], marked: list[float]) -> bool:
@@ -96,23 +127,29 @@ def _needs_log(values: list[float], marked: list[float]) -> bool:
     return bool(shown) and top > 0 and min(shown) < 0.02 * top
 
 
-def _pointer(labels: list[str], k: int, text: str, xref: str = "x") -> dict:
-    """A label with an arrow pointing down at category k, high in the plot (the same place on a
-    linear and a log axis), leaning away from the nearer edge so it stays inside the plot."""
+def _pointer(labels: list[str], k: int, text: str, buttons: list[dict], log: bool) -> dict:
+    """A label with an arrow pointing down at the top of category k's bar (the first scale
+    button's `annotations[0].y`, on the scale shown), leaning away from the nearer edge so it
+    stays inside the plot. Placed high in the plot whatever the bar's height, it pointed at empty
+    space over a short bar (the drawn token in skip mode; issue 53)."""
     side = k / max(len(labels) - 1, 1)
     anchor, ax = ("left", 12) if side < 0.3 else ("right", -12) if side > 0.7 else ("center", 0)
-    return dict(x=labels[k], xref=xref, y=0.78, yref=f"{'y' if xref == 'x' else 'y' + xref[1:]} domain",
-                text=text, showarrow=True, arrowhead=2, ax=ax, ay=-26, xanchor=anchor,
-                bgcolor="rgba(255,255,255,0.9)", font=dict(size=11))
+    y = buttons[0]["buttons"][1 if log else 0]["args"][0]["annotations[0].y"]
+    return dict(x=labels[k], xref="x", y=y, yref="y", text=text, showarrow=True, arrowhead=2, ax=ax, ay=-26,
+                xanchor=anchor, bgcolor="rgba(255,255,255,0.9)", font=dict(size=11))
 
 
 LABEL_PX = 40   # the page's label of a figure (Gradio's, top left) and Plotly's modebar (top right)
 
 
-def _frame(title: str, title_lines: int, height: int, legend: bool = True) -> dict:
+LEGEND_ROW_PX = 19   # one more row of a legend that wraps
+
+
+def _frame(title: str, title_lines: int, height: int, legend: bool = True, legend_rows: int = 1) -> dict:
     """The layout that puts, under the page's label, the title, the legend row under it (left),
-    and the plot under that."""
-    top = LABEL_PX + 8 + 18 * title_lines + (34 if legend else 8)
+    and the plot under that. A legend that may wrap gets room for `legend_rows` rows: it grows
+    upwards from the plot, and over the title when it had one row's room (issue 53)."""
+    top = LABEL_PX + 8 + 18 * title_lines + (34 + LEGEND_ROW_PX * (legend_rows - 1) if legend else 8)
     return dict(height=height, margin=dict(l=55, r=12, t=top, b=10),
                 title=dict(text=title, font=dict(size=13), x=0, xref="paper", xanchor="left",
                            y=1 - LABEL_PX / height, yref="container", yanchor="top"),
@@ -158,12 +195,11 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
             hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>", xaxis="x2", yaxis="y2"))
     values = pos.p.probs + pos.q.probs + pos.p.buckets() + pos.q.buckets()
     log = _needs_log(values, [pos.p_draft, pos.q_draft])
-    buttons = _scale_buttons(log, ("yaxis", "yaxis2"), values)
-    rng = buttons[0]["buttons"][1 if log else 0]["args"][0]["yaxis.range"]
-    scale = dict(type="log" if log else "linear", range=rng, tickformat="~g", dtick=1 if log else None)
+    buttons = _scale_buttons(log, ("yaxis", "yaxis2"), values, pointed=max(pos.p_draft, pos.q_draft))
+    scale = dict(_scale_of(buttons, log), tickformat="~g")
     title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b><br>"
              f"p(x) = {sig3(pos.p_draft)}, q(x) = {sig3(pos.q_draft)}, β = Σ min(p, q) = {pos.beta:.3f}")
-    pointer = _pointer(labels, drafted, f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}")
+    pointer = _pointer(labels, drafted, f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}", buttons, log)
     return go.Figure(data=traces, layout=merged_layout(_pq_panels(), dict(
         yaxis=dict(scale, title=dict(text="probability")), yaxis2=scale,
         xaxis=dict(_category_axis(labels), title=dict(text="top tokens", font=dict(size=11))),
@@ -178,10 +214,10 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
-    rows = [[token_label(gen, i), i, round(a, 6), round(b, 6), round(min(a, b), 6),
+    rows = [[token_label(gen, i), i, table_number(a), table_number(b), table_number(min(a, b)),
              "◀ drafted" if i == pos.draft_token else ""]
             for i, a, b in zip(pos.p.ids, pos.p.probs, pos.q.probs)]
-    rows += [[name, None, round(a, 6), round(b, 6), round(min(a, b), 6), ""]
+    rows += [[name, None, table_number(a), table_number(b), table_number(min(a, b)), ""]
              for name, a, b in zip(tail_labels(pos.p), pos.p.buckets(), pos.q.buckets())]
     return rows
 
@@ -250,37 +286,6 @@ def acceptance_figure(gen: Generation | None, round_index: int = 0, position: in
         xaxis=dict(range=[0, 1.02]), yaxis=dict(visible=False, range=[-0.5, 1.0])))
 
 
-def bias_note(gen: Generation, pos) -> str:
-    """The bias of this run's rule at one position (closed form, from the trace), in words."""
-    if pos.status is Status.UNUSED:
-        return ("This draft emitted nothing (it was thrown away untested), so there is no output here to "
-                "compare with p: the round's next token came from the rejected position.")
-    if pos.skip_tv is None:
-        return "Bias at this position: not stored (a schema-1 trace)."
-    if gen.settings.skip_adjustment:
-        return (f"Output here vs p: TV = {pos.skip_tv:.4f}, biased, because the adjustment was skipped "
-                "(closed form: min(p, q) + (1 − β) p).")
-    return (f"Output here vs p: TV = 0 (the exact rule's output is p; closed form). Had the adjustment been "
-            f"skipped: TV = {pos.skip_tv:.4f}.")
-
-
-def unreachable_note(gen: Generation, pos) -> str:
-    """The p-mass where q is 0 at one position, in words: the tokens no draft can be, which only the
-    residual gives. For a drafter that reads a vocabulary subset, that is (mostly) the mass outside
-    its vocabulary; empty where the trace does not store it or the run's drafter has no subset."""
-    vocab, mass = gen.models.get("draft_vocab"), pos.p_where_q_is_0
-    if mass is None or not vocab:
-        return ""
-    total = gen.models.get("vocab_size")
-    holds = f"{vocab:,} of the {total:,} token ids" if total else f"{vocab:,} token ids"
-    sampling = gen.settings.sampling
-    cut = (" or cut by top-k / top-p" if not sampling.greedy and (sampling.top_k or sampling.top_p < 1) else
-           ", or, at temperature 0, anywhere but the drafter's one token" if sampling.greedy else "")
-    return (f"Outside the drafter's vocabulary: its q reads {holds}, so here p puts {mass:.4f} of its mass where "
-            f"q is 0 (outside that vocabulary{cut}). No draft can be such a token; only the residual gives it, "
-            "which is why the output stays exactly p.")
-
-
 def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
     if gen is None or not gen.rounds:
         return []
@@ -290,17 +295,19 @@ def acceptance_rows(gen: Generation | None, round_index: int = 0, position: int 
     untested = pos.status is Status.UNUSED
     here = "— (not tested: no output here)" if untested else \
         0.0 if not gen.settings.skip_adjustment else _r(pos.skip_tv)
-    return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", round(pos.p_draft, 6)],
-            ["q(x)", round(pos.q_draft, 6)], ["p(x)/q(x)", round(pos.ratio, 6)],
+    return [["drafted token", token_label(gen, pos.draft_token)], ["p(x)", table_number(pos.p_draft)],
+            ["q(x)", table_number(pos.q_draft)], ["p(x)/q(x)", table_number(pos.ratio)],
             ["min(1, p(x)/q(x)): chance the drafted token x passes (known once x is drafted)",
-             round(min(1.0, pos.ratio), 6)],
-            ["u" + (" (drawn, never used)" if untested else ""), round(pos.u, 6)],
+             table_number(min(1.0, pos.ratio))],
+            ["u" + (" (drawn, never used)" if untested else ""), table_number(pos.u)],
             ["β = Σ min(p, q): chance a draft passes here, before it is drawn from q (min(1, p/q) averaged over q)",
-             round(pos.beta, 6)], ["verdict", pos.status.value],
+             table_number(pos.beta)], ["verdict", pos.status.value],
             ["TV(output here, p) under this run's rule", here],
             ["TV(output here, p) if the adjustment were skipped", "—" if untested else _r(pos.skip_tv)],
             ["p's mass where q is 0 (no draft can be those tokens; only the residual gives them)",
-             "— (not stored)" if pos.p_where_q_is_0 is None else round(pos.p_where_q_is_0, 6)]]
+             "— (not stored)" if pos.p_where_q_is_0 is None else table_number(pos.p_where_q_is_0)]] + (
+        [] if pos.p_outside_vocab is None else
+        [["p's mass outside the drafter's vocabulary (part of where q is 0)", table_number(pos.p_outside_vocab)]])
 
 
 # ---------------------------------------------------------------- how the round ended
@@ -420,14 +427,24 @@ def end_figure(gen: Generation | None, round_index: int = 0) -> go.Figure:
                              hovertemplate="%{x}<br>p = %{y:.4g}<extra></extra>"))
     values = v.sampled + (v.q or [])
     log = _needs_log(v.sampled, [x for x in v.sampled if x > 0])
-    buttons = _scale_buttons(log, ("yaxis",), values)
+    tallest = max(t.y[drawn] for t in fig.data if t.type == "bar")   # at the drawn token: its bar, or q's over it
+    buttons = _scale_buttons(log, ("yaxis",), values, pointed=tallest)
     title, lines = _end_title(gen, r, show_token(gen, r.end_token))
-    return relaid(fig, extra, dict(annotations=[_pointer(v.labels, drawn, f"drawn: {sig3(v.sampled[drawn])}")]),
-                  _frame(title, lines, 480),
-                  dict(barmode="overlay", updatemenus=buttons, xaxis=_category_axis(v.labels, -45),
-                       yaxis=dict(title="probability", type="log" if log else "linear", tickformat="~g",
-                                  dtick=1 if log else None,
-                                  range=buttons[0]["buttons"][1 if log else 0]["args"][0]["yaxis.range"])))
+    pointer = _pointer(v.labels, drawn, f"drawn: {sig3(v.sampled[drawn])}", buttons, log)
+    return relaid(fig, extra, dict(annotations=[pointer]),
+                  _frame(title, lines, 480 + LEGEND_ROW_PX * (len(fig.data) - 1), legend_rows=len(fig.data)),
+                  dict(barmode="overlay", updatemenus=buttons,
+                       xaxis=_category_axis(v.labels, _end_tick_angle(v.labels)),
+                       yaxis=dict(_scale_of(buttons, log), title="probability", tickformat="~g")))
+
+
+CROWDED = 24   # categories: beyond it, labels slanted at 45° overlap in a 650 px chart (800 px window)
+
+
+def _end_tick_angle(labels: list[str]) -> int:
+    """Slanted tick labels for a few categories; upright (read bottom to top) for many, which need
+    only a line's height each: slanted, 37 of them overlapped at 800 px (issue 53)."""
+    return -90 if len(labels) > CROWDED else -45
 
 
 def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
@@ -440,7 +457,7 @@ def end_rows(gen: Generation | None, round_index: int = 0) -> list[list]:
         p, q = v.p[k], None if v.q is None else v.q[k]
         note = "◀ drawn" if i == r.end_token else "◀ rejected draft" if i is not None and i == v.drafted else ""
         rows.append([label if i is None else token_label(gen, i), i, _r(p), _r(q), _r(None if q is None else p - q),
-                     round(v.sampled[k], 6), note])
+                     table_number(v.sampled[k]), note])
     return rows
 
 
@@ -448,4 +465,4 @@ END_HEADERS = ["token", "id", "p", "q", "p − q", "chance of being drawn", "not
 
 
 def _r(x):
-    return None if x is None else round(x, 6)
+    return None if x is None else table_number(x)

@@ -14,8 +14,8 @@ import gradio as gr
 import pandas as pd
 
 from ...decoding.loop import STOPPED
-from ...explain.looks import LOOKS, PALETTE, token_label
-from ...explain.speed import expected_tokens_per_round, run_point, speedup
+from ...explain.looks import LOOKS, PALETTE, stop_text, token_label, token_text
+from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
 from ...trace.outcomes import Ending
 from ...trace.spine import Generation
 from . import charts, step_charts
@@ -67,7 +67,7 @@ def step_view(gen: Generation | None, round_index, position) -> dict:
                 acc_table=frame(step_charts.acceptance_rows(gen, r, pos), step_charts.ACCEPT_HEADERS),
                 end_plot=step_charts.end_figure(gen, r),
                 end_table=frame(step_charts.end_rows(gen, r), step_charts.END_HEADERS),
-                caption=round_caption(gen, r), note=gr.update(value=gen.notes.get(r, ""), interactive=True))
+                caption=round_caption(gen, r, pos), note=gr.update(value=gen.notes.get(r, ""), interactive=True))
 
 
 def show_step(gen: Generation | None, round_number, position) -> dict:
@@ -79,9 +79,11 @@ def show_step(gen: Generation | None, round_number, position) -> dict:
                 round_slider=gr.update(value=r + 1), **step_view(gen, r, position))
 
 
-def round_caption(gen: Generation, r: int) -> str:
+def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
+    """The round in words; with the features drafter, where the selected draft's q came from
+    (`position`, 0-based: draft 1 when None)."""
     rnd = gen.rounds[r]
-    text = "".join(gen.token(t) for t in rnd.emitted)
+    text = "".join(token_text(gen, t) for t in rnd.emitted)
     look = LOOKS[rnd.ending]
     n = len(rnd.emitted)
     caption = (f"**Round {r + 1} of {len(gen.rounds)}**: drafted {len(rnd.positions)}, accepted {rnd.n_accepted}, "
@@ -92,26 +94,34 @@ def round_caption(gen: Generation, r: int) -> str:
     if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
         caption += "\n\n" + greedy_rejection(gen, rnd)
     if gen.settings.drafter == "features":
-        caption += "\n\n" + where_q_came_from(gen, rnd) + q_source_picture(gen, rnd)
+        k = position if isinstance(position, int) and 0 <= position < len(rnd.positions) else 0
+        caption += "\n\n" + where_q_came_from(gen, rnd, k) + q_source_picture(gen, rnd, k)
     return caption
 
 
-def where_q_came_from(gen: Generation, rnd) -> str:
-    """The features drafter's q at this round: which target feature and which token it read."""
+def where_q_came_from(gen: Generation, rnd, k: int = 0) -> str:
+    """The features drafter's q for draft k + 1 of this round: which feature and which token it read.
+    Draft 1 reads the target's own feature; drafts 2 onward the drafter's predicted one."""
     context = gen.prompt_ids + gen.token_ids[:rnd.start]
     if not rnd.positions:
         return ("*Where q came from:* nowhere yet. The features drafter reads the target's own hidden state, "
                 "and before this round's verify forward (the prompt's prefill) the target had computed none, "
                 "so the round drafted nothing and the target drew its token alone.")
+    if k > 0:
+        previous = charts.md_text(token_label(gen, rnd.positions[k - 1].draft_token))
+        return (f"*Where q came from (draft {k + 1}):* the drafter's own predicted feature from draft {k} "
+                f"(no target forward has seen draft {k} yet), plus the embedding of {previous}, draft {k}'s "
+                "token, through the drafter's one layer and the target's own output head. Draft 1 read the "
+                "target's own last hidden state instead.")
     last = charts.md_text(token_label(gen, context[-1]))
     before = charts.md_text(token_label(gen, context[-2]))
     layers = gen.models.get("feature_layers") or []
     fused = (f", fused with its residual stream after layers {in_words(layers)} there (the same forward)"
              if layers else "")
-    return (f"*Where q came from:* the target's own last hidden state at position {len(context) - 2} (after "
-            f"{before}, computed by the previous round's verify forward: no extra target forward){fused}, plus the "
-            f"embedding of {last}, the token just drawn, through the drafter's one layer and the target's own "
-            "output head. Drafts 2 onward read the drafter's own predicted feature instead.")
+    return (f"*Where q came from (draft 1):* the target's own last hidden state at position {len(context) - 2} "
+            f"(after {before}, computed by the previous round's verify forward: no extra target forward){fused}, "
+            f"plus the embedding of {last}, the token just drawn, through the drafter's one layer and the target's "
+            "own output head. Drafts 2 onward read the drafter's own predicted feature instead.")
 
 
 def in_words(numbers: list[int]) -> str:
@@ -120,25 +130,32 @@ def in_words(numbers: list[int]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def q_source_picture(gen: Generation, rnd) -> str:
-    """The sentence above as a small block picture: the target's feature and the drawn token's
-    embedding go into the drafter's layer, then the target's output head, and out comes q. Its
-    boxes are words in reading order (Gradio's sanitiser keeps no aria attributes, so a screen
-    reader reads them as one line: "target's feature h 11 (after You) + embedding of ... → ...");
-    the two inputs differ by line style and word, not by colour alone. '' where nothing was drafted."""
+def q_source_picture(gen: Generation, rnd, k: int = 0) -> str:
+    """The sentence above as a small block picture for draft k + 1: a feature (the target's for
+    draft 1, the drafter's predicted one after) and the token just before's embedding go into the
+    drafter's layer, then the target's output head, and out comes q. Its boxes are words in
+    reading order (Gradio's sanitiser keeps no aria attributes, so a screen reader reads them as one
+    line: "target's feature h 11 (after You) + embedding of ... → ..."); the two inputs differ by
+    line style and word, not by colour alone. '' where nothing was drafted."""
     if not rnd.positions:
         return ""
-    context = gen.prompt_ids + gen.token_ids[:rnd.start]
-    before = html.escape(token_label(gen, context[-2]))
-    last = html.escape(token_label(gen, context[-1]))
     box = "border:{} {};border-radius:6px;padding:2px 8px;white-space:nowrap"
     target, drawn, net, out = (box.format("2px solid", PALETTE["blue"]), box.format("2px dashed", PALETTE["orange"]),
                                box.format("2px solid", PALETTE["grey"]), box.format("4px double", PALETTE["green"]))
-    layers = gen.models.get("feature_layers") or []
-    also = f"; with layers {in_words(layers)}" if layers else ""
-    parts = [(target, f"target's feature h<sub>{len(context) - 2}</sub> (after {before}{also})"), (None, "+"),
-             (drawn, f"embedding of {last} (just drawn)"), (None, "→"), (net, "drafter's layer"), (None, "→"),
-             (net, "target's output head"), (None, "→"), (out, "q for draft 1")]
+    if k > 0:
+        previous = html.escape(token_label(gen, rnd.positions[k - 1].draft_token))
+        inputs = [(target, f"drafter's predicted feature (from draft {k})"), (None, "+"),
+                  (drawn, f"embedding of {previous} (draft {k})")]
+    else:
+        context = gen.prompt_ids + gen.token_ids[:rnd.start]
+        before = html.escape(token_label(gen, context[-2]))
+        last = html.escape(token_label(gen, context[-1]))
+        layers = gen.models.get("feature_layers") or []
+        also = f"; with layers {in_words(layers)}" if layers else ""
+        inputs = [(target, f"target's feature h<sub>{len(context) - 2}</sub> (after {before}{also})"), (None, "+"),
+                  (drawn, f"embedding of {last} (just drawn)")]
+    parts = [*inputs, (None, "→"), (net, "drafter's layer"), (None, "→"), (net, "target's output head"),
+             (None, "→"), (out, f"q for draft {k + 1}")]
     spans = "".join(f'<span style="{style}">{text}</span>' if style else f"<span>{text}</span>"
                     for style, text in parts)
     return ('\n\n<div class="q-source" style="display:flex;flex-wrap:wrap;align-items:center;'
@@ -215,15 +232,16 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     from the cache says so (its time is the time it took when it was decoded)."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
-    why = s.stopped.replace("_", " ")
+    why = stop_text(s.stopped)
     told = CACHED if cached else ""
     if ar is None:
         return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
                 f"{result_line(gen)}{told}")
     t = (timed or gen).stats
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
-            f"unstreamed ({s.wall_seconds:.2f} s while streaming to the page). Autoregressive: "
-            f"{ar.stats.wall_seconds:.2f} s → speedup {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+            f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
+            f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
+            f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
 
 
 def result_line(gen: Generation) -> str:

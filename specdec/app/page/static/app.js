@@ -73,6 +73,85 @@
     rebase();
   };
   setInterval(remember, 400);
+  // A link that names a round (…&round=N) opens at the step viewer once its run is shown with that
+  // round open: it opened at the page's top, about 3,000 px above the round it named (issue 53).
+  // Once only, and not when the visitor has scrolled meanwhile.
+  const linked = Math.round(Number(new URLSearchParams(location.search).get('round')));
+  if (linked >= 1) {
+    const since = Date.now();
+    const toRound = setInterval(() => {
+      const slider = document.querySelector('#round input[type=number]');
+      const status = document.querySelector('#run-status');
+      const viewer = document.querySelector('#step-viewer');
+      const shown = status && /^(Done|Stopped)/.test(status.innerText.trim());
+      if (window.scrollY > 50 || Date.now() - since > 600000) { clearInterval(toRound); return; }
+      if (shown && viewer && slider && Math.round(Number(slider.value)) === linked) {
+        clearInterval(toRound);
+        viewer.scrollIntoView({block: 'start'});
+      }
+    }, 400);
+  }
+  // The first run shows its answer: when a run ends (the status line turns to "Done:" or
+  // "Stopped:") and its text is not wholly in view, the page scrolls once so that the status line
+  // is at the top with the text under it (at 1400 x 1000 the text's end was below the fold, at
+  // 800 px wide, where the sliders sit under the form, all of it). Armed again by the next run
+  // (Run, Enter in the prompt, an example), so a visitor who scrolls away after is left alone.
+  // Not when a link names a round: that link opens at its round in the step viewer (below).
+  let armed = !(linked >= 1);
+  const arm = () => { armed = true; };
+  document.addEventListener('click', (ev) => { if (ev.target.closest && ev.target.closest('#run')) arm(); }, true);
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && ev.target.closest && ev.target.closest('#prompt')) arm();
+  }, true);
+  const showAnswer = () => {
+    const status = document.querySelector('#run-status');
+    const text = document.querySelector('#token-text');
+    if (!armed || !status || !text || !/^(Done|Stopped):/.test(status.innerText.trim())) return;
+    armed = false;
+    const box = text.getBoundingClientRect();
+    if (box.top >= 0 && box.bottom <= window.innerHeight) return;   // already in view: no jump
+    window.scrollTo({top: window.scrollY + status.getBoundingClientRect().top - 8});
+  };
+  setInterval(showAnswer, 250);
+  // A slider's number box takes a typed value only within its range: Gradio moves 100000 to the
+  // maximum (249 tokens, what the bundled pair's context leaves after the prompt) and 0 to the
+  // minimum without a word. The page says it where it happens, under the slider, until the next
+  // value typed there fits. Read before Gradio clamps (capture phase, on Enter and on leaving).
+  const SERVER_CAPS = ['gamma', 'max-new'];   // set by this server (SPECDEC_MAX_GAMMA, the context)
+  const sayClamp = (input) => {
+    const block = input.closest('[id]');
+    if (!block || !block.querySelector('input[type=range]')) return;
+    const typed = Number(input.value);
+    const lo = Number(input.min), hi = Number(input.max);
+    const name = (input.getAttribute('aria-label') || '').replace(/^number input for /, '');
+    let words = '';
+    if (input.value !== '' && Number.isFinite(typed) && typed > hi) {
+      words = `${name} is capped at ${hi}${SERVER_CAPS.includes(block.id) ? ' on this server' : ''}` +
+              ` (${input.value} was typed)`;
+    } else if (input.value !== '' && Number.isFinite(typed) && typed < lo) {
+      words = `${name} is at least ${lo} (${input.value} was typed)`;
+    }
+    if (!words) return;   // a value that fits: nothing to say (a new one typed took the note away)
+    let note = block.querySelector('.specdec-clamp');
+    if (!note) {
+      note = document.createElement('div');
+      note.className = 'specdec-clamp';
+      note.setAttribute('role', 'status');
+      block.appendChild(note);
+    }
+    note.textContent = words;
+  };
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && ev.target.matches && ev.target.matches('input[type=number]')) sayClamp(ev.target);
+  }, true);
+  document.addEventListener('blur', (ev) => {
+    if (ev.target.matches && ev.target.matches('input[type=number]')) sayClamp(ev.target);
+  }, true);
+  document.addEventListener('input', (ev) => {   // typing or dragging again: the note has said its piece
+    const block = ev.target.closest && ev.target.closest('[id]');
+    const note = block && ev.isTrusted && block.querySelector('.specdec-clamp');
+    if (note) note.remove();
+  }, true);
   // The round in view (1-based), marked in the text (a box around its tokens, as the server draws
   // it: charts.text_html) and on the timeline (its one shape, moved; charts.timeline_figure). A
   // step in the viewer calls this instead of the server sending the text and timeline again.
