@@ -361,11 +361,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "bundled drafter uses 4,8,12)")
     p.add_argument("--init-from", type=folder, default=None,
                    help="with --features: start from this saved features drafter (a fusion it lacks starts at zero)")
-    p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
-    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
-                   "who writes its questions: the model, templates as people ask, or half each (default: model)")
-    from ..training.chat.sharegpt import add_arguments
-    add_arguments(p)
+    from ..training.chat.sharegpt import add_arguments  # --chat-target and its options
+    add_arguments(p, folder)
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
     p.add_argument("--loss", choices=["kl", "tv", "mix"], default=None,

