@@ -109,8 +109,12 @@ def prob_text(x: float) -> str:
     return f"{x:.4f}" if x == 0 or x >= 5e-5 else f"{x:.3g}"
 
 
-def table_number(x: float | None, digits: int = 6) -> float | None:
-    """A probability as every table on the page holds it: `digits` significant digits, the charts'
-    own rounding (three) with more of them, so a chart's 6.29e-08 is 6.29417e-08 in its table, not
-    the 0 that six decimal places gave. None stays None."""
-    return None if x is None else float(f"{x:.{digits}g}")
+def table_number(x: float | None) -> float | None:
+    """A probability as every table on the page holds it: six decimals, as tables always showed
+    (the browser writes 1.88e-06 as 0.00000188, and such numbers or 0.0000679766 broke over two
+    lines in the tables' columns at 800 and 1400 px), except where six decimals would print a
+    positive value as 0: there the charts' three significant digits, so a chart's 6.29e-08 is
+    6.29e-08 in its table, never 0. None stays None."""
+    if x is None:
+        return None
+    return round(x, 6) if abs(x) >= 5e-7 else float(f"{x:.3g}")
