@@ -226,10 +226,14 @@ def test_a_pending_status_line_hides_its_stale_text_under_the_progress(page):
     text must not show (its space kept); back out of it, it shows again (the control)."""
     page.wait_for_function("() => { const w = document.querySelector('#run-status [data-testid=markdown-wrapper]');"
                            " return w && !w.classList.contains('pending'); }")   # the page's load event over
-    # Put in the state and read in one task, as the rule applies at once (`transition: none`): a
-    # wait let a late status from the server render the line anew without the class, in the suite.
-    shown = """(pending) => {
-      const wrapper = document.querySelector('#run-status [data-testid=markdown-wrapper]');
+    # Past Gradio's 0.15 s transitions; then the state is set once more and read in the same task,
+    # as a late status from the server may have rendered the line anew meanwhile (in the full suite
+    # the line was read without the class: 'visible').
+    shown = """async (pending) => {
+      const line = () => document.querySelector('#run-status [data-testid=markdown-wrapper]');
+      line().classList.toggle('pending', pending);
+      await new Promise((done) => setTimeout(done, 500));
+      const wrapper = line();
       wrapper.classList.toggle('pending', pending);
       const text = wrapper.querySelector('p');
       return [getComputedStyle(text).visibility, wrapper.getBoundingClientRect().height > 0];
