@@ -240,6 +240,34 @@ def test_a_round_opened_on_the_page_sends_its_step_figures_after_the_text_and_ti
     assert shown.keys() == whole.keys() and all(shown[k] is whole[k] for k in whole)
 
 
+def test_a_step_taken_while_the_last_ones_figures_are_still_coming_shows_its_own_figures(run):
+    """Two steps close together (a student clicks draft 3, then draft 1): the second step's first
+    event writes its figures into `held` while the first step's parts are still being released.
+    Whatever order the parts run in, every part released after the second step's first event shows
+    the second step's figures. The last part used to empty `held`, so the second step's own parts
+    found nothing and the p/q chart kept the first step's figure under the second step's caption
+    (a full-suite CI run: 'Round 2, draft 1:' never came)."""
+    from specdec.app.page import handlers
+
+    a, b = (handlers.hold_figures(handlers.open_round(run, r)) for r in (1, 2))
+    shown, held = {}, a["held"]
+
+    def release(part):
+        nonlocal held
+        out = handlers.release_held(held, part)
+        held = out.pop("held", held)
+        shown.update(out)
+
+    release(0)              # step A's first part
+    held = b["held"]        # step B's first event
+    release(1)
+    release(2)              # step A's last parts, after B's first event
+    for part in range(len(handlers.HELD_PARTS)):
+        release(part)       # step B's own parts
+    assert all(shown[name] is b["held"][name] for name in handlers.HELD), \
+        [name for name in handlers.HELD if shown.get(name) is not b["held"][name]]
+
+
 def test_a_features_round_says_and_draws_where_q_came_from(bundled, run):
     """With the features drafter, each round's caption names the target feature and the token the
     drafter read (the sentence) and draws them (the picture, boxes in reading order); the first

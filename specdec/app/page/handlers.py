@@ -66,9 +66,11 @@ def without_text_and_timeline(update: dict) -> dict:
 
 
 def release_held(held: dict | None, part: int) -> dict:
-    """Part `part` of `HELD_PARTS` from the held outputs; after the last, the state emptied."""
-    out = {name: held[name] for name in HELD_PARTS[part] if held and name in held}
-    return out if part < len(HELD_PARTS) - 1 else {**out, "held": None}
+    """Part `part` of `HELD_PARTS` from the held outputs. The state keeps them: a step taken while
+    the last one's parts are still being released writes its own into it, and whichever parts run
+    after that show them. Emptied by the last part, it left the later step's parts nothing to show
+    (the p/q chart kept the earlier step's figure under the later step's caption)."""
+    return {name: held[name] for name in HELD_PARTS[part] if held and name in held}
 
 
 def failed_status(message: str) -> str:

@@ -293,7 +293,7 @@ def _with_held_parts(v, event):
     task each."""
     for part, names in enumerate(handlers.HELD_PARTS):
         event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
-                              _all(v, [*names, "held"]), api_name=False, **QUIET)
+                              _all(v, names), api_name=False, **QUIET)
     return event
 
 
@@ -326,7 +326,10 @@ def _wire_steps(v) -> None:
         step(button.click, lambda g, r, delta=delta: handlers.step_by(g, r, delta), slider_in)
     step(v.next_rejection_btn.click, handlers.next_rejection, slider_in)
     step(v.click_box.change, handlers.click_round, [v.run_state, v.click_box], trigger_mode="always_last")
-    step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position])
+    # always_last: a draft picked while the last pick is still being answered is shown after it
+    # (Gradio's default for an input, "once", dropped it: the radio moved, the viewer did not).
+    step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position],
+         trigger_mode="always_last")
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
     v.note.input(lambda g, r, t: _named(v, handlers.set_note(g, r, t)), [v.run_state, v.round_slider, v.note],
                  [v.run_state], concurrency_id="notes", concurrency_limit=1, api_name=False,
