@@ -116,7 +116,7 @@ def settings_of(args):
     from ..models.pair import sampling_for
 
     sampling, _ = sampling_for(None if args.target else args.preset, args.temperature, args.top_k, args.top_p)
-    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, sampling=sampling,
+    settings = RunSettings(gamma=args.gamma or DEFAULT_GAMMA, max_new_tokens=args.max_new_tokens, sampling=sampling,
                            seed=args.seed, rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
                            drafter=args.drafter or "model", chat=False if args.raw else None).validate()
     limits.check_run(settings, limits.CLI)
@@ -128,6 +128,7 @@ def run_generate(args) -> int:
     from ..app.server import limits
     from ..decoding.loop import speculative_generate
     from ..drafting.drafters import default_drafter
+    from ..explain.gamma import gamma_for, pair_device
     from ..explain.measure import compare_with_target
     from ..models.pair import load_pair
 
@@ -139,12 +140,16 @@ def run_generate(args) -> int:
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
                      engine=args.engine, drafter=args.drafter)
     settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
+    pick = None if args.gamma is not None or args.target else gamma_for(
+        args.preset or "", settings.drafter, settings.sampling.temperature, *pair_device(pair))
+    settings = settings.with_(gamma=pick.gamma) if pick is not None else settings   # none given: the measured best
     limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]), limits.CLI)
     gen = speculative_generate(pair, args.prompt, settings)
     s = settings.sampling
     print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
+    print(pick.sentence()) if pick is not None else None
     # A chat prompt is shown as the model read it: the user's turn inside its chat template.
     print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, use_colour(args.color)))
     if args.compare_ar:
@@ -165,7 +170,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue (instruct model: a message)")
     p.add_argument("--raw", action="store_true", help="an instruct model reads the prompt as raw text to continue, "
                    "not as a user's message under its chat template")
-    p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
+    p.add_argument("--gamma", type=int, default=None, help=f"drafted tokens per round (1-{limits.MAX_GAMMA}; default: "
+                   f"{DEFAULT_GAMMA}, or the best the costs measured for the pair predict: smollm2-135m 1 on a CPU)")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
     p.add_argument("--temperature", type=float, default=None, help="0: greedy (default: per pair; 1, smollm2-135m 0.2)")
     p.add_argument("--top-k", type=int, default=None, help="0 = off (default: per pair; 0, smollm2-135m 50)")
@@ -192,6 +198,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
+DEFAULT_GAMMA = 4   # where no measured pick applies (`explain.gamma`)
 DRAFT_ONLY_TIME = "about 40 minutes on 2 cores: 16 sampling the target, 23 training"
 
 
