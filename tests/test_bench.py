@@ -110,7 +110,8 @@ def test_quick_and_defaults_resolve_and_explicit_options_win(tmp_path):
 @pytest.mark.parametrize("argv, words", [
     (["--gammas", "0"], "gamma"), (["--temperatures", "-1"], "temperature"),
     (["--max-new-tokens", "0"], "--max-new-tokens"), (["--prompts", "99"], "--prompts"),
-    (["--seeds", "0"], "--seeds"), (["--threads", "-2"], "--threads"),
+    (["--seeds", "0"], "--seeds"), (["--threads", "-2"], "--threads"), (["--top-k", "-1"], "top-k"),
+    (["--top-p", "0"], "top-p"),
 ])
 def test_bad_values_raise_one_line_value_errors(argv, words):
     with pytest.raises(ValueError, match=words) as err:
@@ -158,6 +159,9 @@ def test_transformers_settings_match_specdecs():
     assert not greedy["do_sample"] and "temperature" not in greedy and "top_k" not in greedy
     assert greedy["prompt_lookup_num_tokens"] == 5 and greedy["max_matching_ngram_size"] == 3
     assert "prompt_lookup_num_tokens" not in contenders.transformers_kwargs(HF_GENERATE, 0.0, None, 64, 0, 3)
+    # A pair's own sampling (smollm2-135m: T 0.2, top-k 50, top-p 0.9) reaches generate() as specdec's.
+    own = contenders.transformers_kwargs(HF_LOOKUP, 0.2, 5, 64, 0, 3, top_k=50, top_p=0.9)
+    assert (own["temperature"], own["top_k"], own["top_p"]) == (0.2, 50, 0.9)
 
 
 def test_assistant_settings_are_set_for_the_call_and_restored():
@@ -425,9 +429,18 @@ def test_a_quick_bench_of_a_target_alone_runs_its_drafters_and_agrees_greedily(t
     from specdec.models.pair import ASSETS
 
     pair = load_pair(target=str(ASSETS / "specdec-target"), device="cpu")
-    results = run.benchmark(pair, run.config_from_args(_args("--quick", "--out", str(tmp_path))))
+    cfg = run.config_from_args(_args("--quick", "--out", str(tmp_path), "--top-k", "5", "--top-p", "0.9"))
+    results = run.benchmark(pair, cfg)
     assert {r["kind"] for r in results["rows"]} == {SPECDEC_AR, HF_GENERATE, SPECDEC_FEATURES, SPECDEC_NGRAM, HF_LOOKUP}
     assert results["costs"]["draft_step_ms"] is None and results["costs"]["c"] is None
+    assert (results["settings"]["top_k"], results["settings"]["top_p"]) == (5, 0.9)
+    # --save-profile: such a pair is profiled with its features drafter, named, for explain.gamma's pick.
+    entry = profiles.bench_profile(results, pair, "some-pair", tmp_path / "results.json")
+    cs = sorted(r["c"] for r in results["rows"] if r["kind"] == SPECDEC_FEATURES)
+    assert (entry["pair"], entry["drafter"]) == ("some-pair", "features") and "features drafter" in entry["name"]
+    median = cs[len(cs) // 2] if len(cs) % 2 else (cs[len(cs) // 2 - 1] + cs[len(cs) // 2]) / 2
+    assert entry["draft_step_ms"] == round(median * results["costs"]["target_step_ms"], 4)
+    assert profiles.bench_profile(results, pair, None, tmp_path) is None   # no preset to name it by
     assert all(r["tok_s"] > 0 and r["predicted"] > 0 for r in results["rows"])
     assert results["greedy"]["checked"] and results["greedy"]["agree"]
     assert "specdec + n-gram" in report.format_table(results["rows"]) and "greedy" in report.format_summary(results)

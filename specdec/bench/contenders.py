@@ -84,13 +84,13 @@ ASSISTANT_SETTINGS = dict(num_assistant_tokens_schedule="constant", assistant_co
 
 
 def transformers_kwargs(kind: str, temperature: float, gamma: int | None, max_new_tokens: int,
-                        eos_token_id: int | None, ngram: int) -> dict:
+                        eos_token_id: int | None, ngram: int, top_k: int = 0, top_p: float = 1.0) -> dict:
     """`generate()` keywords that make transformers decode exactly like specdec's settings."""
     kw = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0,
               eos_token_id=eos_token_id, pad_token_id=eos_token_id)
     if temperature > 0:
-        # generate() applies top-k 50 unless told otherwise; specdec samples from the whole of p.
-        kw.update(temperature=temperature, top_k=0, top_p=1.0)
+        # generate() applies top-k 50 unless told otherwise: always told, as specdec was.
+        kw.update(temperature=temperature, top_k=top_k, top_p=top_p)
     if kind == HF_ASSISTED:
         kw.update(ASSISTANT_SETTINGS, num_assistant_tokens=gamma)
     if kind == HF_LOOKUP:
@@ -183,15 +183,17 @@ def _widths_of(gen) -> list[int]:
 
 
 def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tokens: int, seed: int,
-                  counter: ForwardCounter, prompt_index: int = 0) -> Run:
-    """Run one contender once, timed from call to return (each library's whole API call)."""
+                  counter: ForwardCounter, prompt_index: int = 0, top_k: int = 0, top_p: float = 1.0) -> Run:
+    """Run one contender once, timed from call to return (each library's whole API call); above
+    T = 0 it samples with `top_k` and `top_p` (0 and 1: the whole of p)."""
     kind, t = contender.kind, contender.temperature
     accepted = tested = drafted = 0
     draft_seconds = 0.0
     counter.reset()
     if KINDS[kind].family == "specdec":
+        sampling = SamplingConfig(temperature=t, top_k=top_k if t else 0, top_p=top_p if t else 1.0)
         settings = RunSettings(gamma=contender.gamma or 1, max_new_tokens=max_new_tokens, seed=seed,
-                               sampling=SamplingConfig(temperature=t), drafter=KINDS[kind].drafter or "model")
+                               sampling=sampling, drafter=KINDS[kind].drafter or "model")
         start = time.perf_counter()
         if kind == SPECDEC_AR:
             gen = autoregressive_generate(pair, prompt_ids, settings)
@@ -208,7 +210,7 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
             counter.draft_forwards = gen.stats.draft_forwards
     else:
         kwargs = transformers_kwargs(kind, t, contender.gamma, max_new_tokens, pair.eos_token_id,
-                                     NgramDrafter(pair.vocab_size).max_ngram)   # specdec's n-gram length
+                                     NgramDrafter(pair.vocab_size).max_ngram, top_k, top_p)   # specdec's n-gram
         if kind == HF_ASSISTED:
             kwargs["assistant_model"] = pair.draft
         input_ids = torch.tensor([prompt_ids], device=pair.device)

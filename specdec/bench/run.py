@@ -115,6 +115,8 @@ class BenchConfig:
     out: Path
     progress: bool
     quick: bool = False   # a smoke run: no goals checked, no chart written
+    top_k: int = 0        # above T = 0 (0 and 1: the whole of p; a pair's own, e.g. smollm2-135m 50 and 0.9)
+    top_p: float = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,6 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--gammas", default=None, help=f"drafts per round: '1-8', '1,2,4' (default {d['gammas']}; quick {q['gammas']})")
     add("--temperatures", default=None, help=f"comma-separated, 0 = greedy (default {d['temperatures']})")
+    add("--top-k", type=int, default=0, help="above T = 0 (0 = off; smollm2-135m's own: --temperatures 0.2 "
+                                             "--top-k 50 --top-p 0.9)")
+    add("--top-p", type=float, default=1.0, help="above T = 0 (1 = off)")
     add("--max-new-tokens", type=int, default=None, help=f"tokens per run (default {d['max_new_tokens']})")
     add("--prompts", type=int, default=None,
         help=f"how many of the {len(PROMPTS)} built-in prompts (default {d['prompts']})")
@@ -165,9 +170,12 @@ def config_from_args(args) -> BenchConfig:
     repeats = whole("repeats", pick("repeats"), 1)
     cost_steps = whole("cost-steps", pick("cost_steps"), 1, 200)
     threads = whole("threads", 1 if getattr(args, "threads", None) is None else args.threads, 1, 512)
+    top_k, top_p = getattr(args, "top_k", 0), getattr(args, "top_p", 1.0)
+    SamplingConfig(temperature=1.0, top_k=top_k, top_p=top_p).validate()   # a bad value: one line
     return BenchConfig(gammas, temperatures, max_new, PROMPTS[:n_prompts], list(range(n_seeds)), repeats,
                        threads, cost_steps, Path(pick("out") or DEFAULTS["out"]),
-                       progress=not getattr(args, "no_progress", False), quick=bool(getattr(args, "quick", False)))
+                       progress=not getattr(args, "no_progress", False), quick=bool(getattr(args, "quick", False)),
+                       top_k=top_k, top_p=top_p)
 
 
 def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
@@ -199,7 +207,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
                 meter.step(timed=False)
             tick()
         for c in lineup:
-            run_contender(pair, c, prompt_ids[0], min(16, cfg.max_new_tokens), 0, counter)
+            run_contender(pair, c, prompt_ids[0], min(16, cfg.max_new_tokens), 0, counter, 0, cfg.top_k, cfg.top_p)
             tick()
         gc.collect()
         gc.freeze()   # the loaded models' objects are never garbage: keep collections short and even
@@ -212,7 +220,8 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
                     meter.step()
                 tick()
             for c in rotated(lineup, k, len(passes)):
-                runs.append(run_contender(pair, c, prompt_ids[i], cfg.max_new_tokens, seed, counter, i))
+                runs.append(run_contender(pair, c, prompt_ids[i], cfg.max_new_tokens, seed, counter, i,
+                                          cfg.top_k, cfg.top_p))
                 tick()
     finally:
         gc.unfreeze()
@@ -237,7 +246,8 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "settings": dict(gammas=cfg.gammas, temperatures=cfg.temperatures, max_new_tokens=cfg.max_new_tokens,
                          prompts=cfg.prompts, seeds=cfg.seeds, repeats=cfg.repeats, threads=torch.get_num_threads(),
-                         quick=cfg.quick, cost_steps=steps, top_k=0, top_p=1.0, eos_token_id=pair.eos_token_id,
+                         quick=cfg.quick, cost_steps=steps, top_k=cfg.top_k, top_p=cfg.top_p,
+                         eos_token_id=pair.eos_token_id,
                          features=features, stop="every contender stops at the pair's EOS id or after max_new_tokens"),
         "pair": pair.describe(),
         "versions": _versions(),
@@ -294,7 +304,9 @@ def run(args) -> int:
     print(f"{lineup} contenders (T = {', '.join(f'{t:g}' for t in cfg.temperatures)}; γ = "
           f"{', '.join(map(str, cfg.gammas))}) x {passes} pass{'es' * (passes != 1)} ({len(cfg.prompts)} "
           f"prompt{'s' * (len(cfg.prompts) != 1)} x {len(cfg.seeds)} seed{'s' * (len(cfg.seeds) != 1)} x "
-          f"{cfg.repeats}), {cfg.max_new_tokens} new tokens each, interleaved", flush=True)
+          f"{cfg.repeats}), {cfg.max_new_tokens} new tokens each, interleaved"
+          + (f"; above T = 0, top-k {cfg.top_k} and top-p {cfg.top_p:g}" if (cfg.top_k, cfg.top_p) != (0, 1.0) else ""),
+          flush=True)
 
     from tqdm.auto import tqdm
 
