@@ -85,7 +85,7 @@ def _run_generation(*values, stops: list | None = None):
         raise error(str(err)) from None
     with _request_stop(stops) as stop:
         yield dict(status="Decoding…" if is_loaded(preset) else f"Loading {PRESETS[preset].label}…", export_file=None)
-        gen, cached = yield from _stream(prompt, preset, settings, stop)
+        gen, cached, earlier = yield from _stream(prompt, preset, settings, stop, request.fresh is True)
         timed = ar = None
         if request.compare_ar and not stop.is_set():
             yield dict(status=f"Timing the run again, unstreamed, and the target alone ({runs.COMPARE_REPEATS} "
@@ -96,24 +96,23 @@ def _run_generation(*values, stops: list | None = None):
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
     if ar is None:   # the same finished run for a class: its view is built once (`_shared_view`)
-        yield _shared_view(gen, cached)
+        yield _shared_view(gen, views.done_status(gen, None, cached=cached, earlier=earlier))
     else:
-        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed,
-                               speedups=repeats.speedups)
+        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached, earlier=earlier),
+                               timed=timed, speedups=repeats.speedups)
 
 
 # A 64-token run's final view holds 12.5 MB of Python objects (tracemalloc; its figures). A class
 # on one link needs one; two cover a cached and a fresh answer of one run. Eight held ~100 MB.
 SHARED_VIEWS = 2
-_VIEWS = Once(SHARED_VIEWS)   # (run, from the cache) -> its final view
+_VIEWS = Once(SHARED_VIEWS)   # (run, its status: from the cache or decoded now) -> its final view
 
 
-def _shared_view(gen: Generation, cached: bool) -> dict:
+def _shared_view(gen: Generation, status: str) -> dict:
     """The finished run's view, built once for every request that got the same run (riders of one
     flight, cache hits): thirty students on one link cost one view, not thirty, and the riders who
     ask while it is built wait for it. Views are pure values that Gradio only reads."""
-    return dict(_VIEWS.get(gen, cached, lambda: views.final_view(
-        gen, None, status=views.done_status(gen, None, cached=cached))))
+    return dict(_VIEWS.get(gen, status, lambda: views.final_view(gen, None, status=status)))
 
 
 @contextmanager
@@ -139,13 +138,14 @@ def stop_runs(stops: list | None) -> None:
         stop.set()
 
 
-def _stream(prompt, preset, settings, stop):
+def _stream(prompt, preset, settings, stop, fresh: bool = False):
     """Show the run as it comes, a few times a second (`flights.EVERY`): the status, the text and
     the numbers; the timeline with the first round, then at most once a second (a figure costs the
     page a redraw). The step viewer opens once, with the finished run. Returns (the run, whether it
-    came from the cache)."""
+    came from the cache, the cached run it was decoded afresh beside or None); `fresh`: decoded
+    again though the cache holds it."""
     drawn = None   # when the timeline was last sent
-    for message in runs.decode_stream(prompt, preset, settings, stop):
+    for message in runs.decode_stream(prompt, preset, settings, stop, fresh=fresh):
         if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
             raise error(user_message(message.error))
         if isinstance(message, runs.Waiting):   # its place in the line, and about how long
@@ -154,7 +154,7 @@ def _stream(prompt, preset, settings, stop):
         gen = message.generation
         if isinstance(message, runs.RunDone):
             _refuse_if_timed_out(gen)
-            return gen, message.cached
+            return gen, message.cached, message.earlier
         now = time.monotonic()
         with_timeline = drawn is None or now - drawn >= TIMELINE_EVERY   # the first round's at once
         drawn = now if with_timeline else drawn

@@ -105,6 +105,9 @@ def _controls(v) -> None:
                     d.skip_adjustment, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual adjustment (biased)",
                     info="After a rejection sample p instead of the residual.", elem_id="skip-adjustment")
                 v.compare_ar = gr.Checkbox(d.compare_ar, label="compare with autoregressive", elem_id="compare-ar")
+                v.fresh = gr.Checkbox(d.fresh, label="decode afresh (not from the cache)", elem_id="fresh",
+                                      info="A run decoded before comes from the cache; tick to run the models "
+                                           "again: the same seed gives the same tokens.")
                 v.raw_text = gr.Checkbox(d.raw_text, label="raw text (no chat template)", elem_id="raw-text",
                                          info="An instruct model reads the prompt as a user turn under its chat "
                                               "template; tick to send the text as it is.")
