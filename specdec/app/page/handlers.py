@@ -23,7 +23,7 @@ from ..server import housekeeping, limits, runs
 from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
-from ..shows import charts, messages, views
+from ..shows import charts, messages, round_sheet, views
 from ..shows.messages import error, user_message
 from .pair_words import changes_line, follow_sampling, sampling_line
 
@@ -295,6 +295,19 @@ def export_trace(gen: Generation | None, title: str | None = None) -> dict:
     if title is not None:
         gen = dataclasses.replace(gen, title=cap_text(str(title), MAX_TITLE))
     return dict(export_file=housekeeping.export_path(gen.to_json()))   # in Gradio's cache, swept after an age
+
+
+def round_sheet_file(gen: Generation | None, round_number, position) -> dict:
+    """The round in view on one sheet to print or paste into slides (`round_sheet`: an HTML file
+    that prints to PDF and saves a PNG in the browser, offline), only when asked."""
+    if gen is None or not gen.rounds:
+        raise error("Nothing to print yet: run a generation or import a trace first.")
+    r = views.clamp_round(gen, round_number)
+    pos = position if isinstance(position, int) and 0 <= position < len(gen.rounds[r].positions) else \
+        views.default_position(gen, r)
+    text = round_sheet.sheet_html(gen, r, pos)
+    path = housekeeping.export_path(text, round_sheet.file_stem(gen, r), ".html")   # swept after an age
+    return dict(sheet_file=gr.update(value=path, visible=True))
 
 
 def set_note(gen: Generation | None, round_number, note) -> dict:

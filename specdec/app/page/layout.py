@@ -189,7 +189,11 @@ def _step_viewer(v) -> None:
         v.next_rejection_btn = gr.Button("next rejection ▶▶", elem_id="next-rejection", size="sm")
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
-    v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
+    with gr.Row():
+        v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
+        v.sheet_btn = gr.Button("This round on one sheet, to print or for slides", elem_id="round-sheet", size="sm")
+    v.sheet_file = gr.File(label="this round's sheet: open it in a browser to print it (or save a PDF) or save a PNG",
+                           interactive=False, visible=False, elem_id="round-sheet-file")
     v.caption = gr.Markdown("", elem_id="round-caption")
     v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")
@@ -333,6 +337,8 @@ def _wire_steps(v) -> None:
     # (Gradio's default for an input, "once", dropped it: the radio moved, the viewer did not).
     step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position],
          trigger_mode="always_last")
+    v.sheet_btn.click(lambda g, r, p: _named(v, handlers.round_sheet_file(g, r, p)),
+                      [v.run_state, v.round_slider, v.position], [v.sheet_file], api_name="round_sheet")
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
     v.note.input(lambda g, r, t: _named(v, handlers.set_note(g, r, t)), [v.run_state, v.round_slider, v.note],
                  [v.run_state], concurrency_id="notes", concurrency_limit=1, api_name=False,
