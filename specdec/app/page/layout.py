@@ -338,7 +338,7 @@ def _wire_steps(v) -> None:
     step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position],
          trigger_mode="always_last")
     v.sheet_btn.click(lambda g, r, p: _named(v, handlers.round_sheet_file(g, r, p)),
-                      [v.run_state, v.round_slider, v.position], [v.sheet_file], api_name="round_sheet")
+                      [v.run_state, v.round_slider, v.position], [v.sheet_file], api_name=False)
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
     v.note.input(lambda g, r, t: _named(v, handlers.set_note(g, r, t)), [v.run_state, v.round_slider, v.note],
                  [v.run_state], concurrency_id="notes", concurrency_limit=1, api_name=False,
