@@ -4,6 +4,7 @@ process, so the test can count the decodes it did)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -212,7 +213,8 @@ def test_thirty_identical_requests_cost_one_decode_and_thirty_distinct_are_all_s
     statuses = _class(server, [same] * 30)
     assert flights.stats["decodes"] - before == 1, flights.stats   # the class shared one decode
     assert all(s.startswith("Done: 6 tokens") for s in statuses), statuses
-    assert len({s.split(" From the cache")[0] for s in statuses}) == 1   # the same run for everyone
+    # the same run for everyone, whether they rode the flight (decoded now) or came after it (the cache)
+    assert len({re.split(" From the cache| Decoded now", s)[0] for s in statuses}) == 1
     # negative control: thirty different seeds are thirty decodes, every one served, none refused
     before = flights.stats["decodes"]
     statuses = _class(server, [RunRequest(max_new_tokens=6, seed=5000 + k) for k in range(30)])
@@ -242,3 +244,40 @@ def test_the_benchmarks_lean_visitor_is_served_as_a_page_is(server):
     assert flights.stats["decodes"] - before == 1
     with pytest.raises(RuntimeError, match="prompt is empty"):
         visit(endpoint, RunRequest(prompt=" ", max_new_tokens=5).values())
+
+
+# ---------------------------------------------------------------- decoded now, or from the cache
+
+def test_a_run_says_decoded_now_or_from_the_cache_and_decodes_afresh_on_request():
+    """The status line says where the run came from, as plainly either way: "Decoded now" the first
+    time, "From the cache" the second; with "decode afresh" ticked the models run again, beside the
+    cached run, and give the same tokens (the same settings and seed), with this decode's own time."""
+    from specdec.app.page import handlers
+
+    flights.CACHE.clear()
+    request = RunRequest(prompt=PROMPT, max_new_tokens=8, seed=77)
+
+    def finished(req: RunRequest) -> dict:
+        return list(handlers.run_generation(*req.values()))[-1]
+
+    first = finished(request)
+    assert "Decoded now: the models ran for this request" in first["status"] and "cache" not in first["status"]
+    again = finished(request)
+    assert "From the cache" in again["status"] and "Decoded now" not in again["status"]
+    assert again["run_state"] is first["run_state"]
+    before = flights.stats["decodes"]
+    fresh = finished(request.with_(fresh=True))
+    assert flights.stats["decodes"] - before == 1   # the models ran again
+    gen, cached = fresh["run_state"], first["run_state"]
+    assert gen is not cached and gen.token_ids == cached.token_ids and len(gen.token_ids) == 8
+    status = fresh["status"]
+    assert "Decoded now, afresh" in status and "the same 8 tokens, token for token" in status, status
+    assert f"decoded earlier in {cached.stats.wall_seconds:.2f} s; this decode took {gen.stats.wall_seconds:.2f} s" \
+        in status, status
+    # negative control: tokens that differ are said to differ, from the first that does
+    from dataclasses import replace
+
+    from specdec.app.shows import views
+    other = replace(cached, token_ids=cached.token_ids[:3] + [cached.token_ids[3] + 1] + cached.token_ids[4:])
+    said = views.afresh_line(gen, other)
+    assert "NOT the same tokens: they differ from token 4 on" in said and "token for token" not in said

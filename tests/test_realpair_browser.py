@@ -17,6 +17,7 @@ import layout_check
 from conftest import _start_app, free_port
 from specdec import RunSettings, SamplingConfig, speculative_generate
 from specdec.app.server.api import CHAT_PROMPT
+from specdec.app.shows import outside
 from specdec.core.settings import DRAFTERS
 from specdec.models.pair import BUNDLED, PRESETS
 from test_app_browser import wait_done
@@ -154,6 +155,31 @@ def test_where_q_came_from_follows_the_selected_draft(imported):
         picture = page.locator("#round-caption .q-source").inner_text()
         assert reads in picture and f"q for draft {k + 1}" in picture, picture
         assert f"(draft {k + 1}):" in page.locator("#round-caption").inner_text()
+
+
+def test_the_p_q_chart_marks_the_tokens_outside_the_vocabulary_and_the_round_goes_on_a_sheet(imported):
+    """The features drafter reads 8,192 of the 49,152 ids: at the rejected draft the p/q chart
+    cross-hatches the shown tokens outside them under a legend entry of their own and names them
+    in its title, its table notes each (the layout checks above read the chart with them); "this
+    round on one sheet" gives the round's sheet, with its numbers and charts, as a file."""
+    page = imported
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.get_by_role("tab", name="Decode").click()
+    page.locator("#position label").first.click()
+    page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('Round 2, draft 1:')", timeout=30_000)
+    chart = page.evaluate("() => { const g = document.querySelector('#pq-chart .js-plotly-plot');"
+                          " return {names: g.data.map(t => t.name), title: g.layout.title.text}; }")
+    assert outside.LEGEND in chart["names"] and outside.NAME in chart["title"], chart
+    page.wait_for_function("(note) => document.querySelector('#pq-table').innerText.includes(note)", arg=outside.NOTE,
+                           timeout=30_000)
+    page.locator("#round-sheet").click()
+    page.wait_for_function("() => !!document.querySelector('#round-sheet-file a[href*=\"specdec-round-2-of\"]')",
+                           timeout=60_000)
+    href = page.locator("#round-sheet-file a[href*='specdec-round-2-of']").first.get_attribute("href")
+    sheet = page.request.get(href).text()
+    assert "specdec · round 2 of" in sheet and "α of this round = 0/1" in sheet and "Plotly.newPlot" in sheet
+    assert page.console_errors == []
 
 
 def test_the_lab_from_the_real_pairs_rejected_draft_reads_cleanly(imported):

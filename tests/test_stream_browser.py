@@ -89,9 +89,19 @@ def test_the_same_run_again_comes_from_the_cache_and_says_so(page):
     page.locator("#run").click()
     wait_done(page)
     first = page.locator("#run-status").inner_text()
-    assert "From the cache" not in first
+    assert "From the cache" not in first and "Decoded now: the models ran" in first   # said as plainly
+    text = page.locator("#token-text").inner_text()
     page.locator("#run").click()
     page.wait_for_function("() => /From the cache/.test(document.querySelector('#run-status').innerText)",
                            timeout=RUN_TIMEOUT)
     again = page.locator("#run-status").inner_text()
-    assert again.split(" From the cache")[0] == first.strip()   # the same run, its time when it was decoded
+    # the same run, its time when it was decoded
+    assert again.split(" From the cache")[0] == first.split(" Decoded now")[0].strip()
+    # "decode afresh": the models run again, and give the same tokens, with this decode's own time
+    page.locator("#fresh input").check()
+    page.locator("#run").click()
+    page.wait_for_function("() => /Decoded now, afresh/.test(document.querySelector('#run-status').innerText)",
+                           timeout=RUN_TIMEOUT)
+    afresh = page.locator("#run-status").inner_text()
+    assert "the same 16 tokens, token for token" in afresh and "this decode took" in afresh, afresh
+    assert page.locator("#token-text").inner_text() == text

@@ -219,6 +219,19 @@ def test_the_mass_where_q_is_0_is_a_probability_and_may_be_absent(good):
     assert load_trace(older).rounds[0].positions[0].p_where_q_is_0 is None
 
 
+def test_the_ids_outside_a_drafters_vocabulary_are_stored_ids_and_not_the_draft(good):
+    pos = good["rounds"][0]["positions"][0]
+    other = next(i for i in pos["p"]["ids"] if i != pos["draft_token"])
+    check_trace(bad(good, lambda d: d["rounds"][0]["positions"][0].update(outside_ids=[other])))
+    unstored = max(pos["p"]["ids"]) + 1
+    refused(bad(good, lambda d: d["rounds"][0]["positions"][0].update(outside_ids=[unstored])),
+            "rounds[0].positions[0].outside_ids[0]", "is not among the stored ids")
+    refused(bad(good, lambda d: d["rounds"][0]["positions"][0].update(outside_ids=[pos["draft_token"]])),
+            "rounds[0].positions[0].outside_ids[0]", "is the drafted token")
+    refused(bad(good, lambda d: d["rounds"][0]["positions"][0].update(outside_ids="all")),
+            "rounds[0].positions[0].outside_ids", "expected a list")
+
+
 def test_masses_must_add_up(good):
     def halve(d):
         dist = d["rounds"][0]["positions"][0]["q"]

@@ -299,3 +299,41 @@ def test_the_engine_drafts_through_the_subset_as_the_eager_drafter(sampling):
         for x, y in ((x, y) for ra, rb in zip(a.rounds, b.rounds) for x, y in zip(ra.positions, rb.positions)):
             assert x.p_outside_vocab is not None and abs(x.p_outside_vocab - y.p_outside_vocab) < bounds.rounding(16)
     assert all(p.draft_token in (4, 11, 2, 7, 13) for r in a.rounds for p in r.positions)
+
+
+def test_the_p_q_chart_marks_and_lists_the_shown_tokens_outside_the_subset():
+    """Each position stores which of its shown ids lie outside the drafter's vocabulary (the ids
+    not in its subset, exactly; never the draft); the p/q chart cross-hatches their p bars under a
+    legend entry of their own and names them with p's mass outside in its title; its table notes
+    each one. The trace keeps them through export and import. A drafter reading every id (n-gram)
+    marks nothing and the chart has no such entry (the negative control)."""
+    from specdec.app.shows import outside, step_charts
+    from specdec.trace.validate import load_trace
+
+    ids = [2, 7, 9]
+    pair = subset_pair(tiny_pair(vocab=16, seed=1), ids)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=12, drafter="features", seed=3,
+                                                         sampling=SamplingConfig(temperature=1.0)))
+    for rnd in gen.rounds:
+        for pos in rnd.positions:
+            assert pos.outside_ids == [i for i in pos.p.ids if i not in ids] and pos.draft_token not in pos.outside_ids
+    pos = next(pos for r in gen.rounds for pos in r.positions if pos.outside_ids)
+    r, k = next((r.index, r.positions.index(pos)) for r in gen.rounds if pos in r.positions)
+    fig = step_charts.pq_figure(gen, r, k)
+    hatched = [t for t in fig.data if t.name == outside.LEGEND]
+    assert len(hatched) == 1 and hatched[0].marker.pattern.shape == "x"
+    assert list(hatched[0].x) == [step_charts.unique_labels(gen, pos.p.ids)[pos.p.ids.index(i)]
+                                  for i in pos.outside_ids]
+    assert list(hatched[0].y) == [pos.p.probs[pos.p.ids.index(i)] for i in pos.outside_ids]
+    title = fig.layout.title.text.replace("<br>", " ")
+    assert outside.NAME in title and f"p outside it in all = {pos.p_outside_vocab:.4f}" in title, title
+    assert f"{len(pos.outside_ids)} of the {len(pos.p.ids)} shown" in title, title
+    notes = {row[1]: row[5] for row in step_charts.pq_rows(gen, r, k) if row[1] is not None}
+    assert {i for i, note in notes.items() if note == outside.NOTE} == set(pos.outside_ids)
+    again = load_trace(gen.to_json())
+    assert again.rounds[r].positions[k].outside_ids == pos.outside_ids
+    plain = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=8, drafter="ngram", seed=3))
+    shown = next(pos for rnd in plain.rounds for pos in rnd.positions)
+    assert shown.outside_ids is None and outside.outside_line(plain, shown) == ""
+    assert not [t for t in step_charts.pq_figure(plain, 0, 0).data if t.name == outside.LEGEND]
+    assert outside.NOTE not in [row[5] for row in step_charts.pq_rows(plain, 0, 0)]

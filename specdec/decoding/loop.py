@@ -31,7 +31,7 @@ from ..core.settings import AUTOREGRESSIVE, RunSettings
 from ..drafting import features as fx
 from ..drafting.drafters import check_drafter
 from ..trace import spine as tr
-from ..trace.recording import BATCH_BYTES, Pending, record
+from ..trace.recording import BATCH_BYTES, Pending, mark_outside, record
 from ..trace.spine import Generation, Round
 from .rounds import _sync as _sync
 from .rounds import rounds_for, steps_for
@@ -108,13 +108,14 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     rounds = rounds_for(pair, settings)
-    outside = None   # the features drafter's vocabulary mask, when its q reads a subset (`round_summary`)
+    outside = inside = None   # the features drafter's vocabulary (mask, ids) when its q reads a subset
     if settings.drafter == "features":   # which of the target's layers its q read (the page says so)
         net = fx.net_for(pair)
         gen.models["feature_layers"] = list(net.feature_layers)
         if net.vocab is not None:   # q reads a vocabulary subset (the step viewer says how much p lies outside)
             gen.models["draft_vocab"] = len(net.vocab)
-            outside = fx.outside_vocab(net, pair.vocab_size, pair.device)
+            outside = fx.outside_vocab(net, pair.vocab_size, pair.device)   # `round_summary` sums p over it
+            inside = frozenset(net.vocab.tolist())   # which stored ids are outside (`mark_outside`)
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     pending: list[Pending] = []
     ending = None
@@ -135,7 +136,7 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
             pending.append(Pending.of(len(gen.rounds) + len(pending), len(gen.token_ids) - len(emitted), step,
                                       emitted, outside))
             if on_round or sum(r.nbytes for r in pending) > BATCH_BYTES:
-                _record(gen, tally, pending, settings.rule)
+                _record(gen, tally, pending, settings.rule, inside)
             if on_round:
                 gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                                         time.perf_counter() - t_start, ending or "")
@@ -143,7 +144,7 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
                 _note_token_texts(gen, pair, gen.rounds[-1:])
                 on_round(gen.rounds[-1], gen)
     gen.models["engine"] = rounds.name            # read after the run: what ran, not what was meant to
-    _record(gen, tally, pending, settings.rule)   # the rounds nobody streamed, in one batch
+    _record(gen, tally, pending, settings.rule, inside)   # the rounds nobody streamed, in one batch
     gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                             time.perf_counter() - t_start, ending)
     _finish_text(gen, pair, [] if on_round else gen.rounds)
@@ -207,9 +208,14 @@ def _emit(tokens: list[int], decided: list[int], max_new_tokens: int, eos: int |
 
 # ---------------------------------------------------------------- the run's record
 
-def _record(gen: Generation, tally: tr.Tally, pending: list[Pending], rule: Rule) -> None:
-    """Record the pending rounds into the trace and the tally (emptying `pending`)."""
-    for rnd in record(pending, rule):
+def _record(gen: Generation, tally: tr.Tally, pending: list[Pending], rule: Rule,
+            inside: frozenset[int] | None = None) -> None:
+    """Record the pending rounds into the trace and the tally (emptying `pending`); with `inside`
+    (a drafter's vocabulary subset) each position notes its stored ids outside it."""
+    rounds = record(pending, rule)
+    if inside is not None:
+        mark_outside(rounds, inside)
+    for rnd in rounds:
         gen.rounds.append(rnd)
         tally.add(rnd)
     pending.clear()

@@ -115,3 +115,13 @@ def _ends(pending: list[Pending], rows: list[Rows], rule: Rule) -> list[tuple]:
         else:
             out.append((tr.dist(ids, dv, total), tr.dist(ids, pv, p_mass), None, mass))
     return out
+
+
+def mark_outside(rounds: list[Round], inside: frozenset[int]) -> None:
+    """Note at every drafted position which of its stored ids lie outside a drafter's vocabulary
+    subset (`inside`: the ids its q reads): p's mass there is a sum (`p_outside_vocab`), which
+    does not say which of the tokens shown are out of the drafter's reach."""
+    for rnd in rounds:
+        for pos in rnd.positions:
+            pos.outside_ids = [i for i in pos.p.ids if i not in inside]
+

@@ -144,6 +144,9 @@ class Position:
     # p's mass outside a features drafter's vocabulary subset alone (no sampling cut in it): None
     # when q reads every id, or in older traces.
     p_outside_vocab: float | None = None
+    # Which of the stored ids (p's and q's) lie outside that subset, in their stored order: the
+    # step viewer marks and lists them. None when q reads every id, or in older traces.
+    outside_ids: list[int] | None = None
 
 
 @dataclass

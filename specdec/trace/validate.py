@@ -191,7 +191,7 @@ def _same_ids(a: dict, b: dict, where: str, names: str) -> None:
 
 def _position(pos, where: str, vocab: int) -> dict:
     object_field(pos, where, ("draft_token", "p_draft", "q_draft", "ratio", "u", "status", "beta", "p", "q"),
-         ("skip_tv", "p_where_q_is_0", "p_outside_vocab"))
+         ("skip_tv", "p_where_q_is_0", "p_outside_vocab", "outside_ids"))
     tok = token_id(pos["draft_token"], f"{where}.draft_token", vocab)
     p_x = probability(pos["p_draft"], f"{where}.p_draft")
     q_x = probability(pos["q_draft"], f"{where}.q_draft")
@@ -208,6 +208,7 @@ def _position(pos, where: str, vocab: int) -> dict:
     _same_ids(p, q, where, "p and q")
     if tok not in p["ids"]:
         fail(f"{where}.draft_token", f"({tok}) is not among the stored ids of p and q")
+    _outside_ids(pos.get("outside_ids"), p["ids"], tok, where, vocab)
     i = p["ids"].index(tok)
     if abs(p["probs"][i] - p_x) > MATCH_TOL:
         fail(f"{where}.p_draft", f"is {p_x:.6g}, but p stores {p['probs'][i]:.6g} for the drafted token")
@@ -222,6 +223,18 @@ def _position(pos, where: str, vocab: int) -> dict:
         if abs(beta - pos["beta"]) > MATCH_TOL:
             fail(f"{where}.beta", f"is {pos['beta']:.6g}, but sum(min(p, q)) over the stored rows is {beta:.6g}")
     return pos
+
+
+def _outside_ids(outside, ids: list, drafted: int, where: str, vocab: int) -> None:
+    """The stored ids a position names as outside the drafter's vocabulary: stored ids, and not the
+    drafted token (a draft is drawn from q, so it lies inside)."""
+    if outside is None:
+        return
+    for i, t in enumerate(token_ids(outside, f"{where}.outside_ids", vocab, len(ids))):
+        if t not in ids:
+            fail(f"{where}.outside_ids[{i}]", f"({t}) is not among the stored ids of p and q")
+        if t == drafted:
+            fail(f"{where}.outside_ids[{i}]", f"({t}) is the drafted token: a draft lies inside the vocabulary")
 
 
 def _round(r, where: str, k: int, ctx: dict) -> dict:

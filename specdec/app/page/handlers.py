@@ -24,7 +24,7 @@ from ..server import housekeeping, limits, runs
 from ..server.api import CHAT_PROMPT, DEFAULT_PROMPT, RunRequest, default_prompt, linked_draft, parse_link
 from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
-from ..shows import charts, messages, views
+from ..shows import charts, messages, round_sheet, views
 from ..shows.messages import error, user_message
 from .pair_words import changes_line, follow_gamma, follow_sampling, sampling_line
 
@@ -86,7 +86,7 @@ def _run_generation(*values, stops: list | None = None):
         raise error(str(err)) from None
     with _request_stop(stops) as stop:
         yield dict(status="Decoding…" if is_loaded(preset) else f"Loading {PRESETS[preset].label}…", export_file=None)
-        gen, cached = yield from _stream(prompt, preset, settings, stop)
+        gen, cached, earlier = yield from _stream(prompt, preset, settings, stop, request.fresh is True)
         timed = ar = None
         if request.compare_ar and not stop.is_set():
             yield dict(status=f"Timing the run again, unstreamed, and the target alone ({runs.COMPARE_REPEATS} "
@@ -97,24 +97,23 @@ def _run_generation(*values, stops: list | None = None):
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
     if ar is None:   # the same finished run for a class: its view is built once (`_shared_view`)
-        yield _shared_view(gen, cached)
+        yield _shared_view(gen, views.done_status(gen, None, cached=cached, earlier=earlier))
     else:
-        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached), timed=timed,
-                               speedups=repeats.speedups)
+        yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached, earlier=earlier),
+                               timed=timed, speedups=repeats.speedups)
 
 
 # A 64-token run's final view holds 12.5 MB of Python objects (tracemalloc; its figures). A class
 # on one link needs one; two cover a cached and a fresh answer of one run. Eight held ~100 MB.
 SHARED_VIEWS = 2
-_VIEWS = Once(SHARED_VIEWS)   # (run, from the cache) -> its final view
+_VIEWS = Once(SHARED_VIEWS)   # (run, its status: from the cache or decoded now) -> its final view
 
 
-def _shared_view(gen: Generation, cached: bool) -> dict:
+def _shared_view(gen: Generation, status: str) -> dict:
     """The finished run's view, built once for every request that got the same run (riders of one
     flight, cache hits): thirty students on one link cost one view, not thirty, and the riders who
     ask while it is built wait for it. Views are pure values that Gradio only reads."""
-    return dict(_VIEWS.get(gen, cached, lambda: views.final_view(
-        gen, None, status=views.done_status(gen, None, cached=cached))))
+    return dict(_VIEWS.get(gen, status, lambda: views.final_view(gen, None, status=status)))
 
 
 @contextmanager
@@ -140,13 +139,14 @@ def stop_runs(stops: list | None) -> None:
         stop.set()
 
 
-def _stream(prompt, preset, settings, stop):
+def _stream(prompt, preset, settings, stop, fresh: bool = False):
     """Show the run as it comes, a few times a second (`flights.EVERY`): the status, the text and
     the numbers; the timeline with the first round, then at most once a second (a figure costs the
     page a redraw). The step viewer opens once, with the finished run. Returns (the run, whether it
-    came from the cache)."""
+    came from the cache, the cached run it was decoded afresh beside or None); `fresh`: decoded
+    again though the cache holds it."""
     drawn = None   # when the timeline was last sent
-    for message in runs.decode_stream(prompt, preset, settings, stop):
+    for message in runs.decode_stream(prompt, preset, settings, stop, fresh=fresh):
         if isinstance(message, runs.RunFailed):   # via the module: it may be reloaded (test_app_client)
             raise error(user_message(message.error))
         if isinstance(message, runs.Waiting):   # its place in the line, and about how long
@@ -155,7 +155,7 @@ def _stream(prompt, preset, settings, stop):
         gen = message.generation
         if isinstance(message, runs.RunDone):
             _refuse_if_timed_out(gen)
-            return gen, message.cached
+            return gen, message.cached, message.earlier
         now = time.monotonic()
         with_timeline = drawn is None or now - drawn >= TIMELINE_EVERY   # the first round's at once
         drawn = now if with_timeline else drawn
@@ -298,6 +298,19 @@ def export_trace(gen: Generation | None, title: str | None = None) -> dict:
     if title is not None:
         gen = dataclasses.replace(gen, title=cap_text(str(title), MAX_TITLE))
     return dict(export_file=housekeeping.export_path(gen.to_json()))   # in Gradio's cache, swept after an age
+
+
+def round_sheet_file(gen: Generation | None, round_number, position) -> dict:
+    """The round in view on one sheet to print or paste into slides (`round_sheet`: an HTML file
+    that prints to PDF and saves a PNG in the browser, offline), only when asked."""
+    if gen is None or not gen.rounds:
+        raise error("Nothing to print yet: run a generation or import a trace first.")
+    r = views.clamp_round(gen, round_number)
+    pos = position if isinstance(position, int) and 0 <= position < len(gen.rounds[r].positions) else \
+        views.default_position(gen, r)
+    text = round_sheet.sheet_html(gen, r, pos)
+    path = housekeeping.export_path(text, round_sheet.file_stem(gen, r), ".html")   # swept after an age
+    return dict(sheet_file=gr.update(value=path, visible=True))
 
 
 def set_note(gen: Generation | None, round_number, note) -> dict:

@@ -105,6 +105,9 @@ def _controls(v) -> None:
                     d.skip_adjustment, label=f"{LOOKS[Ending.BIASED_P].symbol} skip residual adjustment (biased)",
                     info="After a rejection sample p instead of the residual.", elem_id="skip-adjustment")
                 v.compare_ar = gr.Checkbox(d.compare_ar, label="compare with autoregressive", elem_id="compare-ar")
+                v.fresh = gr.Checkbox(d.fresh, label="decode afresh (not from the cache)", elem_id="fresh",
+                                      info="A run decoded before comes from the cache; tick to run the models "
+                                           "again: the same seed gives the same tokens.")
                 v.raw_text = gr.Checkbox(d.raw_text, label="raw text (no chat template)", elem_id="raw-text",
                                          info="An instruct model reads the prompt as a user turn under its chat "
                                               "template; tick to send the text as it is.")
@@ -186,7 +189,11 @@ def _step_viewer(v) -> None:
         v.next_rejection_btn = gr.Button("next rejection ▶▶", elem_id="next-rejection", size="sm")
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
-    v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
+    with gr.Row():
+        v.send_to_lab = gr.Button("Open this position in the exactness lab", elem_id="send-to-lab", size="sm")
+        v.sheet_btn = gr.Button("This round on one sheet, to print or for slides", elem_id="round-sheet", size="sm")
+    v.sheet_file = gr.File(label="this round's sheet: open it in a browser to print it (or save a PDF) or save a PNG",
+                           interactive=False, visible=False, elem_id="round-sheet-file")
     v.caption = gr.Markdown("", elem_id="round-caption")
     v.note = gr.Textbox("", label=f"your note on this round (kept in the export, up to {MAX_NOTE} characters)",
                         lines=1, max_lines=4, interactive=False, elem_id="round-note")
@@ -330,6 +337,8 @@ def _wire_steps(v) -> None:
     # (Gradio's default for an input, "once", dropped it: the radio moved, the viewer did not).
     step(v.position.input, handlers.position_changed, [v.run_state, v.round_slider, v.position],
          trigger_mode="always_last")
+    v.sheet_btn.click(lambda g, r, p: _named(v, handlers.round_sheet_file(g, r, p)),
+                      [v.run_state, v.round_slider, v.position], [v.sheet_file], api_name=False)
     # Notes edit the run in run_state: one queue slot, so each reads what the last one wrote.
     v.note.input(lambda g, r, t: _named(v, handlers.set_note(g, r, t)), [v.run_state, v.round_slider, v.note],
                  [v.run_state], concurrency_id="notes", concurrency_limit=1, api_name=False,

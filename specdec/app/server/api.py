@@ -41,6 +41,7 @@ class RunRequest:
     skip_adjustment: bool = False
     compare_ar: bool = False
     raw_text: bool = False   # an instruct model reads the prompt as raw text, not as a user turn
+    fresh: bool = False      # decode it again though the cache holds it (the same tokens: a run is exact and seeded)
 
     @classmethod
     def names(cls) -> list[str]:

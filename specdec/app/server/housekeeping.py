@@ -87,13 +87,13 @@ def _remove_own() -> None:
             shutil.rmtree(folder, ignore_errors=True)   # removes links as links
 
 
-def export_path(text: str, stem: str = "specdec-trace") -> str:
-    """Write an export (a trace's JSON text) into this process's folder and return its path. Gradio
+def export_path(text: str, stem: str = "specdec-trace", suffix: str = ".json") -> str:
+    """Write an export (a trace's JSON text, a round's sheet) into this process's folder and return its path. Gradio
     serves a file already in its cache without copying it; `sweep_files` deletes it after
     SPECDEC_FILE_MAX_AGE_SECONDS (never before: a visitor can download it until then)."""
     folder = own_dir() / uuid.uuid4().hex
     folder.mkdir()
-    path = folder / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = folder / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
     path.write_text(text, encoding="utf-8")
     return str(path)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -83,6 +83,7 @@ class RoundDone:
 class RunDone:
     generation: Generation    # the whole run (or what a stop left of it: see stats.stopped)
     cached: bool = False      # found in the cache of finished runs (`flights`): decoded earlier
+    earlier: Generation | None = None   # decoded afresh on request: the run the cache held (to compare)
 
 
 @dataclass(frozen=True)
@@ -104,14 +105,15 @@ def _snapshot(gen: Generation) -> Generation:
 
 
 @gpu
-def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSignal):
-    """The run's messages: the finished run at once from the cache; else those of the flight that
-    decodes it (`flights`: joined when one is decoding it already, else started): Waiting while it
-    waits for its turn, RoundDone a few times a second (the latest round), then RunDone, or
-    RunFailed with the error."""
+def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSignal, fresh: bool = False):
+    """The run's messages: the finished run at once from the cache (unless `fresh`: a visitor asked
+    to see it decoded again); else those of the flight that decodes it (`flights`: joined when one
+    is decoding it already, else started): Waiting while it waits for its turn, RoundDone a few
+    times a second (the latest round), then RunDone (with the cached run it was decoded beside, if
+    any), or RunFailed with the error."""
     key = flights.key_of(prompt, preset, settings)
     cached = flights.CACHE.get(key)
-    if cached is not None:
+    if cached is not None and not fresh:
         flights.stats["cached"] += 1
         yield RunDone(cached, cached=True)
         return
@@ -120,6 +122,8 @@ def decode_stream(prompt: str, preset: str, settings: RunSettings, stop: StopSig
         for message in flight.follow(stop, _leave_with):
             if isinstance(message, RunDone) and message.generation.stats.stopped == TIME_LIMIT:
                 stop.set(TIME_LIMIT)   # the flight's time limit stopped it: the request says so too
+            if isinstance(message, RunDone) and cached is not None and message.generation is not cached:
+                message = replace(message, earlier=cached)
             yield message
 
 

@@ -35,6 +35,7 @@ from .charts import (
     sig3,
     unique_labels,
 )
+from .outside import NOTE, outside_bars, outside_line, outside_of
 from .step_notes import bias_note, unreachable_note  # noqa: F401 (tests read them here)
 
 ACCEPT_HEADERS = ["quantity", "value"]
@@ -193,19 +194,23 @@ def pq_figure(gen: Generation | None, round_index: int = 0, position: int | None
             x=tails, y=d.buckets(), name=name, legendgroup=name, offsetgroup=name, showlegend=False,
             marker=dict(color=colour, pattern=dict(shape=shape)),
             hovertemplate="%{x}<br>" + name.split()[0] + " = %{y:.4g}<extra></extra>", xaxis="x2", yaxis="y2"))
+    traces += outside_bars(pos, labels, P_COLOUR, HIGHLIGHT)   # cross-hatched over their p bars
     values = pos.p.probs + pos.q.probs + pos.p.buckets() + pos.q.buckets()
     log = _needs_log(values, [pos.p_draft, pos.q_draft])
     buttons = _scale_buttons(log, ("yaxis", "yaxis2"), values, pointed=max(pos.p_draft, pos.q_draft))
     scale = dict(_scale_of(buttons, log), tickformat="~g")
     title = (f"Round {r.index + 1}, draft {position + 1}: drafted <b>{show_token(gen, pos.draft_token)}</b><br>"
              f"p(x) = {sig3(pos.p_draft)}, q(x) = {sig3(pos.q_draft)}, β = Σ min(p, q) = {pos.beta:.3f}")
+    outside = wrap(outside_line(gen, pos), OUTSIDE_CHARS)
+    title += f"<br><span style='font-size:12px'>{outside}</span>" if outside else ""
     pointer = _pointer(labels, drafted, f"drafted: p = {sig3(pos.p_draft)}, q = {sig3(pos.q_draft)}", buttons, log)
     return go.Figure(data=traces, layout=merged_layout(_pq_panels(), dict(
         yaxis=dict(scale, title=dict(text="probability")), yaxis2=scale,
         xaxis=dict(_category_axis(labels), title=dict(text="top tokens", font=dict(size=11))),
         xaxis2=dict(_category_axis(tails), title=dict(text="rest of the<br>vocabulary", font=dict(size=11))),
         annotations=[pointer]),
-        _frame(title, 2, 470), dict(barmode="group", updatemenus=buttons)))
+        _frame(title, title.count("<br>") + 1, 470 + 18 * (title.count("<br>") - 1)),
+        dict(barmode="group", updatemenus=buttons)))
 
 
 def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None = 0) -> list[list]:
@@ -214,8 +219,9 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
     r, pos = _position(gen, round_index, position)
     if pos is None:
         return []
+    out = outside_of(pos)
     rows = [[token_label(gen, i), i, table_number(a), table_number(b), table_number(min(a, b)),
-             "◀ drafted" if i == pos.draft_token else ""]
+             "◀ drafted" if i == pos.draft_token else NOTE if i in out else ""]
             for i, a, b in zip(pos.p.ids, pos.p.probs, pos.q.probs)]
     rows += [[name, None, table_number(a), table_number(b), table_number(min(a, b)), ""]
              for name, a, b in zip(tail_labels(pos.p), pos.p.buckets(), pos.q.buckets())]
@@ -223,6 +229,7 @@ def pq_rows(gen: Generation | None, round_index: int = 0, position: int | None =
 
 
 PQ_HEADERS = ["token", "id", "p (target)", "q (draft)", "min(p, q)", "note"]
+OUTSIDE_CHARS = 84   # characters per line of the title's line on tokens outside the drafter's vocabulary
 
 NOTE_CHARS = 56   # characters per line of the notes under the acceptance test (about 340 px at 11 px: a
                   # half-width chart in an 800 px window)

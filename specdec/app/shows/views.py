@@ -223,17 +223,22 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
 
 
 CACHED = (" From the cache: this run (the same prompt, pair, settings and seed) was decoded earlier, in the "
-          "time shown; a comparison with autoregressive is always timed afresh.")
+          "time shown; a comparison with autoregressive is always timed afresh. Tick “decode afresh” beside Run "
+          "to decode it again.")
+DECODED_NOW = " Decoded now: the models ran for this request, in the time shown."
 
 
-def done_status(gen: Generation, ar: Generation | None, timed: Generation | None = None, cached: bool = False) -> str:
+def done_status(gen: Generation, ar: Generation | None, timed: Generation | None = None, cached: bool | None = None,
+                earlier: Generation | None = None) -> str:
     """The status line: the run's tokens and time; with a comparison, the time the speedup uses
-    (the run timed again, unstreamed) first, and the streamed time beside it, each named. A run
-    from the cache says so (its time is the time it took when it was decoded)."""
+    (the run timed again, unstreamed) first, and the streamed time beside it, each named. Where the
+    run came from is said as plainly either way: from the cache (its time is the time it took when
+    it was decoded) or decoded now (`cached`; None: not said); a run decoded afresh beside the one
+    the cache held (`earlier`) is compared with it, token for token (`afresh_line`)."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
     why = stop_text(s.stopped)
-    told = CACHED if cached else ""
+    told = CACHED if cached else "" if cached is None else afresh_line(gen, earlier) if earlier else DECODED_NOW
     if ar is None:
         return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
                 f"{result_line(gen)}{told}")
@@ -242,6 +247,23 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
             f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
             f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+
+
+def afresh_line(gen: Generation, earlier: Generation) -> str:
+    """A run decoded afresh though the cache held it: its own time beside the cached run's, and
+    whether its tokens are the cached run's, token for token (they must be: a run is exact and
+    seeded, so the same settings and seed give the same tokens); where they differ, from which token."""
+    now, then = gen.stats.wall_seconds, earlier.stats.wall_seconds
+    said = (f" Decoded now, afresh (the cache held this run, decoded earlier in {then:.2f} s; this decode took "
+            f"{now:.2f} s): ")
+    if gen.token_ids == earlier.token_ids:
+        n = len(gen.token_ids)
+        return said + (f"the same {n} token{'' if n == 1 else 's'}, token for token, as the same settings and seed "
+                       "must give: the decoding is exact and seeded.")
+    k = next((i for i, (a, b) in enumerate(zip(gen.token_ids, earlier.token_ids)) if a != b),
+             min(len(gen.token_ids), len(earlier.token_ids)))
+    return said + (f"NOT the same tokens: they differ from token {k + 1} on ({len(gen.token_ids)} now, "
+                   f"{len(earlier.token_ids)} then). The same settings and seed should give the same tokens.")
 
 
 def result_line(gen: Generation) -> str:
