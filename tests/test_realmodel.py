@@ -23,6 +23,7 @@ from specdec.cli import main as cli  # cli.main: the command line's entry point
 from specdec.core.sampling import SamplingConfig
 from specdec.core.settings import RunSettings
 from specdec.decoding.loop import speculative_generate
+from specdec.explain.gamma import gamma_for
 from specdec.models import manifest, realmodel
 from specdec.models.errors import ModelLoadError
 from specdec.models.pair import PRESETS, context_of, load_pair
@@ -157,10 +158,15 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     assert code == 0, out
     assert "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" in out
     assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at ⟨eos⟩" in out
-    # No --drafter: the pair's best, its features drafter (it has no draft model to default to).
+    assert "gamma=4 " in out and "picked" not in out   # no γ given, no measured pick for n-gram: the usual 4
+    # No --drafter: the pair's best, its features drafter (it has no draft model to default to); no
+    # --gamma: the one its committed costs and the drafter's card predict best here, said (issue 52).
     assert cli.main(["generate", "--preset", "smollm2-135m", "--max-new-tokens", "4", "--color", "never",
                      "--prompt", FRANCE]) == 0
-    assert "drafter=features" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    pick = gamma_for("smollm2-135m", "features", 0.2, "cuda" if torch.cuda.is_available() else "cpu")
+    assert "drafter=features" in out and f"gamma={pick.gamma if pick else 4} " in out
+    assert pick is None or pick.sentence() in out, out
     assert cli.main(["generate", "--preset", "smollm2-135m", "--drafter", "model", "--prompt", FRANCE]) == 2
     err = capsys.readouterr().err
     assert "the 'model' drafter is a drafter this pair lacks" in err and "Choose the 'features' or 'ngram'" in err, err

@@ -11,6 +11,7 @@ import pytest
 
 from specdec.app.page import handlers
 from specdec.app.server import api, limits, pairs
+from specdec.explain.gamma import gamma_for, pair_device
 
 REAL = "smollm2-135m"
 
@@ -24,8 +25,8 @@ def in_real_cache(real_cache, monkeypatch):
 def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_real_cache, monkeypatch):
     monkeypatch.setattr(pairs, "_LOADED", OrderedDict())   # none loaded yet, whatever ran before in this worker
     heard = []
-    drafter, prompt, status, *sampling, line = handlers.pick_pair(
-        REAL, "model", api.DEFAULT_PROMPT, 1.0, 0, 1.0, progress=lambda f, desc: heard.append((f, desc)))
+    drafter, prompt, status, *sampling, line, gamma = handlers.pick_pair(
+        REAL, "model", api.DEFAULT_PROMPT, 1.0, 0, 1.0, 4, progress=lambda f, desc: heard.append((f, desc)))
     assert drafter["value"] == "features"                    # no draft model; its trained drafter ships
     assert prompt == api.CHAT_PROMPT                         # a chat model opens on a question
     assert status.startswith("SmolLM2-135M-Instruct") and "is loaded" in status and "chat template" in status
@@ -36,9 +37,14 @@ def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_re
     assert "Prompt: the default for this pair (an instruct model answers a question)" in status
     assert sampling == [0.2, 50, 0.9] and "T = 1, top-k 0, top-p 1 → T = 0.2, top-k 50, top-p 0.9" in status
     assert "authors' recommended" in line
-    # Back to the bundled pair: the Shakespeare prompt returns, a typed prompt stays.
-    drafter, prompt, *_ = handlers.pick_pair("bundled", "ngram", api.CHAT_PROMPT, progress=lambda f, desc: None)
-    assert drafter["value"] == "ngram" and prompt == api.DEFAULT_PROMPT
+    # γ: the pick its committed costs and its drafter's card predict best on this kind of device
+    # (issue 52: γ 4 lost on a CPU), said; the usual 4 where none was measured (a GPU here).
+    pick = gamma_for(REAL, "features", 0.2, *pair_device(pairs.get_pair(REAL)))
+    assert gamma == (pick.gamma if pick else 4) and (pick is None or pick.sentence() in status), status
+    # Back to the bundled pair: the Shakespeare prompt returns, a typed prompt stays, γ is the usual.
+    drafter, prompt, *_, gamma = handlers.pick_pair("bundled", "ngram", api.CHAT_PROMPT, gamma=gamma,
+                                                    progress=lambda f, desc: None)
+    assert drafter["value"] == "ngram" and prompt == api.DEFAULT_PROMPT and gamma == 4
     assert handlers.pick_pair("bundled", "ngram", "my own words", progress=lambda f, desc: None)[1] == "my own words"
 
 
@@ -72,8 +78,10 @@ def test_a_server_that_opens_on_the_real_model_says_so_until_it_is_loaded(in_rea
     pairs.get_pair(REAL)
     opened = handlers.opening_pair()
     drafter = opened.pop("drafter")   # with only the drafters the pair can run (issue 53)
+    pick = gamma_for(REAL, "features", 0.2, *pair_device(pairs.get_pair(REAL)))   # issue 52
+    said = {"status": f"Press **Run**. {pick.sentence()} "} if pick else {}
     assert opened == {"preset": REAL, "prompt": api.CHAT_PROMPT, "temperature": 0.2, "top_k": 50, "top_p": 0.9,
-                      "sampling_note": handlers.sampling_line(REAL)}
+                      "sampling_note": handlers.sampling_line(REAL), "gamma": pick.gamma if pick else 4, **said}
     assert drafter["value"] == "features" and [key for _, key in drafter["choices"]] == ["ngram", "features"]
     monkeypatch.setattr(limits, "OPEN_ON", "bundled")
     assert set(handlers.opening_pair()) == {"status"}      # the default: nothing changes

@@ -327,15 +327,12 @@ def run(args) -> int:
         raise ValueError(f"cannot write to {cfg.out}: {err.strerror}") from None
     written = json_path if cfg.quick else f"{json_path} and {html_path}"
     print(f"wrote {written}; elapsed {_duration(results['elapsed_s'])}")
-    if getattr(args, "save_profile", False) and not cfg.quick and costs["draft_step_ms"] is None:
-        print("no profile saved: this pair has no draft model whose step the bench timed")
-    elif getattr(args, "save_profile", False) and not cfg.quick:
+    if getattr(args, "save_profile", False) and not cfg.quick:
         from . import profiles
 
-        entry = profiles.profile(results["costs"], pair.describe(), f"this CPU ({profiles.machine()})",
-                                 f"python -m specdec bench ({json_path}; median of the timed forwards spread "
-                                 "between the passes)", name="this CPU, bench (every width)")
-        print(f"added the profile '{entry['name']}' to {profiles.save(entry)}")
+        entry = profiles.bench_profile(results, pair, getattr(args, "preset", None), json_path)
+        print(f"added the profile '{entry['name']}' to {profiles.save(entry)}" if entry is not None else
+              "no profile saved: this pair has no draft model and no features drafter whose step the bench timed")
     return 0 if results["greedy"]["agree"] else 1
 
 

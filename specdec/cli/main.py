@@ -16,7 +16,6 @@ import argparse
 import importlib
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 from .. import __version__
@@ -48,6 +47,7 @@ bench, app_timing, gpu_check = Later("specdec.bench.run"), Later("specdec.bench.
     Later("specdec.bench.gpu_check")
 # The real chat model's features drafter (SmolLM2-135M-Instruct): its training, its card, its α.
 chat_train, chat_card, chat_alpha = (Later(f"specdec.cli.chat_{name}") for name in ("train", "card", "alpha"))
+lab = Later("specdec.cli.lab")
 
 def program_name() -> str:
     """How the user ran us, for the usage line: `specdec` (the installed script) or `python -m specdec`."""
@@ -116,7 +116,7 @@ def settings_of(args):
     from ..models.pair import sampling_for
 
     sampling, _ = sampling_for(None if args.target else args.preset, args.temperature, args.top_k, args.top_p)
-    settings = RunSettings(gamma=args.gamma, max_new_tokens=args.max_new_tokens, sampling=sampling,
+    settings = RunSettings(gamma=args.gamma or DEFAULT_GAMMA, max_new_tokens=args.max_new_tokens, sampling=sampling,
                            seed=args.seed, rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
                            drafter=args.drafter or "model", chat=False if args.raw else None).validate()
     limits.check_run(settings, limits.CLI)
@@ -128,6 +128,7 @@ def run_generate(args) -> int:
     from ..app.server import limits
     from ..decoding.loop import speculative_generate
     from ..drafting.drafters import default_drafter
+    from ..explain.gamma import gamma_for, pair_device
     from ..explain.measure import compare_with_target
     from ..models.pair import load_pair
 
@@ -139,12 +140,16 @@ def run_generate(args) -> int:
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
                      engine=args.engine, drafter=args.drafter)
     settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
+    pick = None if args.gamma is not None or args.target else gamma_for(
+        args.preset or "", settings.drafter, settings.sampling.temperature, *pair_device(pair))
+    settings = settings.with_(gamma=pick.gamma) if pick is not None else settings   # none given: the measured best
     limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]), limits.CLI)
     gen = speculative_generate(pair, args.prompt, settings)
     s = settings.sampling
     print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
+    print(pick.sentence()) if pick is not None else None
     # A chat prompt is shown as the model read it: the user's turn inside its chat template.
     print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, use_colour(args.color)))
     if args.compare_ar:
@@ -165,7 +170,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue (instruct model: a message)")
     p.add_argument("--raw", action="store_true", help="an instruct model reads the prompt as raw text to continue, "
                    "not as a user's message under its chat template")
-    p.add_argument("--gamma", type=int, default=4, help=f"drafted tokens per round (1-{limits.MAX_GAMMA})")
+    p.add_argument("--gamma", type=int, default=None, help=f"drafted tokens per round (1-{limits.MAX_GAMMA}; default: "
+                   f"{DEFAULT_GAMMA}, or the best the costs measured for the pair predict: smollm2-135m 1 on a CPU)")
     p.add_argument("--max-new-tokens", type=int, default=64, help=f"1-{limits.MAX_NEW_TOKENS}")
     p.add_argument("--temperature", type=float, default=None, help="0: greedy (default: per pair; 1, smollm2-135m 0.2)")
     p.add_argument("--top-k", type=int, default=None, help="0 = off (default: per pair; 0, smollm2-135m 50)")
@@ -192,70 +198,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
-# ---------------------------------------------------------------- lab
-
+DEFAULT_GAMMA = 4   # where no measured pick applies (`explain.gamma`)
 DRAFT_ONLY_TIME = "about 40 minutes on 2 cores: 16 sampling the target, 23 training"
-LAB_BENCH_SAMPLES = 1_000_000
-LAB_WIDTH = 80   # the lab's output fits a terminal of this width
-
-
-def _numbers(text: str) -> list[float]:
-    """argparse type: "0.5,0.3,0.2" -> [0.5, 0.3, 0.2]."""
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def add_lab_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `lab` subcommand's options."""
-    from ..app.server import limits
-    from ..explain import lab
-
-    parser.add_argument("--preset", default="over-confident", choices=list(lab.PRESETS), metavar="NAME",
-                        help=f"one of: {', '.join(map(repr, lab.PRESETS))}")
-    parser.add_argument("--p", type=_numbers, help="target distribution, comma-separated (overrides the preset)")
-    parser.add_argument("--q", type=_numbers, help="draft distribution, comma-separated (with --p)")
-    parser.add_argument("--tokens", help="token names, comma-separated (default t0, t1, ...)")
-    parser.add_argument("--samples", type=int, default=100_000, help=f"1 to {limits.MAX_LAB_SAMPLES:,}")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the Monte Carlo")
-    parser.add_argument("--bench", action="store_true", help=f"print samples/second for {LAB_BENCH_SAMPLES:,} samples")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads for the Monte Carlo (1, the default, is fastest for these small ops)")
-
-
-def run_lab(args: argparse.Namespace) -> int:
-    """`specdec lab`: print where each emitted token comes from, and a verdict per rule (TV,
-    chi-square, p-value, acceptance). Bad values raise ValueError (one line, exit 2)."""
-    from ..app.server import limits
-    from ..explain import lab, montecarlo
-
-    whole_number(args.threads, "--threads", 1)
-    if args.bench:
-        for v in (8, 20):
-            s = montecarlo.benchmark_vocab(v, threads=args.threads)
-            print(f"exact rule, V = {v:>2}: {LAB_BENCH_SAMPLES:,} samples in {s:.3f} s "
-                  f"= {LAB_BENCH_SAMPLES / s:,.0f} samples/s (best of 3, {args.threads} torch thread(s))")
-        return 0
-    if (args.p is None) != (args.q is None):
-        raise ValueError("give both --p and --q, or neither")
-    limits.check_lab_samples(whole_number(args.samples, "--samples", 1), "--samples")
-    if args.p is not None:
-        p, q, name = args.p, args.q, "custom"
-        tokens = args.tokens.split(",") if args.tokens else [f"t{i}" for i in range(len(p))]
-    else:
-        tokens, p, q = lab.preset(args.preset)
-        name = args.preset
-    result = lab.run(tokens, p, q, args.samples, args.seed, threads=args.threads)
-    for note in result.notes:
-        print(textwrap.fill(f"note: {note}", LAB_WIDTH, subsequent_indent="  "))
-    print(f"{name}: {len(result.tokens)} tokens, {result.n:,} samples, seed {result.seed}, {result.seconds:.2f} s\n"
-          f"beta = sum(min(p, q)) = {result.beta:.4f}\n")
-    print("Where each token comes from under each rule (closed forms):\naccepted draft + after a rejection = total\n")
-    print(lab.format_table(*lab.decomposition_table(result), width=LAB_WIDTH))
-    print()
-    print(lab.format_table(*lab.summary_table(result, short=True), width=LAB_WIDTH))
-    return 0
 
 
 # ---------------------------------------------------------------- train, card and manifest
@@ -433,7 +377,7 @@ def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
 COMMANDS = {
     "generate": ("generate with speculative decoding and show every round", add_generate_arguments, run_generate),
     "bench": ("measure cost ratio, acceptance rate and speedup", bench.add_arguments, bench.run),
-    "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", add_lab_arguments, run_lab),
+    "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", lab.add_arguments, lab.run),
     "bench-app": ("time the app's work: first round, whole run, step switch", app_timing.add_arguments,
                   app_timing.run),
     "gpu-check": ("on a GPU: the GPU tests, exactness, greedy identity and speed on the device, one table",

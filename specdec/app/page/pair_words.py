@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ...core.settings import DRAFTERS
-from ...models.pair import PRESETS, pair_sampling
+from ...core.settings import DRAFTERS, RunSettings
+from ...explain.gamma import gamma_for
+from ...models.pair import PRESETS, pair_sampling, pick_device
 from ..server.api import CHAT_PROMPT
 
 
@@ -52,3 +53,17 @@ def sampling_line(preset_key) -> str:
         return ("Sampling: T = 1, top-k 0, top-p 1, the full distribution, where the residual shows best; "
                 "change freely.")
     return f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
+
+
+def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = None, dtype: str = "float32") -> tuple:
+    """γ after picking a pair: the γ its measured costs and its drafter's α predict best
+    (`explain.gamma`), or the usual one where nothing was measured; replaced only where γ held some
+    pair's own (the visitor had not set it), as sampling is. Returns (γ or a skip, a sentence)."""
+    usual, device = RunSettings().gamma, device or pick_device()[0]   # not loaded yet: where it will load
+    pick = gamma_for(preset_key, drafter, temperature, device, dtype)
+    own = pick.gamma if pick is not None else usual
+    picks = [gamma_for(key, "features", temperature, device, dtype) for key in PRESETS]
+    if gamma is None or gamma == own or gamma in {usual, *(p.gamma for p in picks if p is not None)}:
+        said = "" if gamma in (None, own) else f"γ: {gamma:g} → {own}. "
+        return own, said + (pick.sentence() + " " if pick is not None else "")
+    return gr.skip(), f"γ kept as you set it ({gamma:g}). " + (pick.sentence() + " " if pick is not None else "")

@@ -12,6 +12,7 @@ import html
 
 import plotly.graph_objects as go
 
+from ...explain.gamma import run_gamma_sentence
 from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token
 from ...explain.speed import (
     depth_story,
@@ -400,7 +401,8 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
         f"**{story.predicted:.2f}×** (the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
         f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
         "any u is drawn) |",
-        "", story.sentence, "", depth_story(t, ar.stats, gen.models)]
+        "", story.sentence + " " + run_gamma_sentence(t.acceptance_rate, gamma, gen.settings.drafter, gen.models),
+        "", depth_story(t, ar.stats, gen.models)]
 
 
 def _why_tokens_differ(gen: Generation) -> str:

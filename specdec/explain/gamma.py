@@ -1,0 +1,128 @@
+"""γ picked from what was measured, not guessed: the drafter's α (its model card) and what a verify
+over γ + 1 tokens costs on this device (a committed cost profile of the pair and drafter).
+
+Why it matters: on a 2-core CPU a SmolLM2-135M verify over 5 tokens costs about 1.6–1.9 one-token
+steps (a small matrix product is not free there, as it nearly is on a GPU), so γ 4 lost at α 0.42
+(0.76×, its card) where γ 1 won (1.18× in the same bench). The page, the CLI and the API start a
+run of such a pair at the γ with the best predicted speedup, Leviathan et al.'s eq. 1 with the
+profile's own c and v(γ), and say why.
+
+Pure reading and arithmetic: the cards and profiles are files the project's commands wrote
+(`specdec chat-card`, `specdec bench --save-profile`); nothing here times anything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models.pair import PRESETS, features_folder_of
+from .speed import CostProfile, profiles_from_json
+
+PROFILES = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
+CARD_FILE = "measures.json"   # beside a real model's features drafter (`specdec chat-card`)
+
+
+@dataclass(frozen=True)
+class GammaPick:
+    """The γ with the best predicted speedup, the predictions it was picked from, and their sources."""
+
+    gamma: int
+    predicted: dict[int, float]   # γ -> predicted speedup over the target alone
+    alpha: float
+    alpha_from: str               # where α comes from, in words
+    profile: CostProfile
+
+    @property
+    def speedup(self) -> float:
+        return self.predicted[self.gamma]
+
+    def sentence(self) -> str:
+        """One sentence for the page and the CLI: the γ, why, and what the usual γ 4 would give."""
+        others = ", ".join(f"γ {g} {x:.2f}×" for g, x in sorted(self.predicted.items()) if g != self.gamma)
+        v = self.profile.verify(self.gamma)
+        return (f"γ {self.gamma} picked for this pair and drafter: at α {self.alpha:.2f} ({self.alpha_from}) and "
+                f"the costs measured on {self.profile.where} (a draft step c = {self.profile.c:.2f}, a verify over "
+                f"{self.gamma + 1} tokens {v:.2f} target steps) it predicts {self.speedup:.2f}× ({others}).")
+
+
+def predictions(alpha: float, profile: CostProfile, gammas=range(1, 17)) -> dict[int, float]:
+    """γ -> Leviathan et al.'s speedup with `profile`'s c and its measured verify over γ + 1 tokens;
+    only the widths it measured (an unmeasured width is not guessed)."""
+    out = {g: profile.speedup(alpha, g) for g in gammas}
+    return {g: x for g, x in out.items() if x is not None}
+
+
+def pick_gamma(alpha: float, profile: CostProfile, alpha_from: str = "", gammas=range(1, 17)) -> GammaPick | None:
+    """The γ with the highest predicted speedup (the smaller γ on a tie: less work for the same
+    speed); None where the profile measured no verify width of 2 tokens or more."""
+    predicted = predictions(alpha, profile, gammas)
+    if not predicted:
+        return None
+    best = max(sorted(predicted), key=lambda g: predicted[g])   # max keeps the first (smallest) of equals
+    return GammaPick(best, predicted, alpha, alpha_from, profile)
+
+
+def card_alpha(folder: Path, temperature: float) -> tuple[float, str] | None:
+    """α from a drafter's card (`measures.json`) at the measured temperature nearest `temperature`,
+    and where it comes from in words; None where the card is missing or unreadable."""
+    try:
+        rows = json.loads((Path(folder) / CARD_FILE).read_text(encoding="utf-8"))["measures"]["acceptance"]
+        row = min(rows, key=lambda r: (abs(float(r["temperature"]) - temperature), float(r["temperature"])))
+        alpha, t = float(row["alpha"]), float(row["temperature"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    at = "greedy" if t == 0 else f"T = {t:g}"
+    return alpha, f"its card, {at}" + ("" if t == temperature else f"; this run samples at T = {temperature:g}")
+
+
+def pair_device(pair) -> tuple[str, str]:
+    """A loaded pair's kind of device ("cpu", "cuda") and dtype ("float32"), as profiles name them."""
+    return str(pair.device).split(":")[0], str(pair.dtype).replace("torch.", "")
+
+
+def committed_profile(pair_key: str, drafter: str, device: str, dtype: str = "float32",
+                      path: Path | None = None) -> CostProfile | None:
+    """The committed profile measured with this pair and drafter on this kind of device and dtype
+    (`path`: the committed file, `PROFILES`, read at each call: a new profile needs no restart)."""
+    try:
+        profiles = profiles_from_json(json.loads(Path(path or PROFILES).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+    want = (pair_key, drafter, device, dtype)
+    return next((p for p in profiles if (p.pair, p.drafter, p.device, p.dtype) == want), None)
+
+
+def gamma_for(pair_key: str, drafter: str, temperature: float, device: str = "cpu", dtype: str = "float32",
+              path: Path | None = None) -> GammaPick | None:
+    """The γ a run of this pair and drafter starts with, where both a card's α and a profile of the
+    pair on this kind of device and dtype were measured; None elsewhere (the caller keeps its default:
+    a CPU's costs say nothing of a GPU's, where a verify is nearly free)."""
+    preset = PRESETS.get(pair_key)
+    profile = committed_profile(pair_key, drafter, device, dtype, path) if preset is not None else None
+    if profile is None or drafter != "features":   # only the features drafters have a card with α by T
+        return None
+    measured = card_alpha(features_folder_of(preset.target), temperature)
+    return None if measured is None else pick_gamma(measured[0], profile, measured[1])
+
+
+def preset_of(models: dict) -> str:
+    """The preset whose target a trace's pair description names ('' for none: a folder, a hub id)."""
+    return next((key for key, p in PRESETS.items() if Path(str(p.target)).name == models.get("target")), "")
+
+
+def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict) -> str:
+    """For a run compared with the target alone: what each γ would have given at the α it met, on its
+    pair's measured costs on this kind of device (why it lost where it did: issue 52); '' where no
+    such costs were measured."""
+    profile = committed_profile(preset_of(models), drafter, str(models.get("device", "")).split(":")[0],
+                                str(models.get("dtype", "float32")))
+    pick = pick_gamma(min(max(alpha, 0.0), 1.0), profile) if profile is not None else None
+    if pick is None:
+        return ""
+    each = ", ".join(f"γ {g} {x:.2f}×" for g, x in sorted(pick.predicted.items()))
+    verdict = (f"this run's γ {gamma} is the best for its α here" if gamma == pick.gamma else
+               f"γ {pick.gamma} would have been best, not this run's γ {gamma}")
+    return (f"At this run's α = {alpha:.3f}, the costs measured for this pair on {pick.profile.where} predict "
+            f"{each}: {verdict} (a verify over more tokens costs more here; `{pick.profile.name}`).")
