@@ -5,6 +5,9 @@ One app server of its own (on the session's cache of the real model, `real_cache
 the whole module. The page picks the pair, then imports a run of it decoded in-process on the real
 model (`real_pair`): the same trace a run on the page makes, for a fraction of the time (a 24-token
 run streamed to the page took 51 s here, decoded in-process 7 s). Every check reads that one page.
+No run decodes on this server but its start's warm-up: it decodes in its own threads
+(`serverload.THREADS_ONLY`), without the two decode worker processes (~8 s of CPU each to start)
+that the page's own server keeps for its runs (conftest's `app_url`, where the browser tests run them).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pytest
 
 import layout_check
 from conftest import _start_app, free_port
+from serverload import THREADS_ONLY
 from specdec import RunSettings, SamplingConfig, speculative_generate
 from specdec.app.server.api import CHAT_PROMPT
 from specdec.app.shows import outside
@@ -35,10 +39,11 @@ REGIONS = ("#token-text", "#metrics", "#timeline-table", "#round-caption", "#pq-
 
 @pytest.fixture(scope="module")
 def real_url(real_cache, tmp_path_factory):
-    """`python app.py` on the session's cache of the real model, for this module only."""
+    """`python app.py` on the session's cache of the real model, for this module only (its runs, the
+    warm-up's, in its own threads)."""
     log = tmp_path_factory.mktemp("real-app") / "app.log"
     port = free_port()
-    proc = _start_app(port, log, {"SPECDEC_CACHE": str(real_cache)})
+    proc = _start_app(port, log, {"SPECDEC_CACHE": str(real_cache), **THREADS_ONLY})
     if isinstance(proc, str):
         raise RuntimeError(proc)
     yield f"http://127.0.0.1:{port}/"
