@@ -198,7 +198,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
     if bar is not None:
         bar.reset(total=COST_WARMUP + steps + len(lineup) * (1 + len(passes)))
         bar.set_description("warm-up")
-    engine = engine_for(pair)
+    engine, cut = engine_for(pair), (cfg.top_k, cfg.top_p)   # above T = 0: the sampling cut
     meter = CostMeter(pair, prompt_ids[0], widths) if engine is None else None
     counter = ForwardCounter(pair)
     try:
@@ -207,7 +207,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
                 meter.step(timed=False)
             tick()
         for c in lineup:
-            run_contender(pair, c, prompt_ids[0], min(16, cfg.max_new_tokens), 0, counter, 0, cfg.top_k, cfg.top_p)
+            run_contender(pair, c, prompt_ids[0], min(16, cfg.max_new_tokens), 0, counter, 0, *cut)
             tick()
         gc.collect()
         gc.freeze()   # the loaded models' objects are never garbage: keep collections short and even
@@ -220,8 +220,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
                     meter.step()
                 tick()
             for c in rotated(lineup, k, len(passes)):
-                runs.append(run_contender(pair, c, prompt_ids[i], cfg.max_new_tokens, seed, counter, i,
-                                          cfg.top_k, cfg.top_p))
+                runs.append(run_contender(pair, c, prompt_ids[i], cfg.max_new_tokens, seed, counter, i, *cut))
                 tick()
     finally:
         gc.unfreeze()
@@ -246,8 +245,7 @@ def benchmark(pair, cfg: BenchConfig, bar=None) -> dict:
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "settings": dict(gammas=cfg.gammas, temperatures=cfg.temperatures, max_new_tokens=cfg.max_new_tokens,
                          prompts=cfg.prompts, seeds=cfg.seeds, repeats=cfg.repeats, threads=torch.get_num_threads(),
-                         quick=cfg.quick, cost_steps=steps, top_k=cfg.top_k, top_p=cfg.top_p,
-                         eos_token_id=pair.eos_token_id,
+                         quick=cfg.quick, cost_steps=steps, top_k=cut[0], top_p=cut[1], eos_token_id=pair.eos_token_id,
                          features=features, stop="every contender stops at the pair's EOS id or after max_new_tokens"),
         "pair": pair.describe(),
         "versions": _versions(),
