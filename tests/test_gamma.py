@@ -119,7 +119,8 @@ def test_a_compared_run_is_told_what_each_gamma_would_have_given_at_its_alpha(pr
     models = {"target": "SmolLM2-135M-Instruct", "device": "cpu", "dtype": "float32"}
     said = run_gamma_sentence(0.42, 4, "features", models)
     each = ", ".join(f"γ {g} {x:.2f}×" for g, x in sorted(predictions(0.42, CPU).items()))
-    assert said.startswith(f"At this run's α = 0.420, the costs measured for this pair on this CPU predict {each}")
+    assert said.startswith(f"At this run's α = 0.420, the costs measured for it on a CPU, 2026-11-27, eager, float32, "
+                           f"predict {each}")
     assert "γ 1 would have been best, not this run's γ 4" in said
     assert "this run's γ 1 is the best for its α here" in run_gamma_sentence(0.42, 1, "features", models)
     assert run_gamma_sentence(0.42, 4, "features", dict(models, device="cuda:0")) == ""

@@ -42,9 +42,16 @@ class GammaPick:
         """One sentence for the page and the CLI: the γ, why, and what the usual γ 4 would give."""
         others = ", ".join(f"γ {g} {x:.2f}×" for g, x in sorted(self.predicted.items()) if g != self.gamma)
         v = self.profile.verify(self.gamma)
-        return (f"γ {self.gamma} picked for this pair and drafter: at α {self.alpha:.2f} ({self.alpha_from}) and "
-                f"the costs measured on {self.profile.where} (a draft step c = {self.profile.c:.2f}, a verify over "
-                f"{self.gamma + 1} tokens {v:.2f} target steps) it predicts {self.speedup:.2f}× ({others}).")
+        return (f"γ {self.gamma} picked for this pair and drafter: at α {self.alpha:.2f} ({self.alpha_from}), with a "
+                f"draft step at c = {self.profile.c:.2f} and a verify over {self.gamma + 1} tokens at {v:.2f} target "
+                f"steps ({measured(self.profile)}), it predicts {self.speedup:.2f}× ({others}).")
+
+
+def measured(profile: CostProfile) -> str:
+    """Where and when a profile's costs were measured, in words: the project's machine, which need
+    not be the one serving the page (a Space's CPU is another)."""
+    device = {"cpu": "a CPU", "cuda": "a GPU"}.get(profile.device, profile.device)
+    return f"measured for it on {device}, {profile.when}, {profile.engine}, {profile.dtype}"
 
 
 def predictions(alpha: float, profile: CostProfile, gammas=range(1, 17)) -> dict[int, float]:
@@ -131,5 +138,6 @@ def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict) -> 
     each = ", ".join(f"γ {g} {x:.2f}×" for g, x in sorted(pick.predicted.items()))
     verdict = (f"this run's γ {gamma} is the best for its α here" if gamma == pick.gamma else
                f"γ {pick.gamma} would have been best, not this run's γ {gamma}")
-    return (f"At this run's α = {alpha:.3f}, the costs measured for this pair on {pick.profile.where} predict "
-            f"{each}: {verdict} (a verify over more tokens costs more here; `{pick.profile.name}`).")
+    return (f"At this run's α = {alpha:.3f}, the costs {measured(pick.profile)}, predict "
+            f"{each}: {verdict} (a verify over more tokens costs more there; the speed explorer's "
+            f"`{pick.profile.name}`).")
