@@ -93,6 +93,9 @@ def test_the_real_pair_offers_only_the_drafters_it_can_run(real_page):
     status line while the previous run's results stayed under the changed controls. Back on the
     bundled pair, its draft model is offered again."""
     page = real_page
+    # The radio renders after the preset box (a clean-clone run read it empty at 0f…): wait for it.
+    page.wait_for_function("(n) => document.querySelectorAll('#drafter label').length === n",
+                           arg=len(DRAFTERS), timeout=30_000)
     assert drafters_offered(page) == list(DRAFTERS.values())
     pick_pair(page, REAL)
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('is loaded')",
