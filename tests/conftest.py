@@ -256,17 +256,45 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, app_url):
-    """A fresh page on the app, with console errors collected in `page.console_errors`."""
+def _open_page(browser, url: str):
+    """(context, page): a page on `url` in a browser context of its own, 1400 x 1000, with console
+    errors collected in `page.console_errors`."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     pg.console_errors = []
     pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
-    pg.goto(app_url, wait_until="load")   # never "networkidle": Gradio keeps a heartbeat open
+    pg.goto(url, wait_until="load")   # never "networkidle": Gradio keeps a heartbeat open
+    return context, pg
+
+
+@pytest.fixture
+def page(browser, app_url):
+    """A fresh page on the app: a new visitor's."""
+    context, pg = _open_page(browser, app_url)
     yield pg
     context.close()
+
+
+@pytest.fixture(scope="module")
+def still_page(browser, app_url):
+    """One page for a file's checks that run nothing and need no new visitor (what a dropdown
+    shows, a clamp said, a status line's style). Loading the page costs chromium ~5 CPU-s here
+    (2026-11-27, 1400 x 1000, Performance.getMetrics and /proc: 2.5 s of it script), a third of all
+    the suite's CPU went to chromium, and these checks each loaded one. A test using it leaves it
+    as it found it: the Decode tab in front, 1400 x 1000 (`still`); console errors accumulate, so
+    one a test caused fails the later ones too."""
+    context, pg = _open_page(browser, app_url)
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def still(still_page):
+    """`still_page`, put back on the Decode tab at 1400 x 1000 after the test, pass or fail."""
+    yield still_page
+    still_page.set_viewport_size({"width": 1400, "height": 1000})
+    still_page.get_by_role("tab", name="Decode").click()
 
 
 @pytest.fixture(scope="session")

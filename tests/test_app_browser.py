@@ -79,10 +79,11 @@ ANNOUNCEMENTS = """() => { window.__said = [];
       .observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
 
 
-def test_enter_in_a_number_box_applies_the_number(page):
+def test_enter_in_a_number_box_applies_the_number(still):
     """Typed and confirmed with Enter, a number takes effect at once (Gradio applies a slider's
     typed number when its box loses focus: 99 stayed in γ's box beside a slider at 16), and the
     focus stays where the keyboard left it."""
+    page = still
     box = page.locator("#gamma input[type=number]").first
     box.wait_for()
     box.click()
@@ -462,7 +463,8 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
         assert fresh.evaluate("() => document.querySelectorAll('#run-status b').length") == 0
 
 
-def test_bad_import_shows_an_error_and_the_app_stays_up(page, tmp_path):
+def test_bad_import_shows_an_error_and_the_app_stays_up(still, tmp_path):
+    page = still
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "something else"}')
     page.wait_for_selector("#import input[type=file]", state="attached")
