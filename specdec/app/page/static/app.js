@@ -103,12 +103,20 @@
   document.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && ev.target.closest && ev.target.closest('#prompt')) arm();
   }, true);
+  // Judged once the text holds still: the same box at two checks in a row. Judged at the first
+  // check that saw "Done:", the text could still be laid out (a clean-clone test run found it
+  // 385 px tall and half below the fold, the page not scrolled: it had been judged in view while
+  // it was still short).
+  let lastBox = null;
   const showAnswer = () => {
     const status = document.querySelector('#run-status');
     const text = document.querySelector('#token-text');
-    if (!armed || !status || !text || !/^(Done|Stopped):/.test(status.innerText.trim())) return;
-    armed = false;
+    if (!armed || !status || !text || !/^(Done|Stopped):/.test(status.innerText.trim())) { lastBox = null; return; }
     const box = text.getBoundingClientRect();
+    const now = `${Math.round(box.top)} ${Math.round(box.bottom)}`;
+    if (now !== lastBox) { lastBox = now; return; }
+    armed = false;
+    lastBox = null;
     if (box.top >= 0 && box.bottom <= window.innerHeight) return;   // already in view: no jump
     window.scrollTo({top: window.scrollY + status.getBoundingClientRect().top - 8});
   };
