@@ -27,7 +27,7 @@ COUNT_TRACKER_FRAMES = """(() => { window.__trackerFrames = 0; window.__frames =
     return request(callback); };
   const tick = () => { window.__frames += 1; request(tick); }; request(tick); })();"""
 FRAMES = "() => [window.__trackerFrames, window.__frames]"
-DRAWN = 30   # the frames a reading spans: half a second at 60 a second, longer on a loaded machine
+DRAWN = 60   # the frames a reading spans: a second at 60 a second (as before), longer on a loaded machine
 TIMER = '[data-testid="status-tracker"] .progress-text'
 
 
