@@ -365,6 +365,9 @@ def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
     assert status.startswith("Stopped:") and "(stopped)" in status, (status, ticks)
     assert int(status.split()[1]) < 240   # the text, timeline and step viewer show those tokens
     set_number(page, "max-new", 8)
+    # The stopped event over before Run again: Gradio drops a click while it still shows as
+    # generating (`wait_done`).
+    page.wait_for_function(IDLE, timeout=RUN_TIMEOUT)
     page.locator("#run").click()
     wait_done(page)
     assert page.console_errors == []
