@@ -256,7 +256,7 @@ def browser():
         b.close()
 
 
-def _open_page(browser, url: str):
+def open_page(browser, url: str):
     """(context, page): a page on `url` in a browser context of its own, 1400 x 1000, with console
     errors collected in `page.console_errors`."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -271,7 +271,7 @@ def _open_page(browser, url: str):
 @pytest.fixture
 def page(browser, app_url):
     """A fresh page on the app: a new visitor's."""
-    context, pg = _open_page(browser, app_url)
+    context, pg = open_page(browser, app_url)
     yield pg
     context.close()
 
@@ -284,7 +284,7 @@ def still_page(browser, app_url):
     the suite's CPU went to chromium, and these checks each loaded one. A test using it leaves it
     as it found it: the Decode tab in front, 1400 x 1000 (`still`); console errors accumulate, so
     one a test caused fails the later ones too."""
-    context, pg = _open_page(browser, app_url)
+    context, pg = open_page(browser, app_url)
     yield pg
     context.close()
 

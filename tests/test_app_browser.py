@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import layout_check
+from conftest import open_page
 from specdec.bench.app_browser import IDLE  # Gradio's tracker on the status line is hidden
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
@@ -38,15 +39,23 @@ def wait_plot(page, elem_id: str, names: list[str]) -> None:
         arg=[elem_id, names], timeout=RUN_TIMEOUT)
 
 
+def wait_ended(page, said: str) -> None:
+    """Until the status line matches the regular expression `said` and Gradio's progress tracker
+    on it is hidden, i.e. the run's event has ended. A run's last words ("Done:", "From the cache",
+    "Stopped:") come with its last update, while the event still shows as generating (133 ms later
+    on a quiet machine, more under load), and Gradio drops a click on Run in between (its
+    trigger_mode "once"): tests that clicked Run again at once waited 120 s for a run that never
+    started."""
+    page.wait_for_function("(said) => { const s = document.querySelector('#run-status');"
+                           f" return s && new RegExp(said).test(s.innerText) && ({IDLE})(); }}",
+                           arg=said, timeout=RUN_TIMEOUT)
+
+
 def wait_done(page) -> None:
-    """Until the status line says the run ended: its own "Done:" or "Imported", not the bare "Done"
-    that Gradio's progress tracker shows there when any event on it completes (the page's load);
-    and until that tracker is hidden, i.e. the run's event has ended. "Done:" comes with the run's
-    last update, while the event still shows as generating (133 ms later on a quiet machine, more
-    under load), and Gradio drops a click on Run in between (its trigger_mode "once"): a test
-    that clicked Run again at once waited 120 s for a run that never started."""
-    page.wait_for_function("() => { const s = document.querySelector('#run-status');"
-                           f" return s && /Done:|Imported/.test(s.innerText) && ({IDLE})(); }}", timeout=RUN_TIMEOUT)
+    """Until the run has ended (`wait_ended`) with its own "Done:" or "Imported", not the bare
+    "Done" that Gradio's progress tracker shows there when any event on it completes (the page's
+    load)."""
+    wait_ended(page, "Done:|Imported")
 
 
 # Whether the page showed the run while it streamed: the status line at "Round k" with the text
@@ -208,10 +217,8 @@ def shot(page, path: Path, top: str, bottom: str) -> None:
 def fresh_page(browser, url: str):
     """A page at `url` in a browser context of its own (a new visitor: no state shared with the
     test's page), closed afterwards."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context, pg = open_page(browser, url)
     try:
-        pg = context.new_page()
-        pg.goto(url, wait_until="load")
         yield pg
     finally:
         context.close()
@@ -358,16 +365,12 @@ def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
         seen.observe(status, {childList: true, subtree: true, characterData: true});
         const timer = setInterval(() => tick('timer'), 250);
         document.querySelector('#run').click(); }""")
-    page.wait_for_function("() => /Stopped:|Done:/.test(document.querySelector('#run-status').innerText)",
-                           timeout=RUN_TIMEOUT)
+    wait_ended(page, "Stopped:|Done:")
     status = page.locator("#run-status").inner_text()
     ticks = page.evaluate("() => window.__ticks")   # what the page saw at each click, should this fail
     assert status.startswith("Stopped:") and "(stopped)" in status, (status, ticks)
     assert int(status.split()[1]) < 240   # the text, timeline and step viewer show those tokens
     set_number(page, "max-new", 8)
-    # The stopped event over before Run again: Gradio drops a click while it still shows as
-    # generating (`wait_done`).
-    page.wait_for_function(IDLE, timeout=RUN_TIMEOUT)
     page.locator("#run").click()
     wait_done(page)
     assert page.console_errors == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 from specdec import RunSettings, speculative_generate
-from specdec.bench.app_browser import IDLE  # Gradio's tracker on the status line is hidden
 from test_app_browser import (
     RUN_TIMEOUT,
     export_trace,
@@ -18,6 +17,7 @@ from test_app_browser import (
     set_number,
     settle,
     wait_done,
+    wait_ended,
     wait_plot,
 )
 
@@ -93,11 +93,7 @@ def test_the_same_run_again_comes_from_the_cache_and_says_so(page):
     assert "From the cache" not in first and "Decoded now: the models ran" in first   # said as plainly
     text = page.locator("#token-text").inner_text()
     page.locator("#run").click()
-    # ... and its event over (Gradio's tracker hidden): "From the cache" comes with the run's last
-    # update while the event still shows as generating, and Gradio drops a click on Run in between
-    # (`wait_done`; a clean-clone run clicked "decode afresh" then and waited 120 s for nothing).
-    page.wait_for_function("() => /From the cache/.test(document.querySelector('#run-status').innerText)"
-                           f" && ({IDLE})()", timeout=RUN_TIMEOUT)
+    wait_ended(page, "From the cache")   # and its event over: Run is clicked again next
     again = page.locator("#run-status").inner_text()
     # the same run, its time when it was decoded
     assert again.split(" From the cache")[0] == first.split(" Decoded now")[0].strip()
