@@ -244,6 +244,17 @@ def app_url(pytestconfig):
         proc.kill()
 
 
+# New visitors' pages share one browser context per worker, each a new tab, and chromium runs a
+# site's tabs in one renderer process (`--process-per-site`) that a blank tab on the same site keeps
+# alive between tests. Measured 2026-11-27 on 2 cores, the app's page, chromium CPU per load
+# (/proc, load and 2.5 s after): a context of its own each time 6.2-6.6 CPU-s, a new tab in a kept
+# process 2.7-3.2 (its scripts are compiled once per process). A third of the suite's CPU went to
+# chromium. A new tab is still a new visitor: a new document and Gradio session, nothing of the last
+# page's listeners or routes; the context's cookies and storage are cleared as each page closes.
+VISITOR_ARGS = ["--process-per-site"]
+KEEPER = "http://127.0.0.1:9/keeper"   # same site as every app server here (a site has no port)
+
+
 @pytest.fixture(scope="session")
 def browser():
     if CHROMIUM is None:
@@ -251,42 +262,62 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + VISITOR_ARGS)
         yield b
         b.close()
 
 
-def open_page(browser, url: str):
-    """(context, page): a page on `url` in a browser context of its own, 1400 x 1000, with console
-    errors collected in `page.console_errors`."""
+@pytest.fixture(scope="session")
+def visitors(browser):
+    """The context new visitors' pages open in (`open_page`), with the tab that keeps the site's
+    renderer process alive: a blank document on 127.0.0.1 served by a route, no server needed."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
+    keeper = context.new_page()
+    keeper.route(KEEPER, lambda route: route.fulfill(body="<title>keeper</title>", content_type="text/html"))
+    keeper.goto(KEEPER)
+    yield context
+    context.close()
+
+
+def open_page(visitors, url: str):
+    """A new visitor's page on `url`: a new tab in `visitors`, 1400 x 1000, console errors collected
+    in `page.console_errors`. Close it with `close_page`."""
+    pg = visitors.new_page()
     pg.console_errors = []
     pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
     pg.goto(url, wait_until="load")   # never "networkidle": Gradio keeps a heartbeat open
-    return context, pg
+    return pg
+
+
+def close_page(pg) -> None:
+    """Close a page from `open_page`, clearing what the next visitor must not find: the site's
+    storage and the context's cookies."""
+    try:
+        pg.evaluate("() => { localStorage.clear(); sessionStorage.clear(); }")
+    except Exception:   # a page that crashed or left the site has no storage to clear
+        pass
+    pg.close()
+    pg.context.clear_cookies()
 
 
 @pytest.fixture
-def page(browser, app_url):
+def page(visitors, app_url):
     """A fresh page on the app: a new visitor's."""
-    context, pg = open_page(browser, app_url)
+    pg = open_page(visitors, app_url)
     yield pg
-    context.close()
+    close_page(pg)
 
 
 @pytest.fixture(scope="module")
-def still_page(browser, app_url):
+def still_page(visitors, app_url):
     """One page for a file's checks that run nothing and need no new visitor (what a dropdown
-    shows, a clamp said, a status line's style). Loading the page costs chromium ~5 CPU-s here
-    (2026-11-27, 1400 x 1000, Performance.getMetrics and /proc: 2.5 s of it script), a third of all
-    the suite's CPU went to chromium, and these checks each loaded one. A test using it leaves it
-    as it found it: the Decode tab in front, 1400 x 1000 (`still`); console errors accumulate, so
-    one a test caused fails the later ones too."""
-    context, pg = open_page(browser, app_url)
+    shows, a clamp said, a status line's style): these checks each loaded a page before. A test
+    using it leaves it as it found it: the Decode tab in front, 1400 x 1000 (`still`); console
+    errors accumulate, so one a test caused fails the later ones too."""
+    pg = open_page(visitors, app_url)
     yield pg
-    context.close()
+    close_page(pg)
 
 
 @pytest.fixture

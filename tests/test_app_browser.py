@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import layout_check
-from conftest import open_page
+from conftest import close_page, open_page
 from specdec.bench.app_browser import IDLE  # Gradio's tracker on the status line is hidden
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
@@ -214,14 +214,14 @@ def shot(page, path: Path, top: str, bottom: str) -> None:
 
 
 @contextmanager
-def fresh_page(browser, url: str):
-    """A page at `url` in a browser context of its own (a new visitor: no state shared with the
-    test's page), closed afterwards."""
-    context, pg = open_page(browser, url)
+def fresh_page(visitors, url: str):
+    """A new visitor's page at `url` (conftest's `open_page`: no state shared with the test's page),
+    closed afterwards."""
+    pg = open_page(visitors, url)
     try:
         yield pg
     finally:
-        context.close()
+        close_page(pg)
 
 
 def export_trace(page, app_url: str, path: Path) -> bytes:
@@ -235,9 +235,9 @@ def export_trace(page, app_url: str, path: Path) -> bytes:
 
 
 @contextmanager
-def imported_on_a_fresh_page(browser, app_url: str, trace: Path):
+def imported_on_a_fresh_page(visitors, app_url: str, trace: Path):
     """A fresh page with the trace file `trace` imported and its step viewer drawn."""
-    with fresh_page(browser, app_url) as fresh:
+    with fresh_page(visitors, app_url) as fresh:
         fresh.wait_for_selector("#import input[type=file]", state="attached")
         fresh.set_input_files("#import input[type=file]", str(trace))
         wait_done(fresh)
@@ -435,7 +435,7 @@ def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
     shot(page, screenshots / "skip-adjustment.png", "#token-text", "#end-chart")
 
 
-def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_path):
+def test_export_then_import_shows_the_same_charts(page, visitors, app_url, tmp_path):
     run(page, max_new=24)
     charts = {i: plot_data(page, i) for i in ("timeline", "pq-chart", "accept-chart", "end-chart")}
     text = page.locator("#token-text").inner_text()
@@ -451,7 +451,7 @@ def test_export_then_import_shows_the_same_charts(page, browser, app_url, tmp_pa
     body = export_trace(page, app_url, trace)
     assert json.loads(body)["schema"] == "specdec.trace"
 
-    with imported_on_a_fresh_page(browser, app_url, trace) as fresh:
+    with imported_on_a_fresh_page(visitors, app_url, trace) as fresh:
         for elem_id, data in charts.items():
             assert plot_data(fresh, elem_id) == data, elem_id
         assert fresh.locator("#token-text").inner_text() == text
@@ -529,7 +529,7 @@ def test_side_by_side_shows_both_texts(page, screenshots):
     assert page.console_errors == []
 
 
-def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
+def test_a_copied_link_reproduces_the_run_and_the_round(page, visitors, app_url):
     run(page, prompt="HAMLET:\nWhat a piece of work is a man!", max_new=40)
     page.locator("#round input[type=number]").first.fill("3")
     page.locator("#round input[type=number]").first.press("Enter")
@@ -545,7 +545,7 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, browser, app_url):
                            "?.startsWith('http')", timeout=30_000)
     url = page.locator("#link input, #link textarea").first.input_value()
     assert "round=3" in url and "draft=2" in url and "seed=0" in url
-    with fresh_page(browser, url) as fresh:
+    with fresh_page(visitors, url) as fresh:
         wait_done(fresh)
         fresh.wait_for_function("() => Number(document.querySelector('#round input[type=number]').value) === 3",
                                 timeout=60_000)

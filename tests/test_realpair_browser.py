@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 import layout_check
-from conftest import _start_app, free_port
+from conftest import _start_app, close_page, free_port, open_page
 from serverload import THREADS_ONLY
 from specdec import RunSettings, SamplingConfig, speculative_generate
 from specdec.app.server.api import CHAT_PROMPT
@@ -66,16 +66,11 @@ def real_trace(real_pair, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def real_page(browser, real_url):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.console_errors = []
-    page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
-    page.goto(real_url, wait_until="load")
+def real_page(visitors, real_url):
+    page = open_page(visitors, real_url)
     page.wait_for_selector("#preset input")
     yield page
-    context.close()
+    close_page(page)
 
 
 def drafters_offered(page) -> list[str]:

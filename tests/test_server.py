@@ -35,6 +35,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client.exceptions import AppError  # noqa: E402
 
 import serverload  # noqa: E402
+from conftest import close_page, open_page  # noqa: E402
 from serverload import client, generate  # noqa: E402
 from serving import assert_serving  # noqa: E402
 from specdec.app.server.api import RunRequest  # noqa: E402
@@ -355,23 +356,18 @@ def test_lab_weights_too_large_to_sum_still_run(c):
 
 # ---------------------------------------------------------------- the page, served this way
 
-def test_the_page_runs_with_checked_inputs_and_no_console_errors(main, browser):
+def test_the_page_runs_with_checked_inputs_and_no_console_errors(main, visitors):
     """The checked sliders and numbers draw as Gradio's own; a run from the page completes."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page = open_page(visitors, main.url)
     try:
-        page.goto(main.url, wait_until="load")
         page.wait_for_selector("#gamma input[type=range]", timeout=30_000)
         page.wait_for_selector("#seed input[type=number]", timeout=30_000)
         page.locator("#run").click()
         page.wait_for_function("() => { const s = document.querySelector('#run-status');"
                                " return s && /Done/.test(s.innerText); }", timeout=60_000)
-        assert not errors, errors
+        assert not page.console_errors, page.console_errors
     finally:
-        context.close()
+        close_page(page)
 
 
 # ---------------------------------------------------------------- starting a server on a loaded machine

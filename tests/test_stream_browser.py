@@ -46,7 +46,7 @@ def page_state(page) -> dict:
                 titles={i: plot_title(page, i) for i in CHARTS})
 
 
-def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, browser, app_url, bundled, tmp_path):
+def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, visitors, app_url, bundled, tmp_path):
     page.wait_for_selector("#run")
     page.locator("#prompt textarea").fill(PROMPT)
     set_number(page, "max-new", 120)
@@ -73,7 +73,7 @@ def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, browser, a
     # The same run shown in one piece (its trace imported on a fresh page): the same page.
     trace = tmp_path / "trace.json"
     export_trace(page, app_url, trace)
-    with imported_on_a_fresh_page(browser, app_url, trace) as fresh:
+    with imported_on_a_fresh_page(visitors, app_url, trace) as fresh:
         whole = page_state(fresh)
     for part in ("text", "kinds", "metrics", "caption", "round", "titles"):
         assert streamed[part] == whole[part], part
