@@ -1,8 +1,9 @@
 """The page's first script (specdec/app/page/static/early.js, put first in its <head> by
 `early.EarlyScript`): Gradio 6.31's loading screen leaves its status tracker's timer running, a
-frame every 1/60 s for as long as the page is open; with the script that loop ends once the page
-has loaded, and a live status tracker's timer still counts. On a small Gradio app served in this
-process, in chromium, with and without the middleware (the control: without it the loop runs)."""
+frame every 1/60 s for as long as the page is open, and a pending event whose progress is hidden
+runs the same loop with nothing to show; with the script both end, and a live status tracker's
+timer still counts. On a small Gradio app served in this process, in chromium, with and without
+the middleware (the control: without it the loops run)."""
 
 from __future__ import annotations
 
