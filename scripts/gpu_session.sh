@@ -49,8 +49,8 @@ run() {
         $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "/tmp/$WHEEL"
         export PYTHONPATH=/tmp/site:$PWD
     fi
-    local device=cuda tests=tests/test_gpu.py
-    [ -n "${DRY:-}" ] && device=cpu
+    local device=cuda gammas="1 2 3 4 5" quick=""
+    [ -n "${DRY:-}" ] && device=cpu gammas="1 3" quick="--quick"
     { date -u; nvidia-smi 2>&1 | head -15; $py -c "import torch, transformers, gguf; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"; } 2>&1 | tee "$out/machine.log"
     local t0=$SECONDS
     # 1. the real model, converted once into the cache (timed apart from the checks)
@@ -59,15 +59,13 @@ run() {
     # 2. the GPU tests (the bundled pair; test_server_lines' GPU test needs gradio, which cannot travel)
     t0=$SECONDS
     if [ -z "${DRY:-}" ]; then
-        timeout 200 $py -m pytest -q -m gpu -p no:cacheprovider -p no:randomly -n 0 "$tests" 2>&1 | tee "$out/pytest-gpu.log" | tail -15
+        timeout 200 $py -m pytest -q -m gpu -p no:cacheprovider -p no:randomly -n 0 tests/test_gpu.py 2>&1 | tee "$out/pytest-gpu.log" | tail -15
     fi
     echo "pytest: $((SECONDS - t0)) s" | tee -a "$out/pytest-gpu.log"
     # 3. the real pair on the engine with graphs: exactness, greedy identity, speed; its profile
     t0=$SECONDS
-    local quick=""
-    [ -n "${DRY:-}" ] && quick="--quick --gammas 1 3"
     timeout 330 $py -m specdec gpu-check --pair smollm2-135m --device $device --no-tests --save-profile \
-        --gammas 1 2 3 4 5 --out /tmp/gc-check $quick 2>&1 | tee "$out/gpu-check.log"
+        --gammas $gammas --out /tmp/gc-check $quick 2>&1 | tee "$out/gpu-check.log"
     echo "gpu-check: $((SECONDS - t0)) s" | tee -a "$out/gpu-check.log"
     cp assets/bench/cost-profiles.json "$out/" 2>/dev/null
     cp /tmp/gc-check/results.json "$out/gpu-check-results.json" 2>/dev/null
