@@ -201,6 +201,13 @@ def _changes_state(block_fn) -> bool:
     return any(isinstance(block, gr.State) for block in getattr(block_fn, "outputs", ()) or ())
 
 
+def _page_closed(demo: gr.Blocks, event_id: str | None) -> bool:
+    """Whether Gradio marked this request's event closed: its page's heartbeat ended while it ran."""
+    queue = getattr(demo, "_queue", None)
+    event = getattr(queue, "event_ids_to_events", {}).get(event_id) if event_id else None
+    return bool(getattr(event, "closed", False))
+
+
 def _watch_sessions(demo: gr.Blocks) -> None:
     """Around every request: a visitor whose state was released is told at once (a warning on
     their page, whatever they did); after an event that changes a visitor's state ends, the byte
@@ -216,6 +223,11 @@ def _watch_sessions(demo: gr.Blocks) -> None:
             demo._queue.log_message(event_id=event_id, log=message, title="Your run was let go", level="warning",
                                     duration=None)
         result = await process(*args, **kwargs)
+        if session_hash and _page_closed(demo, event_id):
+            # The run outlived its page: the unload released the session, and this step's state
+            # made it again (a session Gradio opens anew, never marked closed, kept until the idle sweep).
+            housekeeping.drop_session(demo, session_hash)
+            return result
         block_fn = kwargs.get("block_fn", args[0] if args else None)
         block_fn = demo.fns.get(block_fn) if isinstance(block_fn, int) else block_fn
         if session_hash and id(block_fn) in stateful and not result.get("is_generating"):
