@@ -12,7 +12,8 @@ What `configure` sets, each from `limits` (one environment variable each):
   value, NaN, infinity, and a fraction where a whole number is expected (Gradio rounds 2.5 to 2
   without a word) — each with a message naming the control (`specdec.core.checks`, one wording);
 - Gradio's `delete_cache`: uploads and returned files deleted after SPECDEC_FILE_MAX_AGE_SECONDS;
-- a visitor's session released when their page closes, and the housekeeping thread
+- a visitor's session released when their page closes (and again after each step of a run that
+  outlived its page, for which Gradio makes the session anew), and the housekeeping thread
   (`housekeeping`): idle sessions, orphaned component copies, this process's old files, freed
   memory;
 - the byte budget (`budget`, SPECDEC_SESSION_BYTES): kept after every request that changes a
