@@ -59,7 +59,7 @@ run() {
     # 2. the GPU tests (the bundled pair; test_server_lines' GPU test needs gradio, which cannot travel)
     t0=$SECONDS
     if [ -z "${DRY:-}" ]; then
-        timeout 200 $py -m pytest -q -m gpu -p no:cacheprovider -p no:randomly -n 0 tests/test_gpu.py 2>&1 | tee "$out/pytest-gpu.log" | tail -15
+        timeout 200 $py -m pytest -q -o addopts="-ra --durations=10" -m gpu -p no:cacheprovider -p no:randomly -n 0 tests/test_gpu.py 2>&1 | tee "$out/pytest-gpu.log" | tail -15
     fi
     echo "pytest: $((SECONDS - t0)) s" | tee -a "$out/pytest-gpu.log"
     # 3. the real pair on the engine with graphs: exactness, greedy identity, speed; its profile
