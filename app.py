@@ -12,11 +12,16 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import torch  # noqa: E402
 
-# One torch thread per request by default. The bundled models are tiny, per-layer overhead
-# dominates, and on a 2-core machine (a free CPU Space, a laptop with the browser open) a second
-# OpenMP thread spinning at barriers made a first 64-token run take 4.7 s instead of 0.4 s
-# (measured). SPECDEC_THREADS overrides it, e.g. for a large hub pair on a big CPU.
+# The server's own torch work (the lab, charts) runs on one thread: on a 2-core machine (a free CPU
+# Space, a laptop with the browser open) a second OpenMP thread spinning at barriers slows every
+# request beside it. Each decoding run sets its own count (specdec/core/threads.py: one for the
+# bundled pair's tiny models, the cores free at its start for the real model); SPECDEC_THREADS
+# fixes every run's count instead.
 torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS") or 1))
+if os.environ.get("SPECDEC_THREADS"):
+    from specdec.core import threads  # noqa: E402
+
+    threads.fix(int(os.environ["SPECDEC_THREADS"]))
 
 from specdec.app.page.layout import build_app, launch_kwargs  # noqa: E402
 from specdec.app.server import limits, workers  # noqa: E402

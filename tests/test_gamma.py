@@ -12,6 +12,15 @@ from specdec.explain.speed import CostProfile, leviathan_speedup
 from specdec.models.pair import features_folder_of
 
 REAL = "smollm2-135m"
+
+
+@pytest.fixture(autouse=True)
+def no_costs_measured_here(monkeypatch):
+    """Picks read the committed profiles only: costs this machine measured (`explain.calibrate`,
+    in the user's cache) would make a pick depend on the machine the tests run on."""
+    import specdec.explain.gamma as gamma
+
+    monkeypatch.setattr(gamma, "stored", lambda *args, **kwargs: None)
 # A verify's cost by width as a 2-core CPU measured it for SmolLM2-135M (bench, 2026-11-27: one
 # target step 139 ms; over 2, 3, 4, 5 tokens 1.06, 1.21, 1.69, 1.59 steps) and its features drafter's c.
 STEP = 139.3

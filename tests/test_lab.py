@@ -16,6 +16,7 @@ from scipy import stats
 
 import bounds
 from specdec.cli.main import main
+from specdec.core import threads as core_threads
 from specdec.core.sampling import Rule
 from specdec.core.settings import RunSettings
 from specdec.explain import lab, montecarlo
@@ -336,7 +337,7 @@ def test_a_lab_run_from_a_handler_thread_leaves_every_thread_count_alone(monkeyp
         assert torch.get_num_threads() == 2
         assert _in_new_thread(torch.get_num_threads) == 2
         assert seen["thread started during the run"] == 2 and seen["handler after"] == 2
-        if montecarlo._OMP_SET_NUM_THREADS is not None:      # OpenMP builds: the lab's own worker used 1
+        if core_threads._OMP_SET_NUM_THREADS is not None:      # OpenMP builds: the lab's own worker used 1
             assert seen["lab"] == 1
     finally:
         torch.set_num_threads(before)

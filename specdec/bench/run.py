@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from ..app.server import limits
+from ..core import threads
 from ..core.checks import whole_number
 from ..core.sampling import SamplingConfig
 from ..drafting import features as fx
@@ -279,6 +280,7 @@ def run(args) -> int:
     except OSError as err:
         raise ValueError(f"cannot create --out folder {cfg.out}: {err.strerror}") from None
     torch.set_num_threads(cfg.threads)
+    threads.fix(cfg.threads)   # the benchmark's count, every contender alike (not the run policy)
 
     from transformers.utils import logging as hf_logging
 

@@ -60,6 +60,8 @@ def run(args) -> int:
     from ..training.chat.features_chat_card import acceptance
 
     torch.set_num_threads(args.threads)
+    from ..core import threads
+    threads.fix(args.threads)
     pair = load_pair(preset="smollm2-135m", drafter="features")
     nets = ({str(d): fx.load(Path(d), pair.target) for d in args.drafter} if args.drafter
             else {str(fx.weights_folder(pair)): fx.net_for(pair)})

@@ -125,6 +125,30 @@ def settings_of(args):
     return settings
 
 
+def hold_threads(pair) -> int | None:
+    """The torch threads this command's runs take (`core.threads`: --threads, else the cores free now),
+    held for the rest of the process, which serves this one command; None on a GPU."""
+    from ..core.threads import run_threads, threads_for
+
+    if pair.device != "cpu":
+        return None
+    count = threads_for(sum(p.numel() for p in pair.target.parameters()))
+    run_threads(count).__enter__()
+    return count
+
+
+def measure_here(pair, preset: str, drafter: str) -> None:
+    """A real model's costs on this machine, measured once (then kept in the user's cache): the γ pick
+    reads them (`explain.calibrate`)."""
+    from ..explain import calibrate
+    from ..models.pair import PRESETS
+
+    if PRESETS.get(preset) and PRESETS[preset].source and drafter == "features" and pair.device == "cpu":
+        if calibrate.stored(preset, drafter, "cpu", str(pair.dtype).replace("torch.", "")) is None:
+            print("measuring what this model's forwards cost on this machine (a few seconds, once)", file=sys.stderr)
+        calibrate.profile_here(pair, preset, drafter)
+
+
 def run_generate(args) -> int:
     from ..app.server import limits
     from ..decoding.loop import speculative_generate
@@ -138,16 +162,21 @@ def run_generate(args) -> int:
         whole_number(args.threads, "--threads", 1)
         import torch
         torch.set_num_threads(args.threads)   # this process serves one user: the global count is ours
+        from ..core import threads
+        threads.fix(args.threads)   # kept for every run (else each run takes the cores free at its start)
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
                      engine=args.engine, drafter=args.drafter)
     settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
+    count = hold_threads(pair)   # every run of this command, and the costs the γ pick reads, alike
+    if args.gamma is None and not args.target:
+        measure_here(pair, args.preset or "", settings.drafter)
     pick = None if args.gamma is not None or args.target else gamma_for(
-        args.preset or "", settings.drafter, settings.sampling.temperature, *pair_device(pair))
+        args.preset or "", settings.drafter, settings.sampling.temperature, *pair_device(pair), threads=count)
     settings = settings.with_(gamma=pick.gamma) if pick is not None else settings   # none given: the measured best
     limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]), limits.CLI)
     gen = speculative_generate(pair, args.prompt, settings)
     s = settings.sampling
-    print(f"{pair.label}  [{describe_device(pair)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
+    print(f"{pair.label}  [{describe_device(pair, count)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
     print(pick.sentence()) if pick is not None else None
@@ -196,7 +225,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, help="model pair preset (default: the bundled pair)")
     p.add_argument("--target", help="target model: folder or hub id (alone: a pair with no draft model)")
     p.add_argument("--draft", help="draft model: folder or hub id (with --target)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: the cores free when the run starts; one for a small model)")
 
 
 DEFAULT_GAMMA = 4   # where no measured pick applies (`explain.gamma`)

@@ -20,6 +20,7 @@ derived once at the end.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ import torch
 
 from ..core.sampling import Rule
 from ..core.settings import AUTOREGRESSIVE, RunSettings
+from ..core.threads import run_threads, threads_for
 from ..drafting import features as fx
 from ..drafting.drafters import check_drafter
 from ..trace import spine as tr
@@ -91,6 +93,22 @@ def check_request(pair, prompt_ids: list[int], settings: RunSettings) -> None:
 
 # ---------------------------------------------------------------- the decoders
 
+def _in_threads(generate):
+    """`generate` with the calling thread's torch threads set by the policy (`core.threads`) on a CPU;
+    the count is recorded in the trace (`models.threads`)."""
+    @functools.wraps(generate)
+    def run(pair, *args, **kwargs):
+        if not str(pair.device).startswith("cpu"):
+            return generate(pair, *args, **kwargs)
+        n = threads_for(sum(p.numel() for p in pair.target.parameters()))
+        with run_threads(n):
+            gen = generate(pair, *args, **kwargs)
+        gen.models["threads"] = n
+        return gen
+    return run
+
+
+@_in_threads
 @torch.inference_mode()
 def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | None = None, *,
                          on_round: Callable[[Round, Generation], None] | None = None,
@@ -151,6 +169,7 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     return gen
 
 
+@_in_threads
 @torch.inference_mode()
 def autoregressive_generate(pair, prompt: str | list[int], settings: RunSettings | None = None, *,
                             stop=None) -> Generation:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models.pair import PRESETS, features_folder_of
+from .calibrate import stored
 from .speed import CostProfile, profiles_from_json
 
 PROFILES = Path(__file__).resolve().parents[2] / "assets" / "bench" / "cost-profiles.json"
@@ -50,6 +51,8 @@ class GammaPick:
 def measured(profile: CostProfile) -> str:
     """Where and when a profile's costs were measured, in words: the project's machine, which need
     not be the one serving the page (a Space's CPU is another)."""
+    if profile.name.startswith("here:"):
+        return f"measured on this machine, {profile.when}, {profile.dtype}, {profile.where.split(', ')[-1].rstrip(')')}"
     device = {"cpu": "a CPU", "cuda": "a GPU"}.get(profile.device, profile.device)
     return f"measured for it on {device}, {profile.when}, {profile.engine}, {profile.dtype}"
 
@@ -108,13 +111,22 @@ def committed_profile(pair_key: str, drafter: str, device: str, dtype: str = "fl
     return next((p for p in profiles if (p.pair, p.drafter, p.device, p.dtype) == want), None)
 
 
+def profile_for(pair_key: str, drafter: str, device: str, dtype: str = "float32", threads: int | None = None,
+                path: Path | None = None) -> CostProfile | None:
+    """The costs a pick reads: those measured on this machine (`calibrate.stored`), else the committed
+    profile of the pair on this kind of device and dtype (another machine's: its name says where).
+    `path`: a profiles file to read instead of the committed one, alone."""
+    here = stored(pair_key, drafter, device, dtype, threads) if path is None else None
+    return here or committed_profile(pair_key, drafter, device, dtype, path)
+
+
 def gamma_for(pair_key: str, drafter: str, temperature: float, device: str = "cpu", dtype: str = "float32",
-              path: Path | None = None) -> GammaPick | None:
+              path: Path | None = None, threads: int | None = None) -> GammaPick | None:
     """The γ a run of this pair and drafter starts with, where both a card's α and a profile of the
     pair on this kind of device and dtype were measured; None elsewhere (the caller keeps its default:
     a CPU's costs say nothing of a GPU's, where a verify is nearly free)."""
     preset = PRESETS.get(pair_key)
-    profile = committed_profile(pair_key, drafter, device, dtype, path) if preset is not None else None
+    profile = profile_for(pair_key, drafter, device, dtype, threads, path) if preset is not None else None
     if profile is None or drafter != "features":   # only the features drafters have a card with α by T
         return None
     measured = card_alpha(features_folder_of(preset.target), temperature)
@@ -130,8 +142,8 @@ def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict) -> 
     """For a run compared with the target alone: what each γ would have given at the α it met, on its
     pair's measured costs on this kind of device (why it lost where it did: issue 52); '' where no
     such costs were measured."""
-    profile = committed_profile(preset_of(models), drafter, str(models.get("device", "")).split(":")[0],
-                                str(models.get("dtype", "float32")))
+    profile = profile_for(preset_of(models), drafter, str(models.get("device", "")).split(":")[0],
+                          str(models.get("dtype", "float32")), models.get("threads"))
     pick = pick_gamma(min(max(alpha, 0.0), 1.0), profile) if profile is not None else None
     if pick is None:
         return ""

@@ -8,7 +8,6 @@ from one torch.Generator seeded with the trial's seed; no global RNG state is to
 
 from __future__ import annotations
 
-import ctypes
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from ..core.sampling import Rule, sample, verify
+from ..core.threads import limit_this_thread
 
 CHUNK = 1 << 16            # rows per verify call: bounds memory to ~20 MB at V = 20 (and stays cache-friendly)
 
@@ -35,37 +35,6 @@ def checkpoints(n: int, start: int = 10) -> list[int]:
         out += [m * decade for m in (1, 2, 5) if start <= m * decade < n]
         decade *= 10
     return sorted(set(out)) + [n]
-
-
-def _find_omp_set_num_threads():
-    """OpenMP's `omp_set_num_threads` from the runtime torch loaded, or None (no OpenMP build, or
-    a platform where the process's symbols cannot be searched)."""
-    if "OpenMP" not in torch.__config__.parallel_info():
-        return None
-    try:
-        fn = ctypes.CDLL(None).omp_set_num_threads
-    except (OSError, AttributeError, TypeError):
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_int], None
-    return fn
-
-
-_OMP_SET_NUM_THREADS = _find_omp_set_num_threads()
-
-
-def limit_this_thread(threads: int) -> None:
-    """Give torch's intra-op work `threads` OpenMP threads in the CALLING thread only.
-
-    Not `torch.set_num_threads`: besides the caller's OpenMP setting it stores a process-wide
-    count that every thread takes on its first torch call (checked with torch 2.13: after one
-    thread set 1, a thread started even after that one had ended reported 1). From a request
-    handler that would override SPECDEC_THREADS for every later request. OpenMP's own
-    `omp_set_num_threads` changes only the calling thread's setting. Where it cannot be found the
-    thread keeps the process's count.
-    """
-    torch.get_num_threads()   # torch sets up this thread on its first call: let it, then override
-    if _OMP_SET_NUM_THREADS is not None:
-        _OMP_SET_NUM_THREADS(int(threads))
 
 
 def _in_own_thread(fn, threads: int):

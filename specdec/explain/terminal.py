@@ -55,11 +55,15 @@ def legend(gen: Generation, colour: bool) -> str:
     return "legend: " + " | ".join(items)
 
 
-def describe_device(pair) -> str:
-    """Device, weights and engine in words; half precision says what it gives up."""
+def describe_device(pair, threads: int | None = None) -> str:
+    """Device, weights, engine (and torch threads, where given) in words; half precision says whether
+    a verify's rows equal the one-token steps' (checked at load) or what it gives up."""
     d = pair.describe()
-    text = f"{d['device']}, {d['dtype']}, {d['engine']} engine"
-    if d["dtype"] != "float32":
+    count = f", {threads} torch thread{'s' if threads > 1 else ''}" if threads else ""
+    text = f"{d['device']}, {d['dtype']}, {d['engine']} engine{count}"
+    if d.get("rows_equal"):
+        text += " — batch-invariant: a verify's rows equal one-token steps' (checked at load)"
+    elif d["dtype"] != "float32":
         text += (" — half precision: a verify pass and a one-token step can round differently, so the output is "
                  "exact with respect to the verify pass's p, not token for token the target alone's")
     return text

@@ -28,8 +28,9 @@ import torch
 
 from ..core.sampling import SamplingConfig
 from ..core.settings import lacks_draft_model
-from . import manifest, realmodel
+from . import manifest, precision, realmodel
 from .errors import HubUnreachable, ModelLoadError
+from .precision import DTYPES, Precision, pick_device  # noqa: F401  (pick_device, DTYPES: re-exported)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 FEATURES_FOLDER = "specdec-features"   # a features drafter's folder, beside its target
@@ -48,6 +49,9 @@ class Preset:
     # it comes from, in words the page shows ("" for the app's own defaults).
     sampling: SamplingConfig = SamplingConfig()
     sampling_from: str = ""
+    # Its weights' precision on a CPU when none is asked for (`precision`: half precision only where
+    # a verify's rows are checked to equal the steps').
+    cpu_dtype: str = "float32"
 
 
 # SmolLM2-135M-Instruct's authors sample with `model.generate(inputs, max_new_tokens=50,
@@ -71,7 +75,8 @@ PRESETS: dict[str, Preset] = {p.key: p for p in [
     Preset("gpt2", "GPT-2 large / GPT-2 (hub)", "openai-community/gpt2-large", "openai-community/gpt2", hub=True),
     Preset("pythia", "Pythia 1B / 160M (hub)", "EleutherAI/pythia-1b", "EleutherAI/pythia-160m", hub=True),
     Preset(realmodel.SMOLLM2_135M.key, realmodel.SMOLLM2_135M.label, realmodel.SMOLLM2_135M.name, None, hub=False,
-           source=realmodel.SMOLLM2_135M.key, sampling=SMOLLM2_CARD, sampling_from=SMOLLM2_CARD_FROM),
+           source=realmodel.SMOLLM2_135M.key, sampling=SMOLLM2_CARD, sampling_from=SMOLLM2_CARD_FROM,
+           cpu_dtype="bfloat16"),
 ]}
 
 
@@ -114,24 +119,7 @@ def display_name(name: str | None) -> str | None:
     return text
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ENGINES = ("auto", "eager", "static", "graphs")
-
-
-def pick_device(device: str | None = None, dtype: str | None = None) -> tuple[str, torch.dtype]:
-    """CUDA when present, else the CPU; float32 weights on every device unless `dtype` asks for
-    half precision ("bfloat16" or "float16").
-
-    Float32 by default because the app claims exactness: in bfloat16 a verify pass over γ + 1
-    tokens and a one-token step round differently (measured on an H100: 5% of top-k samples left
-    the target's own support), so the output would be exact only with respect to the verify pass's
-    p. Probabilities are always computed in float32 (see sampling.logits_to_probs)."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    name = dtype or "float32"
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return device, DTYPES[name]
 
 
 def pick_engine(engine: str | None, device: str) -> str:
@@ -149,8 +137,12 @@ class ModelPair:
     """Tokenizer + target + draft, loaded once and shared read-only between requests."""
 
     def __init__(self, tokenizer, target, draft, target_name: str, draft_name: str,
-                 device: str = "cpu", dtype: torch.dtype = torch.float32, label: str = "", engine: str = "eager"):
+                 device: str = "cpu", dtype: torch.dtype = torch.float32, label: str = "", engine: str = "eager",
+                 precision: Precision | None = None):
         self.tokenizer, self.target, self.draft = tokenizer, target, draft
+        # how the target computes (its dtype, and whether a verify's rows equal the steps')
+        name = str(dtype).replace("torch.", "")
+        self.precision = precision or Precision(name, None, name)
         self.engine = engine   # eager | static | graphs: how runs compute their forwards (see `engine`)
         self.target_name, self.draft_name, self.label = target_name, draft_name, label or target_name
         self.device, self.dtype = device, dtype
@@ -230,6 +222,7 @@ class ModelPair:
         return {"label": self.label, "target": display_name(self.target_name),
                 "draft": display_name(self.draft_name) if self.draft is not None else None,
                 "device": self.device, "dtype": str(self.dtype).replace("torch.", ""), "engine": self.engine,
+                **self.precision.describe(),
                 "vocab_size": self.vocab_size, "context_length": self.context_length,
                 **_shape("target", self.target), **_shape("draft", self.draft)}
 
@@ -295,9 +288,11 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     ModelLoadError names the command that fetches it. `drafter`: the one the caller means to run,
     refused before anything loads when the pair lacks it (the 'model' drafter without a draft model).
 
-    `dtype`: None or "float32" (the default on every device: exact), "bfloat16" or "float16" (half
-    precision, asked for). `engine`: "auto" (CUDA graphs on a GPU, eager on a CPU), "eager",
-    "static" (static caches without graphs) or "graphs".
+    `dtype`: "float32", "bfloat16" or "float16"; None: the preset's own on a CPU (`Preset.cpu_dtype`,
+    bfloat16 for the real model where this machine keeps a verify's rows equal to the steps', see
+    `precision`), else float32. Half precision on a CPU runs batch-invariant where the model allows.
+    `engine`: "auto" (CUDA graphs on a GPU, eager on a CPU), "eager", "static" (static caches without
+    graphs) or "graphs".
 
     Raises ModelLoadError with a message a user can act on: missing files, no network for a
     hub model, different tokenizers, weights not in safetensors format.
@@ -310,7 +305,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     if not checked:
         check_folders(*names)
     try:
-        device, torch_dtype = pick_device(device, dtype)
+        device, torch_dtype = pick_device(device, dtype or _preset_dtype(preset, target, device))
         engine = pick_engine(engine, device)
     except ValueError as err:
         raise ModelLoadError(str(err)) from None
@@ -327,6 +322,10 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         if draft is not None:
             check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
         target_model = _load_model(target, torch_dtype, device, offline)
+        how = precision.settle(target_model, tokenizer, device, engine, torch_dtype, by_default=dtype is None)
+        if how is None:   # the preset's half precision parts on this machine: its float32 instead
+            torch_dtype, how = torch.float32, precision.FLOAT32
+            target_model = _load_model(target, torch_dtype, device, offline)
         draft_model = _load_model(draft, torch_dtype, device, offline) if draft is not None else None
     except ModelLoadError:
         raise
@@ -342,7 +341,14 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         if "safetensors" in text.lower() and "header" not in text.lower():
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
         raise ModelLoadError(f"could not load {label}: {text}") from None
-    return ModelPair(tokenizer, target_model, draft_model, target, draft, device, torch_dtype, label, engine)
+    return ModelPair(tokenizer, target_model, draft_model, target, draft, device, torch_dtype, label, engine, how)
+
+
+def _preset_dtype(preset: str | None, target: str | None, device: str | None) -> str | None:
+    """The precision a preset runs in by default on a CPU (None: float32)."""
+    chosen = PRESETS.get(preset or BUNDLED) if target is None or preset else None
+    on_cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cpu")
+    return chosen.cpu_dtype if chosen is not None and on_cpu else None
 
 
 def _resolve(target, draft, preset, cache, progress) -> tuple[str, str | None, str, bool]:

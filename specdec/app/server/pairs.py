@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ...drafting import features as fx
+from ...explain import calibrate
 from ...models import realmodel
 from ...models.pair import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
 from . import device_queue, limits
@@ -45,9 +47,19 @@ def get_pair(key: str = BUNDLED, progress: realmodel.Progress | None = None) -> 
         _evict(room_for=1)
         pair = load_pair(preset=key, device=limits.DEVICE, dtype=limits.DTYPE, engine=limits.ENGINE,
                          progress=progress)
+        _measure_costs(pair, key, progress)
         with _CACHE:
             _LOADED[key] = pair
         return pair
+
+
+def _measure_costs(pair: ModelPair, key: str, progress) -> None:
+    """A real model's costs measured on this machine once (`explain.calibrate`: a few seconds, then
+    kept in the user's cache): the γ a run starts with and the page's predictions read them."""
+    if PRESETS[key].source is not None and str(pair.device).startswith("cpu") and fx.available(pair):
+        if progress is not None:
+            progress(1.0, "measuring what its forwards cost on this machine (a few seconds, once)")
+        calibrate.profile_here(pair, key, "features")
 
 
 def ready(key: str, progress: realmodel.Progress | None = None) -> ModelPair:
