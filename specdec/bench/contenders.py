@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.registry import kind_of, kinds, names
+from ..core.registry import find, kind_of, kinds, names
 from ..core.sampling import SamplingConfig
 from ..core.settings import RunSettings
 from ..decoding.loop import autoregressive_generate, speculative_generate
@@ -220,7 +220,8 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
         tokens = list(gen.token_ids)
         accepted, tested = gen.stats.accepted, gen.stats.tested
         drafted, draft_seconds = gen.stats.drafted, gen.stats.draft_seconds
-        if kind_of(KINDS[kind].drafter).reads_features:   # its net is no model the hooks see: its own count
+        drafter = find(KINDS[kind].drafter)   # None: the target alone
+        if drafter is not None and drafter.reads_features:   # its net is no model the hooks see: its own count
             counter.draft_forwards = gen.stats.draft_forwards
         if not counter.target_widths:   # a CUDA graph's replay calls no forward hook: widths from the run
             counter.target_widths = [len(prompt_ids)] + _widths_of(gen)
