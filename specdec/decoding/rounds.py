@@ -84,8 +84,8 @@ class EagerRounds:
         self.device = pair.device
         self.drafter = make_drafter(settings.drafter, pair)
         self.drafter.start(list(prompt), settings)
-        net = getattr(self.drafter, "net", None)   # the features drafter's: it reads the verify's rows
-        self.target = TargetScorer(pair, features=net.feature_layers if net is not None else None)
+        reads = self.drafter.kind.reads_features   # then the verify keeps the rows its net reads (`observe`)
+        self.target = TargetScorer(pair, features=self.drafter.net.feature_layers if reads else None)
 
     @property
     def target_forwards(self) -> int:

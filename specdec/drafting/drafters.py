@@ -31,6 +31,7 @@ from ..core.registry import (
     runnable,
 )
 from ..core.sampling import SamplingConfig, logits_to_probs, sample
+from ..core.settings import RunSettings
 from . import features as fx
 
 
@@ -44,14 +45,19 @@ class Drafter(Protocol):
     whole context so far (the prompt and every kept token).
     """
 
-    kind: ClassVar[DrafterKind]
+    kind: ClassVar[DrafterKind]   # its name and what it needs (`specdec.core.registry`)
     forwards: int   # model forward passes spent so far
+
+    @classmethod
+    def build(cls, pair) -> Drafter:
+        """A new drafter for one run on `pair` (which `check_drafter` found can run it)."""
+        ...
 
     @property
     def name(self) -> str: ...
 
-    def start(self, prompt: list[int], settings) -> None:
-        """The run begins: `prompt` (token ids) and its `RunSettings`."""
+    def start(self, prompt: list[int], settings: RunSettings) -> None:
+        """The run begins: its prompt (token ids) and its settings."""
         ...
 
     def propose(self, context: list[int], gamma: int, sampling: SamplingConfig,
@@ -72,7 +78,7 @@ class BaseDrafter:
     def name(self) -> str:
         return self.kind.name
 
-    def start(self, prompt: list[int], settings) -> None:
+    def start(self, prompt: list[int], settings: RunSettings) -> None:
         pass
 
 
