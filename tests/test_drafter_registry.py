@@ -116,3 +116,13 @@ def test_a_registered_drafter_is_offered_by_the_page_and_accepted_by_its_request
         _, _, settings = RunRequest(prompt=PROMPT, drafter="unigram").checked()
         assert settings.drafter == "unigram"
     assert "unigram" not in offered_drafters(BUNDLED)
+
+
+def test_a_name_taken_by_another_drafter_is_refused_and_the_registry_stays_as_it_was():
+    class Impostor(UnigramDrafter):
+        kind = DrafterKind("ngram", "not the n-gram drafter")
+
+    before = labels()
+    with pytest.raises(ValueError, match="a drafter named 'ngram' is registered already"):
+        register(Impostor)
+    assert labels() == before and kind_of("ngram").label != "not the n-gram drafter"

@@ -52,9 +52,10 @@ _CLASSES: dict[str, type] = {}
 
 def register(cls: type) -> type:
     """Add a drafter class (its `kind` says its name and what it needs); returns the class, so it
-    can decorate it. A name taken by another kind or class is refused."""
-    kind = cls.kind
-    if _KINDS.get(kind.name, kind) != kind or _CLASSES.get(kind.name, cls) is not cls:
+    can decorate it. A name taken by another kind or another class is refused (the same class
+    again, its module reloaded, replaces itself)."""
+    kind, old = cls.kind, _CLASSES.get(cls.kind.name, cls)
+    if _KINDS.get(kind.name, kind) != kind or (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
         raise ValueError(f"a drafter named {kind.name!r} is registered already")
     _KINDS[kind.name] = kind
     _CLASSES[kind.name] = cls
