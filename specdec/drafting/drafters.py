@@ -42,7 +42,9 @@ class Drafter(Protocol):
     (a KV cache, an index over the context) is that run's alone. `start` is called once, before the
     first `propose`, with the run's prompt ids and its settings: a drafter that reads the prompt
     reads it there, not on its first `propose`. Then `propose` once per round, each time with the
-    whole context so far (the prompt and every kept token).
+    whole context so far (the prompt and every kept token). Where a run goes on the pair's engine
+    (a kind with `on_engine`, on a pair that has one), the engine drafts with the same model on its
+    static caches and no drafter is built (`decoding.rounds.rounds_for`).
     """
 
     kind: ClassVar[DrafterKind]   # its name and what it needs (`specdec.core.registry`)
