@@ -107,6 +107,20 @@ def test_the_generate_synopsis_names_every_option_of_generate():
     assert named == options("generate"), options("generate") ^ named
 
 
+def test_the_generate_synopsis_lists_the_choices_the_parser_offers():
+    """Where the synopsis types an option's choices (`--drafter model|ngram|features`), they are the
+    parser's, in its order (the drafters are the registry's: `specdec.core.registry`)."""
+    synopsis = next(words for words in command_lines(CLI_DOC) if words[0] == "generate")
+    actions = {s: a for a in subparser("generate")._actions for s in a.option_strings}
+    checked = set()
+    for option, value in zip(synopsis, synopsis[1:]):
+        action = actions.get(option.strip("["))
+        if action is not None and action.choices is not None and "|" in value:
+            assert value.strip("[]").split("|") == list(action.choices), option
+            checked.add(option.strip("["))
+    assert "--drafter" in checked
+
+
 def test_the_symbols_listed_for_generate_are_those_it_can_show():
     """generate runs the exact rule or, with --skip-adjustment, the biased one: its text can show
     the accepted and rejected drafts and every ending those two rules make, nothing else."""

@@ -22,7 +22,7 @@ from serverload import THREADS_ONLY
 from specdec import RunSettings, SamplingConfig, speculative_generate
 from specdec.app.server.api import CHAT_PROMPT
 from specdec.app.shows import outside
-from specdec.core.settings import DRAFTERS
+from specdec.core.registry import labels, runnable
 from specdec.models.pair import BUNDLED, PRESETS
 from test_app_browser import wait_done
 from test_layout_browser import TABLES, WIDTHS, cut_at_right
@@ -89,18 +89,22 @@ def test_the_real_pair_offers_only_the_drafters_it_can_run(real_page):
     bundled pair, its draft model is offered again."""
     page = real_page
     # The radio renders after the preset box (a clean-clone run read it empty at 0f…): wait for it.
+    every = list(labels().values())
+    real = [labels()[name] for name in runnable(has_draft=False, has_features=True)]   # no draft model
     page.wait_for_function("(n) => document.querySelectorAll('#drafter label').length === n",
-                           arg=len(DRAFTERS), timeout=30_000)
-    assert drafters_offered(page) == list(DRAFTERS.values())
+                           arg=len(every), timeout=30_000)
+    assert drafters_offered(page) == every
     pick_pair(page, REAL)
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('is loaded')",
                            timeout=TIMEOUT)
-    page.wait_for_function("(n) => document.querySelectorAll('#drafter label').length === n", arg=2, timeout=30_000)
-    assert drafters_offered(page) == [DRAFTERS["ngram"], DRAFTERS["features"]]
+    page.wait_for_function("(n) => document.querySelectorAll('#drafter label').length === n", arg=len(real),
+                           timeout=30_000)
+    assert drafters_offered(page) == real
     assert page.locator("#drafter input:checked").first.get_attribute("value") == "features"
     pick_pair(page, BUNDLED)
-    page.wait_for_function("(n) => document.querySelectorAll('#drafter label').length === n", arg=3, timeout=30_000)
-    assert drafters_offered(page) == list(DRAFTERS.values())
+    page.wait_for_function("(n) => document.querySelectorAll('#drafter label').length === n", arg=len(every),
+                           timeout=30_000)
+    assert drafters_offered(page) == every
     assert page.console_errors == []
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.registry import find, kind_of, kinds, names
 from ..core.sampling import SamplingConfig
 from ..core.settings import RunSettings
 from ..decoding.loop import autoregressive_generate, speculative_generate
@@ -23,7 +24,7 @@ from ..drafting.drafters import NgramDrafter
 class Kind:
     label: str
     family: str                 # specdec | transformers
-    drafter: str | None         # model | features | ngram | None (the target alone)
+    drafter: str | None         # a registered drafter's name (`core.registry`), None for the target alone
     counterpart: str | None     # the transformers kind a specdec kind is compared with
 
 
@@ -48,6 +49,21 @@ BASELINES = (SPECDEC_AR, HF_GENERATE)
 SPECULATIVE = (SPECDEC_MODEL, SPECDEC_UNTRACED, SPECDEC_FEATURES, SPECDEC_NGRAM, HF_ASSISTED, HF_LOOKUP)
 
 
+def speculative_kinds() -> list[str]:
+    """The speculative kinds, the table's own first, then one for each registered drafter that has
+    none: specdec with it, set against transformers' assisted generation where it runs a model,
+    else against prompt lookup (the model-free drafter transformers has)."""
+    covered = {KINDS[k].drafter for k in SPECULATIVE if KINDS[k].family == "specdec"}
+    for kind in kinds():
+        if kind.name not in covered:
+            runs_a_model = kind.needs_draft_model or kind.reads_features
+            KINDS.setdefault(f"specdec_{kind.name}", Kind(f"specdec + {kind.word}", "specdec", kind.name,
+                                                          HF_ASSISTED if runs_a_model else HF_LOOKUP))
+    registered = set(names())
+    extra = [k for k, v in KINDS.items() if k not in SPECULATIVE and k not in BASELINES and v.drafter in registered]
+    return [*SPECULATIVE, *extra]
+
+
 @dataclass(frozen=True)
 class Contender:
     kind: str
@@ -62,9 +78,10 @@ class Contender:
 def contenders(gammas: list[int], temperatures: list[float], features: bool = False,
                model: bool = True) -> list[Contender]:
     """Every contender, in table order: per T, the two baselines then each speculative kind over
-    gamma. The features drafter runs only where its weights for the pair's target exist (`features`),
-    the draft model's contenders (specdec's and transformers' assisted) only where there is one (`model`)."""
-    kinds = [k for k in SPECULATIVE if (features or k != SPECDEC_FEATURES) and (model or KINDS[k].drafter != "model")]
+    gamma (a registered drafter without a kind of its own here gets one: `speculative_kinds`). Each
+    runs only where the pair has what its drafter needs: weights for its target (`features`), a
+    draft model (`model`: specdec's draft model and transformers' assisted generation)."""
+    kinds = [k for k in speculative_kinds() if kind_of(KINDS[k].drafter).runs_on(model, has_features=features)]
     out = []
     for t in temperatures:
         out += [Contender(k, t) for k in BASELINES]
@@ -193,7 +210,7 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
     if KINDS[kind].family == "specdec":
         sampling = SamplingConfig(temperature=t, top_k=top_k if t else 0, top_p=top_p if t else 1.0)
         settings = RunSettings(gamma=contender.gamma or 1, max_new_tokens=max_new_tokens, seed=seed,
-                               sampling=sampling, drafter=KINDS[kind].drafter or "model")
+                               sampling=sampling, drafter=KINDS[kind].drafter or RunSettings.drafter)
         start = time.perf_counter()
         if kind == SPECDEC_AR:
             gen = autoregressive_generate(pair, prompt_ids, settings)
@@ -203,7 +220,8 @@ def run_contender(pair, contender: Contender, prompt_ids: list[int], max_new_tok
         tokens = list(gen.token_ids)
         accepted, tested = gen.stats.accepted, gen.stats.tested
         drafted, draft_seconds = gen.stats.drafted, gen.stats.draft_seconds
-        if KINDS[kind].drafter == "features":   # its net is no model the hooks see: its own count
+        drafter = find(KINDS[kind].drafter)   # None: the target alone
+        if drafter is not None and drafter.reads_features:   # its net is no model the hooks see: its own count
             counter.draft_forwards = gen.stats.draft_forwards
         if not counter.target_widths:   # a CUDA graph's replay calls no forward hook: widths from the run
             counter.target_widths = [len(prompt_ids)] + _widths_of(gen)

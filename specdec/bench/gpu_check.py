@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.registry import by_preference, fallback, kind_of
 from ..core.sampling import Rule, SamplingConfig
 from ..core.settings import RunSettings
 from ..explain.measure import PROMPTS, prompts_for
@@ -74,7 +75,6 @@ NO_CUDA = ("no CUDA device here (torch {torch} sees none): gpu-check proves thin
 
 
 def run(args) -> int:
-    from ..drafting import features as fx
     from ..models.pair import load_pair
 
     device = args.device or "cuda"
@@ -94,8 +94,7 @@ def run(args) -> int:
           f"engine {pair.engine}", flush=True)
     if not (args.quick or args.no_tests or args.speed_only):
         report["checks"].append(_pytest_gpu())
-    # a pair with no draft model (a real model) is checked with the n-gram drafter instead
-    drafters = ["model" if pair.draft is not None else "ngram"] + (["features"] if fx.available(pair) else [])
+    drafters = drafters_to_check(pair)
     for drafter in drafters if not args.speed_only else []:
         report["checks"] += exactness(pair, samples, control=not args.quick, prompt=prompts[2], drafter=drafter)
         report["checks"] += greedy_identity(pair, reference, tokens, drafter=drafter, prompts=prompts)
@@ -190,6 +189,16 @@ def graphs_in_use(pair) -> dict:
             "graphs captured, none failed"}
 
 
+def drafters_to_check(pair) -> list[str]:
+    """The drafters the engine runs that the pair has, the draft model's first; a pair with no draft
+    model (a real model) is checked with the drafter every pair has in its place."""
+    from ..drafting.drafters import drafters_for
+
+    on_engine = [d for d in by_preference(drafters_for(pair)) if kind_of(d).on_engine]
+    with_model = any(kind_of(d).needs_draft_model for d in on_engine)
+    return on_engine if with_model else [fallback(), *on_engine]
+
+
 # ---------------------------------------------------------------- exactness
 
 JOINT = 2   # the tokens whose joint law the exactness check tests
@@ -265,7 +274,7 @@ def exactness(pair, n: int, control: bool = True, prompt=PROMPTS[2], drafter: st
     for rule, want in ((Rule.EXACT, "pass"), (Rule.SKIP_ADJUSTMENT, "fail")):
         role = "must pass" if want == "pass" else "control: must fail"
         name = f"exactness, joint law of {JOINT} tokens, {rule.value} rule ({role})"
-        name += "" if drafter == "model" else f", {drafter} drafter"
+        name += "" if drafter == RunSettings.drafter else f", {drafter} drafter"
         if want == "fail" and not control:
             out.append({"check": name, "ok": True, "skipped": True,
                         "result": f"SKIPPED: {n} runs have no power to fail it (run without --quick)"})
@@ -282,7 +291,7 @@ def greedy_identity(pair, reference, tokens: int, drafter: str = "model", prompt
 
     out = []
     greedy = SamplingConfig(temperature=0)
-    which = "" if drafter == "model" else f", {drafter} drafter"
+    which = "" if drafter == RunSettings.drafter else f", {drafter} drafter"
     for gamma in (1, 3, 8):
         same = total = 0
         for prompt in prompts[:3]:
@@ -324,7 +333,7 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafter
     result = {"costs": {**costs, "target_ms_by_width": {str(k): v for k, v in costs["target_ms_by_width"].items()}},
               "rows": []}
     for temp in (0.0, 1.0):
-        lineup = [("model", 0)] + [(d, g) for d in drafters for g in gammas]   # γ 0: the target alone
+        lineup = [(RunSettings.drafter, 0)] + [(d, g) for d in drafters for g in gammas]   # γ 0: the target alone
         totals = {key: [0.0, 0, 0, 0, 0.0, 0] for key in lineup}   # seconds, tokens, accepted, tested, drafting, drafts
         for k in range(rounds + 1):   # round 0 warms every contender up
             for key in lineup[k % len(lineup):] + lineup[:k % len(lineup)]:
@@ -346,7 +355,7 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafter
             secs, n, acc, tested = totals[(drafter, g)][:4]
             row = {"temperature": temp, "gamma": g, "drafter": drafter, "tokens_per_s": n / secs,
                    "speedup": (n / secs) / base}
-            if g and drafter != "model":   # only the draft model's step was timed alone: no predicted figure
+            if g and not kind_of(drafter).needs_draft_model:   # only the draft model's step was timed alone
                 row.update(alpha=acc / tested if tested else 0.0, predicted=None)
             elif g:
                 alpha = acc / tested if tested else 0.0
@@ -355,7 +364,7 @@ def speed(pair, tokens: int, rounds: int = 3, gammas=(1, 2, 3, 4, 5, 6), drafter
                                                                     costs["draft_step_ms"], verify,
                                                                     costs["target_step_ms"]))
             result["rows"].append(row)
-    feats = [t for (d, g), t in totals.items() if d == "features" and g and t[5]]   # the last loop's: T = 1
+    feats = [t for (d, g), t in totals.items() if kind_of(d).reads_features and g and t[5]]   # the last loop's: T = 1
     if result["costs"]["draft_step_ms"] is None and feats:
         ms = 1000 * sum(t[4] for t in feats) / sum(t[5] for t in feats)
         result["costs"].update(draft_step_ms=ms, c=ms / result["costs"]["target_step_ms"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..core.registry import find
 from ..explain.speed import leviathan_speedup, predicted_speedup
 from .contenders import (
     BASELINES,
@@ -70,10 +71,11 @@ def aggregate(records: list[dict], costs: dict) -> list[dict]:
                 widths[w] = widths.get(w, 0) + n
         tested = sum(r["tested"] for r in runs)
         alpha = sum(r["accepted"] for r in runs) / tested if tested else None
-        drafter = KINDS[kind].drafter
-        c = costs["c"] if drafter == "model" else 0.0 if drafter == "ngram" else None
+        drafter = find(KINDS[kind].drafter)   # None: the target alone
+        # The draft's cost per step: the draft model's, timed alone; none for a drafter that runs no model.
+        c = None if drafter is None else costs["c"] if drafter.needs_draft_model else 0.0
         row_draft_ms = draft_ms
-        if drafter == "features":   # no model of its own to time alone: its drafting time in these runs
+        if drafter is not None and drafter.reads_features:   # no model of its own to time alone: its drafting time here
             drafted = sum(r.get("drafted", 0) for r in runs)
             row_draft_ms = 1000 * sum(r.get("draft_seconds", 0.0) for r in runs) / drafted if drafted else 0.0
             c = row_draft_ms / step_ms if drafted else None

@@ -119,7 +119,7 @@ def settings_of(args):
     gamma = DEFAULT_GAMMA if args.gamma is None else args.gamma   # 0 is a value to refuse, not "none"
     settings = RunSettings(gamma=gamma, max_new_tokens=args.max_new_tokens, sampling=sampling,
                            seed=args.seed, rule=Rule.SKIP_ADJUSTMENT if args.skip_adjustment else Rule.EXACT,
-                           drafter=args.drafter or "model", chat=False if args.raw else None).validate()
+                           drafter=args.drafter or RunSettings.drafter, chat=False if args.raw else None).validate()
     limits.check_run(settings, limits.CLI)
     limits.check_prompt_chars(len(args.prompt), limits.CLI)   # its tokens: once the pair is loaded
     return settings
@@ -140,10 +140,12 @@ def hold_threads(pair) -> int | None:
 def measure_here(pair, preset: str, drafter: str) -> None:
     """A real model's costs on this machine, measured once (then kept in the user's cache): the γ pick
     reads them (`explain.calibrate`)."""
+    from ..core.registry import find
     from ..explain import calibrate
     from ..models.pair import PRESETS
 
-    if PRESETS.get(preset) and PRESETS[preset].source and drafter == "features" and pair.device == "cpu":
+    kind = find(drafter)
+    if PRESETS.get(preset) and PRESETS[preset].source and kind and kind.gamma_from_card and pair.device == "cpu":
         if calibrate.stored(preset, drafter, "cpu", str(pair.dtype).replace("torch.", "")) is None:
             print("measuring what this model's forwards cost on this machine (a few seconds, once)", file=sys.stderr)
         calibrate.profile_here(pair, preset, drafter)
@@ -194,8 +196,9 @@ def run_generate(args) -> int:
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    from .. import drafting  # noqa: F401  (every drafter registered: the choices below are the registry's)
     from ..app.server import limits
-    from ..core.settings import DRAFTERS
+    from ..core.registry import defaults_sentence, labels
 
     p.add_argument("--prompt", required=True, type=prompt_text, help="the text to continue (instruct model: a message)")
     p.add_argument("--raw", action="store_true", help="an instruct model reads the prompt as raw text to continue, "
@@ -209,9 +212,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds every random draw: the same seed, the same run")
     p.add_argument("--skip-adjustment", action="store_true",
                    help="on rejection sample from p instead of the residual (biased, for teaching)")
-    kinds = "; ".join(f"{k}: {v}" for k, v in DRAFTERS.items())
-    p.add_argument("--drafter", choices=list(DRAFTERS), default=None, help=kinds + " (default: the draft model "
-                   "where the pair has one, else its features drafter, else n-gram)")
+    kinds = "; ".join(f"{name}: {label}" for name, label in labels().items())
+    p.add_argument("--drafter", choices=list(labels()), default=None,
+                   help=f"{kinds} (default: {defaults_sentence()})")
     p.add_argument("--json", help="write the trace to this file")
     p.add_argument("--compare-ar", action="store_true", help="also run the target alone and compare (both warmed up, "
                    "timed in the order speculative, alone, alone, speculative)")

@@ -11,24 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from .checks import seed, whole_number
+from .registry import MODEL, kind_of
 from .sampling import Rule, SamplingConfig
 
 SPECULATIVE = "speculative"
 AUTOREGRESSIVE = "autoregressive"
-
-# The drafters a run can name: key -> what the app and the CLI call it. `drafters.make_drafter`
-# builds one from its key; adding a drafter means one line here and one class there.
-DRAFTERS = {
-    "model": "small draft model",
-    "ngram": "n-gram prompt lookup (no model)",
-    "features": "the target's own features (one layer, EAGLE-style)",
-}
-
-
-def lacks_draft_model(label: str, choices: list[str]) -> str:
-    """What a run that asks for the 'model' drafter hears from a pair with no draft model."""
-    return (f"the 'model' drafter is a drafter this pair lacks: {label} has no draft model. Choose the "
-            f"{' or '.join(map(repr, choices))} drafter")
 
 
 @dataclass(frozen=True)
@@ -39,7 +26,7 @@ class RunSettings:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
     rule: Rule = Rule.EXACT            # how drafts are verified (SKIP_ADJUSTMENT is the biased toggle)
-    drafter: str = "model"
+    drafter: str = MODEL.name          # a name in `registry` (what each drafter is and needs)
     # How a text prompt is read: True, a user turn under the tokenizer's chat template (the assistant's
     # turn opened after it); False, raw text to continue; None, the pair's own way (a turn for a model
     # with a chat template). A run's trace records what was done (True or False).
@@ -63,8 +50,7 @@ class RunSettings:
         whole_number(self.gamma, "gamma (drafts per round)", 1, strict=True)
         whole_number(self.max_new_tokens, "max new tokens", 1, strict=True)
         seed(self.seed, strict=True)
-        if self.drafter not in DRAFTERS:
-            raise ValueError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(map(repr, DRAFTERS))}")
+        kind_of(self.drafter)   # a registered drafter (`registry`), else a ValueError naming the choices
         if self.chat is not None and not isinstance(self.chat, bool):
             raise ValueError(f"chat must be true, false or unset, got {self.chat!r}")
         if not isinstance(self.rule, Rule):
@@ -85,5 +71,5 @@ class RunSettings:
         rule = d.get("rule") or (Rule.SKIP_ADJUSTMENT.value if d.get("skip_adjustment") else Rule.EXACT.value)
         return cls(mode=d.get("mode", SPECULATIVE), gamma=d.get("gamma", 1), max_new_tokens=d.get("max_new_tokens", 1),
                    sampling=SamplingConfig(**d.get("sampling", {})),
-                   seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", "model"), chat=d.get("chat"))
+                   seed=d.get("seed", 0), rule=Rule(rule), drafter=d.get("drafter", MODEL.name), chat=d.get("chat"))
 

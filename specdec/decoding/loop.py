@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..core.registry import kind_of
 from ..core.sampling import Rule
 from ..core.settings import AUTOREGRESSIVE, RunSettings
 from ..core.threads import run_threads, threads_for
@@ -125,9 +126,9 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     settings = settings or RunSettings()
     gen, context = _start(pair, prompt, settings)
     generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-    rounds = rounds_for(pair, settings)
+    rounds = rounds_for(pair, gen.settings, context)   # its chat resolved for this pair
     outside = inside = None   # the features drafter's vocabulary (mask, ids) when its q reads a subset
-    if settings.drafter == "features":   # which of the target's layers its q read (the page says so)
+    if kind_of(settings.drafter).reads_features:   # which of the target's layers its q read (the page says so)
         net = fx.net_for(pair)
         gen.models["feature_layers"] = list(net.feature_layers)
         if net.vocab is not None:   # q reads a vocabulary subset (the step viewer says how much p lies outside)

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.registry import kind_of
 from ..core.sampling import SamplingConfig, Verdict, logits_to_probs, sample, verify
 from ..core.settings import RunSettings
-from ..drafting import features as fx
-from ..drafting.drafters import KVCache, align_logits, make_drafter
+from ..drafting.drafters import KVCache, align_logits, check_drafter, make_drafter
 from ..engine.engine import engine_for, unsupported_by
 
 
@@ -79,11 +79,13 @@ class EagerRounds:
 
     name = "eager"
 
-    def __init__(self, pair, settings: RunSettings):
+    def __init__(self, pair, settings: RunSettings, prompt: list[int] = ()):
+        """The run's own drafter, started on its `prompt` (token ids) and settings."""
         self.device = pair.device
         self.drafter = make_drafter(settings.drafter, pair)
-        net = getattr(self.drafter, "net", None)   # the features drafter's: it reads the verify's rows
-        self.target = TargetScorer(pair, features=net.feature_layers if net is not None else None)
+        self.drafter.start(list(prompt), settings)
+        reads = self.drafter.kind.reads_features   # then the verify keeps the rows its net reads (`observe`)
+        self.target = TargetScorer(pair, features=self.drafter.net.feature_layers if reads else None)
 
     @property
     def target_forwards(self) -> int:
@@ -117,16 +119,16 @@ class EagerRounds:
 class EngineRounds:
     """Rounds on the pair's static-cache engine (CUDA graphs on a GPU): one host sync a round."""
 
-    def __init__(self, engine, drafter: str = "model"):
+    def __init__(self, engine, features: bool = False):
         self.engine = engine
-        self.drafter = drafter   # "model" or "features"
+        self.features = features   # the features drafter's net drafts (it reads the verify's rows), not a draft model
         self.name = engine.name
         self.target_forwards = self.draft_forwards = 0
 
     @contextlib.contextmanager
     def held(self, needed: int, gamma: int):
         with self.engine.lock:   # the caches and graphs are the pair's: one run at a time
-            self.engine.start(needed, gamma, self.drafter)
+            self.engine.start(needed, gamma, features=self.features)
             mark = self.engine.eager_steps
             yield
             self.name = self.engine.name_since(mark)   # a capture failed mid-run: say what ran
@@ -190,17 +192,16 @@ class EngineSteps:
         return self.engine.target_steps(context, k, sampling, draws)
 
 
-def rounds_for(pair, settings: RunSettings):
-    """The rounds of a speculative run: on the pair's engine when it has one and the drafter is a
-    model (the draft model, or the features drafter's net, whose rows the verify graph writes),
-    else eager (the n-gram drafter has no model to put in a graph)."""
-    if settings.drafter == "features":
-        fx.net_for(pair)   # a pair without its weights is told so before any run starts
-    drafts_with_a_model = (settings.drafter == "model" and pair.draft is not None) or settings.drafter == "features"
-    engine = engine_for(pair) if drafts_with_a_model else None
+def rounds_for(pair, settings: RunSettings, prompt: list[int] = ()):
+    """The rounds of a speculative run over `prompt` (token ids): on the pair's engine when it has
+    one and the drafter's kind runs there (a model: the draft model, or the features drafter's net,
+    whose rows the verify graph writes), else eager (the n-gram drafter has no model to put in a graph)."""
+    kind = kind_of(settings.drafter)
+    check_drafter(settings.drafter, pair)   # a pair that lacks what the drafter needs is told so before any run
+    engine = engine_for(pair) if kind.on_engine else None
     if engine is not None:
-        return EngineRounds(engine, settings.drafter)
-    rounds = EagerRounds(pair, settings)
+        return EngineRounds(engine, features=kind.reads_features)
+    rounds = EagerRounds(pair, settings, prompt)
     rounds.name = _eager_name(pair)
     return rounds
 

@@ -4,28 +4,84 @@ One small interface (like transformers' `CandidateGenerator`), so the decoder ne
 the kind of drafter: `propose` returns the drafted tokens and the distribution q each was drawn
 from. q is the draft distribution after the same processing as p (temperature, top-k, top-p). A
 drafter that runs a model checks `stop` before each of its forwards and returns what it has.
+
+A drafter is one class: its `kind` (`specdec.core.registry.DrafterKind`) says what the rest of the
+code asks about it, `build(pair)` makes one for a pair, and `@register` puts it in the one registry
+(the settings, the page, the CLI and the bench read their choices there). Adding a drafter is its
+class (here or in a module of its own that this package's `__init__` imports), its `@register`
+line and its tests.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 
+from ..core.registry import (
+    FEATURES,
+    MODEL,
+    NGRAM,
+    DrafterKind,
+    by_preference,
+    class_of,
+    kind_of,
+    lacks_draft_model,
+    register,
+    runnable,
+)
 from ..core.sampling import SamplingConfig, logits_to_probs, sample
-from ..core.settings import DRAFTERS, lacks_draft_model
+from ..core.settings import RunSettings
 from . import features as fx
 
 
 class Drafter(Protocol):
-    name: str
+    """What the rounds ask of a drafter.
+
+    One drafter is built per run (`make_drafter`, when the run's rounds are made), so what it keeps
+    (a KV cache, an index over the context) is that run's alone. `start` is called once, before the
+    first `propose`, with the run's prompt ids and its settings: a drafter that reads the prompt
+    reads it there, not on its first `propose`. Then `propose` once per round, each time with the
+    whole context so far (the prompt and every kept token). Where a run goes on the pair's engine
+    (a kind with `on_engine`, on a pair that has one), the engine drafts with the same model on its
+    static caches and no drafter is built (`decoding.rounds.rounds_for`).
+    """
+
+    kind: ClassVar[DrafterKind]   # its name and what it needs (`specdec.core.registry`)
     forwards: int   # model forward passes spent so far
+
+    @classmethod
+    def build(cls, pair) -> Drafter:
+        """A new drafter for one run on `pair` (which `check_drafter` found can run it)."""
+        ...
+
+    @property
+    def name(self) -> str: ...
+
+    def start(self, prompt: list[int], settings: RunSettings) -> None:
+        """The run begins: its prompt (token ids) and its settings."""
+        ...
 
     def propose(self, context: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator, stop=None) -> tuple[list[int], torch.Tensor]:
         """Up to `gamma` drafted tokens after `context`, and q: [len(drafts), V] float32 rows.
         `stop` (a threading.Event, or None): when set, return the drafts so far."""
         ...
+
+
+class BaseDrafter:
+    """What every drafter shares: its name from its kind, no model forward yet, nothing to do at the
+    start of a run. A drafter need not derive from it; it only has to answer as `Drafter` does."""
+
+    kind: ClassVar[DrafterKind]
+    forwards = 0
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    def start(self, prompt: list[int], settings: RunSettings) -> None:
+        pass
 
 
 class KVCache:
@@ -86,10 +142,15 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
-class ModelDrafter:
+@register
+class ModelDrafter(BaseDrafter):
     """A small causal LM drafting autoregressively with its own KV cache."""
 
-    name = "model"
+    kind = MODEL
+
+    @classmethod
+    def build(cls, pair) -> ModelDrafter:
+        return cls(pair.draft, pair.vocab_size)
 
     def __init__(self, model, vocab_size: int):
         self.model = model
@@ -114,7 +175,8 @@ class ModelDrafter:
         return drafts, torch.stack(rows)
 
 
-class NgramDrafter:
+@register
+class NgramDrafter(BaseDrafter):
     """Prompt lookup: find the latest earlier occurrence of the context's last n tokens
     (n = max_ngram down to 1) and propose the tokens that followed it.
 
@@ -127,7 +189,12 @@ class NgramDrafter:
     (issue 53). A proposal stops before the first one; q stays one-hot on what it proposes.
     """
 
-    name = "ngram"
+    kind = NGRAM
+
+    @classmethod
+    def build(cls, pair) -> NgramDrafter:
+        special = frozenset() if cls.kind.proposes_special else special_ids(pair)
+        return cls(pair.vocab_size, device=pair.device, special=special)
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, device: str | torch.device = "cpu",
                  special: frozenset[int] = frozenset()):
@@ -162,7 +229,8 @@ class NgramDrafter:
         return drafts, q
 
 
-class FeaturesDrafter:
+@register
+class FeaturesDrafter(BaseDrafter):
     """Drafts from the target's features: the `features` drafter (EAGLE-style, see `specdec.drafting.features`).
 
     It keeps its own KV cache of "exact" elements (built from the target's features), one per
@@ -172,7 +240,11 @@ class FeaturesDrafter:
     every kept position with `observe` after each verify.
     """
 
-    name = "features"
+    kind = FEATURES
+
+    @classmethod
+    def build(cls, pair) -> FeaturesDrafter:
+        return cls(fx.net_for(pair), pair.target, pair.vocab_size)
 
     def __init__(self, net, target, vocab_size: int):
         from transformers import DynamicCache
@@ -252,24 +324,25 @@ def align_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def drafters_for(pair) -> list[str]:
-    """The drafter keys that can run on this pair: the model drafter needs a draft model, the
-    features drafter weights for its target."""
-    return [key for key in DRAFTERS if (key != "features" or fx.available(pair))
-            and (key != "model" or getattr(pair, "draft", None) is not None)]
+    """The drafters that can run on this pair, in listing order: what each needs (a draft model,
+    features weights for its target) against what the pair has."""
+    return runnable(has_draft=getattr(pair, "draft", None) is not None, has_features=fx.available(pair))
 
 
 def default_drafter(pair) -> str:
-    """The drafter a run gets when it names none: the draft model where the pair has one, else the
-    features drafter trained for its target (the real model's: its best), else the n-gram drafter."""
-    if getattr(pair, "draft", None) is not None:
-        return "model"
-    return "features" if fx.available(pair) else "ngram"
+    """The drafter a run gets when it names none: the preferred one the pair can run (the draft
+    model where the pair has one, else the features drafter trained for its target, else n-gram)."""
+    return by_preference(drafters_for(pair))[0]
 
 
 def check_drafter(name: str, pair) -> None:
-    """ValueError, naming the drafters the pair has, when it cannot run the drafter `name`."""
-    if name == "model" and getattr(pair, "draft", None) is None:
-        raise ValueError(lacks_draft_model(pair.label, drafters_for(pair)))
+    """ValueError, naming the drafters the pair has, when it cannot run the drafter `name` (an
+    unknown name, or one that needs a draft model or features weights the pair lacks)."""
+    kind = kind_of(name)
+    if kind.needs_draft_model and getattr(pair, "draft", None) is None:
+        raise ValueError(lacks_draft_model(name, pair.label, drafters_for(pair)))
+    if kind.reads_features:
+        fx.net_for(pair)   # weights for the pair's target, loaded once; else a ValueError that says so
 
 
 def special_ids(pair) -> frozenset[int]:
@@ -282,12 +355,6 @@ def special_ids(pair) -> frozenset[int]:
 
 
 def make_drafter(name: str, pair) -> Drafter:
-    """The drafter a run names (see `settings.DRAFTERS`), over the pair's shared vocabulary."""
-    if name == "ngram":
-        return NgramDrafter(pair.vocab_size, device=pair.device, special=special_ids(pair))
-    if name == "model":
-        check_drafter(name, pair)
-        return ModelDrafter(pair.draft, pair.vocab_size)
-    if name == "features":
-        return FeaturesDrafter(fx.net_for(pair), pair.target, pair.vocab_size)
-    raise ValueError(f"unknown drafter {name!r}: choose one of {', '.join(map(repr, DRAFTERS))}")
+    """A new drafter of the registered kind `name` for one run, over the pair's shared vocabulary."""
+    check_drafter(name, pair)
+    return class_of(name).build(pair)

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..core.registry import by_preference, runnable
 from ..models.pair import ASSETS, FEATURES_FOLDER, features_folder_of
 
 FOLDER = FEATURES_FOLDER   # beside specdec-target in a pair's folder
@@ -355,8 +356,9 @@ def net_for(pair) -> FeatureNet:
         if net is None:
             folder = weights_folder(pair)
             if not (folder / "model.safetensors").exists():
+                others = by_preference(runnable(has_draft=getattr(pair, "draft", None) is not None, has_features=False))
                 raise ValueError("the features drafter has weights only for the bundled pair (assets/models/"
-                                 f"{FOLDER}); choose the 'model' or 'ngram' drafter for this pair")
+                                 f"{FOLDER}); choose the {' or '.join(map(repr, others))} drafter for this pair")
             net = load(folder, pair.target, pair.dtype)
             pair.feature_net = net
         return net

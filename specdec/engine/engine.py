@@ -60,28 +60,28 @@ class Engine(StepGraphs):
         self.lock = threading.Lock()
         self.t_valid = self.d_valid = 0     # cache positions that hold the current run's context
         self.f_valid = 0                    # exact elements in the features drafter's cache
-        self.drafter = "model"              # the current run's: "model" or "features"
+        self.features = False               # the current run drafts with the features net, not the draft model
 
     # -------------------------------------------------------------- a run
-    def start(self, needed: int, gamma: int, drafter: str = "model") -> None:
+    def start(self, needed: int, gamma: int, features: bool = False) -> None:
         """Prepare for a new run needing `needed` positions and drafting up to `gamma` tokens with
-        the `drafter` ("model" or "features")."""
-        self._make_slots(needed, gamma, features=drafter == "features")
-        self.drafter = drafter
+        the draft model, or with the features drafter's net when `features`."""
+        self._make_slots(needed, gamma, features=features)
+        self.features = features
         self.t_valid = self.d_valid = self.f_valid = 0
 
     def draftable(self, context: list[int], g: int) -> int:
         """How many of g drafts this round can draft: the features drafter none until a verify has
         given the target's rows up to the last kept position (a run's first round, the prompt's
         prefill), as the eager `FeaturesDrafter`, so that one seed gives the same draws on both."""
-        if self.drafter == "features" and (len(context) < 2 or self.t_valid < len(context) - 1):
+        if self.features and (len(context) < 2 or self.t_valid < len(context) - 1):
             return 0
         return g
 
     @property
     def _layers(self) -> tuple[int, ...] | None:
         """The feature rows the verify keeps (the features drafter's), or None."""
-        return self._slots.features.layers if self.drafter == "features" else None
+        return self._slots.features.layers if self.features else None
 
     @torch.inference_mode()
     def speculative_round(self, context: list[int], g: int, sampling: SamplingConfig, rule,
@@ -95,7 +95,7 @@ class Engine(StepGraphs):
         s.numbers.set(sampling)
         s.upload(uniforms)
         self._catch_up(s.target, context, last, "t_valid")
-        if g and self.drafter == "features":
+        if g and self.features:
             if not self._draft_features(context, g, shape, stop):
                 return None
         # The draft: feed what its cache lacks (1 token, or 2 after a round that accepted every draft).

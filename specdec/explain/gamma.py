@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.registry import find
 from ..models.pair import PRESETS, features_folder_of
 from .calibrate import stored
 from .speed import CostProfile, profiles_from_json
@@ -127,7 +128,8 @@ def gamma_for(pair_key: str, drafter: str, temperature: float, device: str = "cp
     a CPU's costs say nothing of a GPU's, where a verify is nearly free)."""
     preset = PRESETS.get(pair_key)
     profile = profile_for(pair_key, drafter, device, dtype, threads, path) if preset is not None else None
-    if profile is None or drafter != "features":   # only the features drafters have a card with α by T
+    kind = find(drafter)
+    if profile is None or kind is None or not kind.gamma_from_card:   # only some drafters have a card with α by T
         return None
     measured = card_alpha(features_folder_of(preset.target), temperature)
     return None if measured is None else pick_gamma(measured[0], profile, measured[1])

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
+from ..core.registry import find, lacks_draft_model, runnable
 from ..core.sampling import SamplingConfig
-from ..core.settings import lacks_draft_model
 from . import manifest, precision, realmodel
 from .errors import HubUnreachable, ModelLoadError
 from .precision import DTYPES, Precision, pick_device  # noqa: F401  (pick_device, DTYPES: re-exported)
@@ -286,7 +286,7 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     `realmodel.cache_root()`), converted there first from the installed wheel if need be
     (`progress(fraction, words)` hears how that goes). Loading never downloads: without the model,
     ModelLoadError names the command that fetches it. `drafter`: the one the caller means to run,
-    refused before anything loads when the pair lacks it (the 'model' drafter without a draft model).
+    refused before anything loads when the pair lacks what it needs (a draft model).
 
     `dtype`: "float32", "bfloat16" or "float16"; None: the preset's own on a CPU (`Preset.cpu_dtype`,
     bfloat16 for the real model where this machine keeps a verify's rows equal to the steps', see
@@ -298,9 +298,10 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
     hub model, different tokenizers, weights not in safetensors format.
     """
     target, draft, label, checked = _resolve(target, draft, preset, cache, progress)
-    if drafter == "model" and draft is None:   # before the weights load (seconds to minutes)
+    kind = find(drafter)
+    if kind is not None and kind.needs_draft_model and draft is None:   # before the weights load (seconds to minutes)
         has_features = (features_folder_of(target) / "model.safetensors").is_file()
-        raise ModelLoadError(lacks_draft_model(label, ["features", "ngram"] if has_features else ["ngram"]))
+        raise ModelLoadError(lacks_draft_model(kind.name, label, runnable(has_draft=False, has_features=has_features)))
     names = [n for n in (target, draft) if n is not None]
     if not checked:
         check_folders(*names)

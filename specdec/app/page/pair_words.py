@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ...core.settings import DRAFTERS, RunSettings
+from ...core.registry import kinds, labels
+from ...core.settings import RunSettings
 from ...explain.gamma import gamma_for
 from ...models.pair import PRESETS, pair_sampling, pick_device
 from ..server.api import CHAT_PROMPT
@@ -17,7 +18,7 @@ def changes_line(preset, drafter, new_drafter, prompt, new_prompt) -> str:
     said = []
     if new_drafter != drafter:
         why = "this pair has no draft model" if preset.draft is None else "the pair has it"
-        said.append(f"Drafter: {DRAFTERS.get(drafter, drafter)} → {DRAFTERS[new_drafter]} ({why}). ")
+        said.append(f"Drafter: {labels().get(drafter, drafter)} → {labels()[new_drafter]} ({why}). ")
     if new_prompt != prompt:
         why = ("an instruct model answers a question" if new_prompt == CHAT_PROMPT
                else "the bundled pair continues Shakespeare")
@@ -62,7 +63,8 @@ def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = N
     usual, device = RunSettings().gamma, device or pick_device()[0]   # not loaded yet: where it will load
     pick = gamma_for(preset_key, drafter, temperature, device, dtype)
     own = pick.gamma if pick is not None else usual
-    picks = [gamma_for(key, "features", temperature, device, dtype) for key in PRESETS]
+    picks = [gamma_for(key, kind.name, temperature, device, dtype) for key in PRESETS for kind in kinds()
+             if kind.gamma_from_card]   # any pair's own γ: replaced as the usual one is
     if gamma is None or gamma == own or gamma in {usual, *(p.gamma for p in picks if p is not None)}:
         said = "" if gamma in (None, own) else f"γ: {gamma:g} → {own}. "
         return own, said + (pick.sentence() + " " if pick is not None else "")

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 
+from ...core.registry import FEATURES
 from ...drafting.features import FOLDER
 from ...explain.speed import CostProfile, RunPoint, alpha_band, profiles_from_json
 from ...models.pair import ASSETS
@@ -72,7 +73,7 @@ def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | N
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         cost = data["cost"]
-        row = next(r for r in data["acceptance"] if r["drafter"] == "features" and r["temperature"] == 1.0)
+        row = next(r for r in data["acceptance"] if r["drafter"] == FEATURES.name and r["temperature"] == 1.0)
         return CostProfile(
             name=f"this CPU, the bundled pair's features drafter (its card: α {row['alpha']:.2f} at T = 1)",
             where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",

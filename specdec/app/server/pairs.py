@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ...drafting import features as fx
+from ...core.registry import kind_of
+from ...drafting.drafters import drafters_for
 from ...explain import calibrate
 from ...models import realmodel
 from ...models.pair import BUNDLED, PRESETS, ModelLoadError, ModelPair, load_pair, pick_device
@@ -56,10 +57,12 @@ def get_pair(key: str = BUNDLED, progress: realmodel.Progress | None = None) -> 
 def _measure_costs(pair: ModelPair, key: str, progress) -> None:
     """A real model's costs measured on this machine once (`explain.calibrate`: a few seconds, then
     kept in the user's cache): the γ a run starts with and the page's predictions read them."""
-    if PRESETS[key].source is not None and str(pair.device).startswith("cpu") and fx.available(pair):
+    picked = [d for d in drafters_for(pair) if kind_of(d).gamma_from_card]   # whose γ a profile picks
+    if PRESETS[key].source is not None and str(pair.device).startswith("cpu") and picked:
         if progress is not None:
             progress(1.0, "measuring what its forwards cost on this machine (a few seconds, once)")
-        calibrate.profile_here(pair, key, "features")
+        for drafter in picked:
+            calibrate.profile_here(pair, key, drafter)
 
 
 def ready(key: str, progress: realmodel.Progress | None = None) -> ModelPair:

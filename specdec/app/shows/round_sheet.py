@@ -18,7 +18,7 @@ import json
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from ...core.settings import DRAFTERS
+from ...core.registry import labels
 from ...explain.looks import LOOKS, token_label, token_text
 from ...trace.outcomes import Status
 from ...trace.spine import Generation
@@ -41,7 +41,7 @@ def settings_line(gen: Generation) -> str:
     pair = models.get("label") or " / ".join(str(m) for m in (models.get("target"), models.get("draft")) if m)
     rule = "skip the adjustment (biased)" if s.skip_adjustment else "exact"
     template = "" if s.chat is None else " · chat template" if s.chat else " · raw text"
-    return (f"{pair} · drafter: {DRAFTERS.get(s.drafter, s.drafter)} · γ = {s.gamma} · "
+    return (f"{pair} · drafter: {labels().get(s.drafter, s.drafter)} · γ = {s.gamma} · "
             f"T = {sampling.temperature:g}, top-k {sampling.top_k}, top-p {sampling.top_p:g} · seed {s.seed} · "
             f"rule: {rule}{template}")
 

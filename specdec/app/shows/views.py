@@ -13,6 +13,7 @@ import json
 import gradio as gr
 import pandas as pd
 
+from ...core.registry import find
 from ...decoding.loop import STOPPED
 from ...explain.looks import LOOKS, PALETTE, stop_text, token_label, token_text
 from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
@@ -93,7 +94,8 @@ def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
     if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
         caption += "\n\n" + greedy_rejection(gen, rnd)
-    if gen.settings.drafter == "features":
+    kind = find(gen.settings.drafter)
+    if kind is not None and kind.reads_features:   # where its q came from: the target's feature or its own
         k = position if isinstance(position, int) and 0 <= position < len(rnd.positions) else 0
         caption += "\n\n" + where_q_came_from(gen, rnd, k) + q_source_picture(gen, rnd, k)
     return caption
