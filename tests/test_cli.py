@@ -353,3 +353,33 @@ def test_each_chat_drafter_command_refuses_a_bad_argument_in_one_line(args, word
 def test_chat_train_without_a_cuda_device_says_so_in_one_line(capsys):
     assert main(["chat-train"]) == 2
     assert "no CUDA device here" in one_error_line(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------- the newcomer's edges
+
+def test_generate_checks_the_json_path_before_it_decodes(tmp_path, monkeypatch, capsys):
+    """A trace path that cannot be written is refused before any model loads, not after the run."""
+    from specdec.models import pair
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the pair was loaded before the --json path was checked")
+    monkeypatch.setattr(pair, "load_pair", no_load)
+    for path, words in [(tmp_path / "no" / "t.json", "there is no folder"), (tmp_path, "it is a folder")]:
+        assert main(["generate", "--prompt", "Hi", "--json", str(path)]) == 2
+        assert words in one_error_line(capsys.readouterr().err)
+
+
+def test_fetch_ends_with_the_command_the_readme_gives(monkeypatch, capsys, tmp_path):
+    """The line `fetch` suggests is the README's own example of the real model (its default drafter)."""
+    import shlex
+
+    from specdec.models import realmodel
+
+    monkeypatch.setattr(realmodel, "prepare", lambda *args, **kwargs: tmp_path)
+    monkeypatch.setattr(sys, "argv", ["specdec"])
+    assert main(["fetch", "smollm2-135m"]) == 0
+    suggested = shlex.split(capsys.readouterr().out.splitlines()[-1])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("python -m specdec", "specdec")
+    examples = [shlex.split(line.split("#")[0]) for line in readme.splitlines()
+                if "generate --preset smollm2-135m" in line and line.lstrip().startswith("specdec")]
+    assert examples and suggested in examples, (suggested, examples)

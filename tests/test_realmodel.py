@@ -158,7 +158,8 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     out = capsys.readouterr().out
     assert code == 0, out
     assert "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" in out
-    assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at ⟨eos⟩" in out
+    assert "user: What is the capital of France?\nassistant: " in out and "stopped at ⟨eos⟩" in out
+    assert "<|im_start|>" not in out and "system" not in out   # the user's prompt, not the pair's template
     assert "gamma=4 " in out and "picked" not in out   # no γ given, no measured pick for n-gram: the usual 4
     # No --drafter: the pair's best, its features drafter (it has no draft model to default to); no
     # --gamma: the one its committed costs and the drafter's card predict best here, said (issue 52).

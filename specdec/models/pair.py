@@ -320,9 +320,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         else:
             offline = _is_offline() or not _hub_reachable()
             if offline and not _in_hub_cache(*names):
-                raise HubUnreachable(
-                    f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
-                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.", label)
+                raise HubUnreachable(f"{label} needs the Hugging Face Hub, which cannot be reached from here "
+                                     f"(offline). {offline_choices(cache)}", label)
         tokenizer = _load_tokenizer(target, offline)
         if draft is not None:
             check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
@@ -343,6 +342,16 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
             raise ModelLoadError(f"{label}: only safetensors weights are loaded (safe by default): {text}") from None
         raise ModelLoadError(f"could not load {label}: {text}") from None
     return ModelPair(tokenizer, target_model, draft_model, target, draft, device, torch_dtype, label, engine)
+
+
+def offline_choices(cache: str | Path | None = None) -> str:
+    """What loads without the hub: the bundled pair, the real model (said as fetched where it is
+    in `cache` or installed, else with the command that fetches it), a local folder."""
+    real = next(key for key, p in PRESETS.items() if p.source is not None)
+    have = realmodel.where(realmodel.SOURCES[PRESETS[real].source], cache) is not None
+    how = "which is here" if have else f"once fetched with `python -m specdec fetch {real}`"
+    return (f"Use the bundled pair (preset '{BUNDLED}'), the real model (preset '{real}', {how}) or a local "
+            "folder: they work offline.")
 
 
 def _resolve(target, draft, preset, cache, progress) -> tuple[str, str | None, str, bool]:
