@@ -122,6 +122,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def offline_unless_slow(request, monkeypatch):
+    """The quick check is offline: outside slow tests pip may not reach a package index (a test
+    that downloads fails there, and belongs among the slow ones)."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+
+
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory, pytestconfig) -> Path:
     """The folder the browser tests write their screenshots to: never the repository's own
