@@ -1,4 +1,4 @@
-"""What SmolLM2-135M-Instruct answers under four samplings (issue 53), printed for a person to read:
+"""What SmolLM2-135M-Instruct answers under four samplings, printed for a person to read:
 full-vocabulary sampling (T = 1, top-k 0, top-p 1), T = 0.7 with top-p 0.9, its authors' card
 (T = 0.2, top-p 0.9, transformers' default top-k 50: the pair's own, `models.SMOLLM2_CARD`) and
 greedy, on the page's two examples for the pair and six questions the sampling was not tuned on.

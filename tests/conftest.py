@@ -65,12 +65,9 @@ def pytest_xdist_auto_num_workers(config):
 
 # The heaviest files first, so that with `-n auto` the two workers end together: pytest-xdist hands
 # out whole files in collection order (pytest.ini: `--no-loadscope-reorder`; its default order,
-# most tests first, sent files of two long tests last). Test time in seconds, 2 workers on 2 cores,
-# 2026-11-26 (`pytest -n auto --durations=0 --junitxml=...`, summed per file): 250 180 140 130 127
-# 119 109 107 103 75 61 58 58 51 50 48 48 43 41 41 36 30 22; every other file took under 20
-# (test_realpair_browser.py, added since: ~230 s alone on a loaded machine, most of it the real
-# model's fetch and load). A file
-# missing from the list only runs later; a name here that is no file stops the run.
+# most tests first, sent files of two long tests last). Ordered by each file's summed test time
+# (`pytest -n auto --durations=0 --junitxml=...`); a file missing from the list only runs later; a
+# name here that is no file stops the run.
 HEAVIEST_FIRST = (
     "test_app_browser.py", "test_server.py", "test_realpair_browser.py", "test_vocab_subset.py", "test_server_lines.py",
     "test_layout_browser.py", "test_cli.py", "test_features.py", "test_server_budget.py",
@@ -254,10 +251,9 @@ def app_url(pytestconfig):
 
 # New visitors' pages share one browser context per worker, each a new tab, and chromium runs a
 # site's tabs in one renderer process (`--process-per-site`) that a blank tab on the same site keeps
-# alive between tests. Measured 2026-11-27 on 2 cores, the app's page, chromium CPU per load
-# (/proc, load and 2.5 s after): a context of its own each time 6.2-6.6 CPU-s, a new tab in a kept
-# process 2.7-3.2 (its scripts are compiled once per process). A third of the suite's CPU went to
-# chromium. A new tab is still a new visitor: a new document and Gradio session, nothing of the last
+# alive between tests: a new tab in a kept process costs about half of a context of its own (its
+# scripts are compiled once per process), and chromium is a large share of the suite's CPU.
+# A new tab is still a new visitor: a new document and Gradio session, nothing of the last
 # page's listeners or routes; the context's cookies and storage are cleared as each page closes.
 VISITOR_ARGS = ["--process-per-site"]
 KEEPER = "http://127.0.0.1:9/keeper"   # same site as every app server here (a site has no port)

@@ -182,3 +182,27 @@ def test_the_two_smollm2_presets_are_told_apart():
     assert "**`smollm2-135m`**" in real and "**`smollm2`**" in real
     assert "offline" in real[real.index("`smollm2-135m`"):real.index("**`smollm2`**")]
     assert "Hugging Face Hub" in real[real.index("**`smollm2`**"):]
+
+
+# ---------------------------------------------------------------- the quick check and the front page
+
+QUICK = '-m "not slow and not browser"'
+
+
+def test_the_readme_gives_the_quick_check_as_pytest_ini_names_it():
+    """pytest.ini says the fast subset is in the README: its command is there, offline, with its time
+    (under two minutes on 2 cores: the figure docs/testing.md's table gives, timed)."""
+    assert QUICK in (ROOT / "pytest.ini").read_text(encoding="utf-8")
+    two = section("Two commands")
+    line = next(line for line in two.splitlines() if QUICK in line)
+    assert line.startswith("HF_HUB_OFFLINE=1 python -m pytest") and "under two minutes" in " ".join(two.split())
+    assert QUICK in DOCS["testing.md"][:1500]   # the testing page opens with it too
+
+
+def test_the_readme_is_a_front_page_without_measurements():
+    """One-line claims only: no dated run, no seconds, gigabytes or speedups (they live in docs/,
+    once, with the command that measures them). The real model's sizes are its pins, checked above."""
+    body = README.split("\n---\n", 1)[1]
+    for pattern in [r"\b20\d\d-\d\d-\d\d\b", r"\d+(\.\d+)? ?s\b", r"\d+(\.\d+)? ?GB\b", r"\d+(\.\d+)?×",
+                    r"\d+(\.\d+)? tok/s"]:
+        assert not re.search(pattern, body), (pattern, re.search(pattern, body)[0])

@@ -162,7 +162,7 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     assert "<|im_start|>" not in out and "system" not in out   # the user's prompt, not the pair's template
     assert "gamma=4 " in out and "picked" not in out   # no γ given, no measured pick for n-gram: the usual 4
     # No --drafter: the pair's best, its features drafter (it has no draft model to default to); no
-    # --gamma: the one its committed costs and the drafter's card predict best here, said (issue 52).
+    # --gamma: the one its committed costs and the drafter's card predict best here, said.
     assert cli.main(["generate", "--preset", "smollm2-135m", "--max-new-tokens", "4", "--color", "never",
                      "--prompt", FRANCE]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Sentences a careful reader flagged as odd (issue 27, item 5; issue 54), each checked where it is built."""
+"""Sentences a careful reader flagged as odd, each checked where it is built."""
 
 from __future__ import annotations
 

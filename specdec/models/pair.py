@@ -55,7 +55,7 @@ class Preset:
 # https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct). The call leaves top-k at
 # transformers' default, 50 (the model's generation_config.json sets no sampling), so top-k 50 is
 # part of what the card runs. Over the whole vocabulary (T = 1, top-k 0) this 135M model, in 4-bit
-# weights, writes junk from the first token on most questions (issue 53).
+# weights, writes junk from the first token on most questions.
 SMOLLM2_CARD = SamplingConfig(temperature=0.2, top_k=50, top_p=0.9)
 SMOLLM2_CARD_FROM = ("the authors' recommended T = 0.2, top-p 0.9 for SmolLM2-135M-Instruct (its model card; "
                      "top-k 50 is transformers' default there)")
@@ -123,8 +123,8 @@ def pick_device(device: str | None = None, dtype: str | None = None) -> tuple[st
     half precision ("bfloat16" or "float16").
 
     Float32 by default because the app claims exactness: in bfloat16 a verify pass over γ + 1
-    tokens and a one-token step round differently (measured on an H100: 5% of top-k samples left
-    the target's own support), so the output would be exact only with respect to the verify pass's
+    tokens and a one-token step round differently (a top-k sample can leave the target's own
+    support), so the output would be exact only with respect to the verify pass's
     p. Probabilities are always computed in float32 (see sampling.logits_to_probs)."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

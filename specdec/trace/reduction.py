@@ -98,7 +98,7 @@ def round_summary(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, end_di
         # drafter's vocabulary subset, or cut by top-k / top-p).
         unreachable = (pd * (q == 0)).sum(1, keepdim=True, dtype=torch.float64)
         # p outside the drafter's vocabulary alone: where q is 0 also holds what sampling cut (at
-        # temperature 0 every id but the draft), which is not the vocabulary's doing (issue 53).
+        # temperature 0 every id but the draft), which is not the vocabulary's doing.
         if outside is None:
             beyond = torch.full_like(beta, NO_SUBSET)
         else:

@@ -27,7 +27,7 @@ def encoded(update: dict) -> dict:
     """`update` with each Plotly figure replaced by its encoding (made once per figure), and each
     `gr.update(...)` copied: Gradio pops an update's "value" as it sends it, so a shared view's
     second visitor got the round slider's and the position's new choices without their values
-    (the slider said round 1 beside "Round 2 of 21" after a run from the cache; issue 38)."""
+    (the slider said round 1 beside "Round 2 of 21" after a run from the cache)."""
     return {name: plot_data(value) if isinstance(value, go.Figure) else
             dict(value) if isinstance(value, dict) and value.get("__type__") == "update" else value
             for name, value in update.items()}

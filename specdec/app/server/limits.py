@@ -112,7 +112,7 @@ MAX_PROMPT_TOKENS: int = _read("SPECDEC_MAX_PROMPT_TOKENS", 1024, 1, 1 << 22)
 # The longest token of the shipped tokenizers is 81 characters (SmolLM2's; the bundled pair's 25):
 # a prompt of more than 100 characters per token allowed cannot be within the limit.
 PROMPT_CHARS_PER_TOKEN = 100
-if os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "").strip():   # the character limit there was (to 2026-11-27)
+if os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "").strip():   # a former limit, refused by name
     raise ValueError("SPECDEC_MAX_PROMPT_CHARS is gone: prompts have one limit, in tokens, "
                      "SPECDEC_MAX_PROMPT_TOKENS")
 MAX_UPLOAD_MB: float = _read("SPECDEC_MAX_UPLOAD_MB", 5, 0.001, 4096, whole=False)
