@@ -6,7 +6,7 @@ installs it, so in CI they always run.
 Markers (pytest.ini): a test that uses the browser gets `browser`, one that needs the app server
 gets `slow`, one that takes a README screenshot gets `screenshot`, here, from its fixtures; other
 slow tests and GPU tests carry their marker themselves. `python -m pytest -m "not slow and not
-browser"` is the fast subset.
+browser"` is the quick check: offline, and it writes nothing outside temporary folders.
 
 The suite leaves the clone as it found it: screenshots go to a temporary folder (unless
 SPECDEC_SCREENSHOTS names one: `python scripts/screenshots.py` points it at assets/screenshots),

@@ -276,6 +276,8 @@ def test_every_preset_the_docs_name_exists():
         named = re.findall(r"preset=\"([^\"]+)\"|--preset ([\w.-]+)", text)
         for key in {a or b for a, b in named}:
             assert key in PRESETS, (name, key)
+        for key in re.findall(r"load_pair\(preset=\"([^\"]+)\"\)", text):   # an example runs offline
+            assert not PRESETS[key].hub, (name, key)
 
 
 def test_the_limits_hosting_md_lists_are_the_codes():
