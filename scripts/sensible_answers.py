@@ -6,7 +6,7 @@ Each is the target alone (a speculative run samples the same distribution), 40 n
 0 and 1 (greedy once). `--page` runs instead what the page runs at the pair's defaults: the
 features drafter, seed 0, 64 new tokens.
 
-Read on 2026-11-27 (2 CPU threads), a sensible answer being a right, readable one: T = 1 gave 4 of
+Read by hand, a sensible answer being a right, readable one: T = 1 gave 4 of
 16, T = 0.7 / top-p 0.9 8 of 16, the card's sampling 13 of 16, greedy 5 of 8; the page's defaults
 6 of 8 (wrong: the spider's legs; half-right: Romeo and Juliet's author, in an invented word).
 
