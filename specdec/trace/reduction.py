@@ -10,7 +10,7 @@ so both paths record a Round from the same numbers by construction.
 
 Tie rule for "top n": by value, then the lower id (what a stable descending sort gives), on every
 device. `top_ids` gets it from `torch.topk` on a key without ties, not from a sort: a stable sort of
-a row is O(V log V), over twenty times a topk on the key at these vocabularies.
+a row is O(V log V), over ten times a topk on the key at these vocabularies.
 """
 
 from __future__ import annotations
