@@ -1,4 +1,4 @@
-"""What SmolLM2-135M-Instruct answers under four samplings (issue 53), printed for a person to read:
+"""What SmolLM2-135M-Instruct answers under four samplings, printed for a person to read:
 full-vocabulary sampling (T = 1, top-k 0, top-p 1), T = 0.7 with top-p 0.9, its authors' card
 (T = 0.2, top-p 0.9, transformers' default top-k 50: the pair's own, `models.SMOLLM2_CARD`) and
 greedy, on the page's two examples for the pair and six questions the sampling was not tuned on.
@@ -6,7 +6,7 @@ Each is the target alone (a speculative run samples the same distribution), 40 n
 0 and 1 (greedy once). `--page` runs instead what the page runs at the pair's defaults: the
 features drafter, seed 0, 64 new tokens.
 
-Read on 2026-11-27 (2 CPU threads), a sensible answer being a right, readable one: T = 1 gave 4 of
+Read by hand, a sensible answer being a right, readable one: T = 1 gave 4 of
 16, T = 0.7 / top-p 0.9 8 of 16, the card's sampling 13 of 16, greedy 5 of 8; the page's defaults
 6 of 8 (wrong: the spider's legs; half-right: Romeo and Juliet's author, in an invented word).
 

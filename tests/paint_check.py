@@ -1,5 +1,5 @@
 """Reading a rendered page's figures as they are painted, not as their data says: the defects a
-reader saw at a first run (issue 38) that a figure's data and its text boxes cannot show.
+reader saw at a first run that a figure's data and its text boxes cannot show.
 
 - a reference that resolves nowhere: Plotly draws clip paths and pattern fills (hatched bars) as
   url('<page address>#id'); when the page's address changed after the draw, the hatched bars

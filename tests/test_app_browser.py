@@ -395,7 +395,7 @@ def test_timeline_click_opens_round(page):
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3')", timeout=30_000)
     wait_marked(page, 3)
-    # "next rejection" opens the next round with a rejected draft, at that draft (issue 53).
+    # "next rejection" opens the next round with a rejected draft, at that draft.
     rejected = sorted((c[0], c[1]) for t in plot_data(page, "timeline") if t["name"].startswith("rejected")
                       for c in t["customdata"] or [])   # (round, position), 0-based
     after, draft = next((r + 1, k + 1) for r, k in rejected if r > 2)
@@ -421,8 +421,8 @@ def test_skip_adjustment_marks_tokens_sampled_from_p(page, screenshots):
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('BIASED')", timeout=30_000)
     assert plot_data(page, "end-chart")[0]["name"] == "p (used instead of the residual: biased)"
-    # Its "drawn" arrow ends at the drawn bar's top (issue 53: it ended high over a short bar,
-    # in empty space), on the scale it opens on and on the other.
+    # Its "drawn" arrow ends at the drawn bar's top , not high over a short bar in empty
+    # space, on the scale it opens on and on the other.
     page.wait_for_timeout(1000)   # Plotly draws the annotations after the bars
     misses = layout_check.pointer_misses(page, ("end-chart",))
     scale = page.evaluate("() => document.querySelector('#end-chart .js-plotly-plot').layout.yaxis.type")
@@ -536,7 +536,7 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, visitors, app_url)
     page.wait_for_function("() => document.querySelector('#end-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3')", timeout=30_000)
     wait_marked(page, 3)
-    page.locator("#position label").nth(1).click()   # draft 2 of round 3: the link opens it (issue 53)
+    page.locator("#position label").nth(1).click()   # draft 2 of round 3: the link opens it
     page.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
                            "?.includes('Round 3, draft 2')", timeout=30_000)
     text = page.locator("#token-text .specdec-text").inner_text()
@@ -555,7 +555,7 @@ def test_a_copied_link_reproduces_the_run_and_the_round(page, visitors, app_url)
                                 "?.includes('Round 3')", timeout=30_000)
         fresh.wait_for_function("() => document.querySelector('#pq-chart .js-plotly-plot')?.layout?.title?.text"
                                 "?.includes('Round 3, draft 2')", timeout=30_000)
-        # The link opens at the step viewer, not at the page's top ~3,000 px above it (issue 53).
+        # The link opens at the step viewer, not at the page's top ~3,000 px above it.
         fresh.wait_for_function("() => Math.abs(document.querySelector('#step-viewer').getBoundingClientRect().top)"
                                 " < 100", timeout=10_000)
 

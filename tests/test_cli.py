@@ -186,7 +186,7 @@ def test_bad_values_are_one_line_and_exit_2(argv, words, capsys):
     assert words in one_error_line(captured.err) and captured.out == ""
 
 
-# ---------------------------------------------------------------- what a newcomer meets (issue 21)
+# ---------------------------------------------------------------- what a newcomer meets
 
 def test_the_usage_line_names_the_program_as_it_was_run(monkeypatch, capsys):
     for argv0, prog in (("/venv/bin/specdec", "specdec"), ("/repo/specdec/__main__.py", "python -m specdec")):
@@ -255,14 +255,14 @@ def test_the_lab_fits_an_80_column_terminal(argv, capsys):
         assert words in out, words
 
 
-# ---------------------------------------------------------------- help, version, marks (issue 27)
+# ---------------------------------------------------------------- help, version, marks
 
 def test_help_shows_every_default_and_version_answers():
     r = run("generate", "--help")
     assert r.returncode == 0
     text = " ".join(r.stdout.split())   # argparse wraps lines
-    # Sampling defaults to the preset's own (issue 53): SmolLM2-135M-Instruct's authors' T 0.2, top-k 50, top-p 0.9.
-    # γ too (issue 52): the usual 4, or the one a pair's measured costs pick (test_gamma checks the words).
+    # Sampling defaults to the preset's own: SmolLM2-135M-Instruct's authors' T 0.2, top-k 50, top-p 0.9.
+    # γ too: the usual 4, or the one a pair's measured costs pick (test_gamma checks the words).
     for option, default in (("--gamma", "per pair; 4, smollm2-135m 1 on a CPU"), ("--max-new-tokens", 64),
                             ("--seed", 0),
                             ("--temperature", "per pair; 1, smollm2-135m 0.2"),
@@ -305,7 +305,7 @@ def test_the_bench_table_keeps_its_columns_with_a_long_contender_name():
     assert len(COLUMNS) == len(lines[0].split())
 
 
-# ---------------------------------------------------------------- the real model's chat drafter (issue 51)
+# ---------------------------------------------------------------- the real model's chat drafter
 
 # Each command with options and the defaults its script had (scripts/train_chat_gpu.py,
 # chat_drafter_card.py, chat_alpha.py before they became commands): `--help` shows each.
@@ -353,3 +353,33 @@ def test_each_chat_drafter_command_refuses_a_bad_argument_in_one_line(args, word
 def test_chat_train_without_a_cuda_device_says_so_in_one_line(capsys):
     assert main(["chat-train"]) == 2
     assert "no CUDA device here" in one_error_line(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------- the newcomer's edges
+
+def test_generate_checks_the_json_path_before_it_decodes(tmp_path, monkeypatch, capsys):
+    """A trace path that cannot be written is refused before any model loads, not after the run."""
+    from specdec.models import pair
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the pair was loaded before the --json path was checked")
+    monkeypatch.setattr(pair, "load_pair", no_load)
+    for path, words in [(tmp_path / "no" / "t.json", "there is no folder"), (tmp_path, "it is a folder")]:
+        assert main(["generate", "--prompt", "Hi", "--json", str(path)]) == 2
+        assert words in one_error_line(capsys.readouterr().err)
+
+
+def test_fetch_ends_with_the_command_the_readme_gives(monkeypatch, capsys, tmp_path):
+    """The line `fetch` suggests is the README's own example of the real model (its default drafter)."""
+    import shlex
+
+    from specdec.models import realmodel
+
+    monkeypatch.setattr(realmodel, "prepare", lambda *args, **kwargs: tmp_path)
+    monkeypatch.setattr(sys, "argv", ["specdec"])
+    assert main(["fetch", "smollm2-135m"]) == 0
+    suggested = shlex.split(capsys.readouterr().out.splitlines()[-1])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("python -m specdec", "specdec")
+    examples = [shlex.split(line.split("#")[0]) for line in readme.splitlines()
+                if "generate --preset smollm2-135m" in line and line.lstrip().startswith("specdec")]
+    assert examples and suggested in examples, (suggested, examples)

@@ -301,7 +301,7 @@ def test_ngram_drafter_proposes_latest_continuation():
 
 
 def test_ngram_drafter_puts_q_on_the_pairs_device():
-    # On a GPU its q met the target's p on the device (found on an H200: a CPU q broke the round's
+    # On a GPU its q meets the target's p on the device (a q on the CPU breaks the round's
     # summary). "meta" stands in for a device here: q must be made there, not moved afterwards.
     pair = tiny_pair()
     pair.device = "meta"

@@ -196,3 +196,139 @@ def test_the_two_smollm2_presets_are_told_apart():
     assert "**`smollm2-135m`**" in real and "**`smollm2`**" in real
     assert "offline" in real[real.index("`smollm2-135m`"):real.index("**`smollm2`**")]
     assert "Hugging Face Hub" in real[real.index("**`smollm2`**"):]
+
+
+# ---------------------------------------------------------------- the quick check and the front page
+
+QUICK = '-m "not slow and not browser"'
+
+
+def test_the_readme_gives_the_quick_check_as_pytest_ini_names_it():
+    """pytest.ini says the fast subset is in the README: its command is there, offline, with its time
+    (under two minutes on 2 cores: the figure docs/testing.md's table gives, timed)."""
+    assert QUICK in (ROOT / "pytest.ini").read_text(encoding="utf-8")
+    two = section("Two commands")
+    line = next(line for line in two.splitlines() if QUICK in line)
+    assert line.startswith("HF_HUB_OFFLINE=1 python -m pytest") and "under two minutes" in " ".join(two.split())
+    assert QUICK in DOCS["testing.md"][:1500]   # the testing page opens with it too
+
+
+def test_the_readme_is_a_front_page_without_measurements():
+    """One-line claims only: no dated run, no seconds, gigabytes or speedups (they live in docs/,
+    once, with the command that measures them). The real model's sizes are its pins, checked above."""
+    body = README.split("\n---\n", 1)[1]
+    for pattern in [r"\b20\d\d-\d\d-\d\d\b", r"\d+(\.\d+)? ?s\b", r"\d+(\.\d+)? ?GB\b", r"\d+(\.\d+)?×",
+                    r"\d+(\.\d+)? tok/s"]:
+        assert not re.search(pattern, body), (pattern, re.search(pattern, body)[0])
+
+
+# ---------------------------------------------------------------- pages that agree with each other and with the code
+
+SPEED_PAGES = {"speed.md", "gpu.md"}   # the two pages that state measured speedups, each once
+
+
+def test_the_docs_are_short_enough_to_read():
+    counts = {name: words_shown(text) for name, text in DOCS.items()}
+    assert all(n <= 1200 for n in counts.values()), counts
+    assert sum(counts.values()) <= 6000, (sum(counts.values()), counts)
+
+
+def test_no_page_keeps_a_run_by_run_history():
+    """Today's figures in a table, once; the history is in git. No commit ids, no dated "Today"
+    paragraphs, no history sections."""
+    for name, text in DOCS.items():
+        assert not re.search(r"\*\*Today\*\*|^#+ .*[Hh]istory", text, re.M), name
+        commits = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"\d", w) and re.search("[a-f]", w)]
+        assert not commits, (name, commits)
+
+
+def test_speedups_are_stated_on_the_speed_pages_only():
+    """The real pair's and the bundled pair's speedups live in docs/speed.md (and a GPU's in
+    docs/gpu.md); every other page and the README link there instead of restating them."""
+    for name, text in {"README.md": README, **DOCS}.items():
+        figures = re.findall(r"\d+(?:\.\d+)?× ", text.replace("×)", "× ").replace("×,", "× "))
+        assert not figures or name in SPEED_PAGES, (name, figures)
+    for name in SPEED_PAGES:
+        assert re.search(r"\d\.\d\d×", DOCS[name]), name
+    for name in set(DOCS) - SPEED_PAGES - {"math.md", "cli.md", "api.md", "testing.md", "hosting.md"}:
+        assert "speed.md" in DOCS[name] or "gpu.md" in DOCS[name], name
+
+
+def test_the_alphas_models_md_gives_are_the_cards():
+    card = json.loads((ASSETS / "specdec-features" / "measurements.json").read_text())["acceptance"]
+    real = json.loads((ASSETS / "SmolLM2-135M-Instruct-features" / "measures.json").read_text())["measures"]
+    alpha = {("bundled", r["drafter"], r["temperature"]): r["alpha"] for r in card}
+    alpha |= {("smollm2-135m", "features", r["temperature"]): r["alpha"] for r in real["acceptance"]}
+    rows = re.findall(r"^\| `([\w.-]+)` \| the (features drafter|draft model) \| ([\d.]+) \| ([\d.]+) \|",
+                      DOCS["models.md"], re.M)
+    assert len(rows) == 3, rows
+    for pair, drafter, at_1, greedy in rows:
+        kind = "features" if drafter.startswith("features") else "model"
+        assert float(at_1) == round(alpha[pair, kind, 1.0], 3), (pair, drafter, at_1)
+        assert float(greedy) == round(alpha[pair, kind, 0.0], 3), (pair, drafter, greedy)
+
+
+def test_the_presets_models_md_lists_are_the_codes():
+    from specdec.models.pair import PRESETS
+
+    table = DOCS["models.md"].split("\n\n| preset |")[1].split("\n\n")[0]   # the page's first table
+    rows = dict(re.findall(r"^\| `([\w.-]+)`(?: \(default\))? \| .* \| ([^|]+) \|$", table, re.M))
+    assert set(rows) == set(PRESETS), set(rows) ^ set(PRESETS)
+    for key, needs in rows.items():
+        preset = PRESETS[key]
+        if preset.source is not None:
+            assert f"fetch {key}" in needs, key
+        elif key != "bundled":
+            assert "Hugging Face Hub" in needs, key
+
+
+def test_every_preset_the_docs_name_exists():
+    from specdec.models.pair import PRESETS
+
+    for name, text in {"README.md": README, **DOCS}.items():
+        text = "\n".join(line for line in text.splitlines() if " lab " not in line)   # the lab's presets are p and q
+        named = re.findall(r"preset=\"([^\"]+)\"|--preset ([\w.-]+)", text)
+        for key in {a or b for a, b in named}:
+            assert key in PRESETS, (name, key)
+        for key in re.findall(r"load_pair\(preset=\"([^\"]+)\"\)", text):   # an example runs offline
+            assert not PRESETS[key].hub, (name, key)
+
+
+def test_the_limits_hosting_md_lists_are_the_codes():
+    """Every variable in hosting.md's table, with its default as limits.py reads it."""
+    source = (ROOT / "specdec" / "app" / "server" / "limits.py").read_text(encoding="utf-8")
+    defaults = {name: float(value.replace("_", "")) for name, value in
+                re.findall(r'_read\("(SPECDEC_\w+)", ([\d_.]+)', source)}
+    rows = re.findall(r"^\| (`SPECDEC_.*?) \| ([^|]+) \|", DOCS["hosting.md"], re.M)
+    assert len(rows) >= 10, rows
+    for names, values in rows:
+        names, values = re.findall(r"`(SPECDEC_\w+)`", names), [v.strip() for v in values.split(",")]
+        assert len(names) == len(values), (names, values)
+        for name, value in zip(names, values, strict=True):
+            assert name in defaults and float(value) == defaults[name], (name, value)
+
+
+def test_every_environment_variable_the_docs_name_is_read_somewhere():
+    code = "\n".join(p.read_text(encoding="utf-8") for folder in ("specdec", "tests", "scripts")
+                     for p in (ROOT / folder).rglob("*.py")) + (ROOT / "app.py").read_text(encoding="utf-8")
+    for name, text in {"README.md": README, **DOCS}.items():
+        for variable in set(re.findall(r"\bSPECDEC_[A-Z_]+[A-Z]\b", text)):
+            assert f'"{variable}"' in code, (name, variable)
+
+
+def test_the_api_page_imports_what_specdec_has():
+    import importlib
+
+    block = re.search(r"```python\n(.*?)```", DOCS["api.md"], re.S)[1]
+    for module, names in re.findall(r"^from (specdec[\w.]*) import (.+)$", block, re.M):
+        imported = importlib.import_module(module)
+        for attr in (n.strip() for n in names.split(",")):
+            assert hasattr(imported, attr), (module, attr)
+
+
+def test_the_quick_checks_time_is_one_figure_under_the_readmes_claim():
+    """The README says "under two minutes"; docs/testing.md's table gives the measured seconds."""
+    row = next(line for line in DOCS["testing.md"].splitlines() if line.startswith("| the quick check |"))
+    time = row.split("|")[2]   # the time column: on 2 quiet cores
+    seconds = [float(s) for s in re.findall(r"(\d+(?:\.\d+)?) s\b", time)]
+    assert len(seconds) == 1 and seconds[0] < 120, row

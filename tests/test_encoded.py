@@ -105,7 +105,7 @@ def test_a_shared_view_s_updates_keep_their_values_for_every_visitor():
     """Gradio pops an update's "value" as it sends it (`postprocess_update_dict`). A finished run's
     view is shared by every request that got the same run (a class, the cache): its second visitor
     got the round slider's new maximum without its value, and the position's choices without the
-    chosen one (the slider said 1 beside "Round 2 of 21"; issue 38). Each visitor gets a copy; the
+    chosen one (the slider said 1 beside "Round 2 of 21"). Each visitor gets a copy; the
     negative control sends the shared update itself and loses the value."""
     from gradio.blocks import postprocess_update_dict
 

@@ -60,8 +60,8 @@ def test_a_graphed_run_is_reproducible_and_its_trace_valid(pairs):
 def test_exactness_on_cuda_passes_and_its_skip_control_fails(pairs):
     from specdec.bench.gpu_check import exactness
 
-    # 1500 runs were too few for the control on an H200 (p = 2.8e-05, above CONTROL_FAIL); gpu-check's
-    # 2000 gave 1.8e-07 there. The skip rule's bias is fixed, so the statistic grows with the runs: 3000.
+    # The skip rule's bias is fixed, so the control's statistic grows with the runs: 3000 make it fail
+    # clearly where 1500 can leave it above CONTROL_FAIL.
     exact, control = exactness(pairs["graphs"], 3000)
     assert exact["ok"], exact["result"]
     assert control["ok"], control["result"]

@@ -404,7 +404,7 @@ def test_a_runs_rows_that_miss_1_say_why_before_the_lab_normalises_them():
 
     q = np.array([0.5, 0.5])
     note = lab_tab.off_one_note(np.array([0.6, 0.4 + 1.5e-5]), q)
-    # One sum, one way (issue 53: "1.0000150" here beside "1.000015" in the lab's own note).
+    # One sum, one way: the same number never reads two ways on one page.
     assert "p sums to 1.000015, not 1" in note and "float32" in note and "q sums" not in note
     assert lab.run(["a", "b"], [0.6, 0.4 + 1.5e-5], q, 100, seed=0).notes[0].startswith("p summed to 1.000015,")
     assert lab_tab.off_one_note(np.array([0.6, 0.4 + lab.SUM_TOLERANCE / 2]), q) == ""
@@ -412,7 +412,7 @@ def test_a_runs_rows_that_miss_1_say_why_before_the_lab_normalises_them():
 
 def test_new_p_and_q_clear_the_last_lab_runs_results():
     """A preset or a position from the run replaces the table: the charts and tables of the last
-    lab run described other p and q, so both empty them (issue 27)."""
+    lab run described other p and q, so both empty them."""
     pytest.importorskip("gradio")
     from specdec.app.page import lab_tab
 

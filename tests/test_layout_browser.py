@@ -210,7 +210,7 @@ _TEXT_IN_VIEW = """() => {
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_first_run_shows_its_answer(page, width):
     """After the first Run, with nothing scrolled, the generated text is in view, whole: at
-    1400 x 1000 it sat ~1,400 px below the Run button, under the examples (issue 54)."""
+    1400 x 1000 it sat ~1,400 px below the Run button, under the examples."""
     page.set_viewport_size({"width": width, "height": 1000})
     page.wait_for_selector("#run")
     page.locator("#run").click()
@@ -229,8 +229,8 @@ def test_the_first_run_shows_its_answer(page, width):
 
 
 def test_a_pending_status_line_hides_its_stale_text_under_the_progress(still):
-    """While the real model was fetched, Gradio drew its progress ("dequantising the weights ...
-    30%") over the greyed "Press Run ..." line (issue 54, seen in chromium). Gradio marks the line's
+    """While the real model is fetched, Gradio draws its progress ("dequantising the weights ...
+    30%") where the greyed "Press Run ..." line stands. Gradio marks the line's
     own text `pending` meanwhile: here it is put in that state as Gradio puts it, and the stale
     text must not show (its space kept); back out of it, it shows again (the control)."""
     page = still

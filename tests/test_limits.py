@@ -163,14 +163,15 @@ def test_one_prompt_limit_in_tokens_serves_the_page_its_api_and_the_cli(bundled,
         limits.check_prompt_tokens(n)
     assert main(["generate", "--prompt", prompt, "--max-new-tokens", "1"]) == 2
     err = capsys.readouterr().err
-    assert f"the prompt is {n} tokens; a prompt may be at most {n - 1} tokens (set by SPECDEC_MAX_PROMPT_TOKENS)" \
+    assert f"the prompt is {n} tokens; a prompt may be at most {n - 1} tokens (the limit, SPECDEC_MAX_PROMPT_TOKENS)" \
         in err and "server" not in err, err
     # Too long to be worth tokenizing: refused before, in the same limit's words.
     huge = "x" * (limits.MAX_PROMPT_TOKENS * limits.PROMPT_CHARS_PER_TOKEN + 1)
     with pytest.raises(ValueError, match=rf"characters, far more than {n - 1} tokens hold; this server takes prompts "
                                          rf"of at most {n - 1} tokens \(SPECDEC_MAX_PROMPT_TOKENS\)"):
         RunRequest(prompt=huge).checked()
-    assert main(["generate", "--prompt", huge]) == 2 and "(set by SPECDEC_MAX_PROMPT_TOKENS)" in capsys.readouterr().err
+    assert main(["generate", "--prompt", huge]) == 2
+    assert "(the limit, SPECDEC_MAX_PROMPT_TOKENS)" in capsys.readouterr().err
 
 
 def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatch, capsys):
@@ -183,7 +184,11 @@ def test_a_run_over_the_servers_limits_is_refused_naming_the_variable(monkeypatc
         limits.check_run(RunSettings(gamma=8))
     assert main(["generate", "--prompt", "x", "--gamma", "8"]) == 2   # the CLI keeps the same limits
     err = capsys.readouterr().err   # in its own words: no server is involved
-    assert "from 1 to 3, got 8 (set by SPECDEC_MAX_GAMMA)" in err and "server" not in err, err
+    assert "from 1 to 3, got 8 (the limit, SPECDEC_MAX_GAMMA, is 3)" in err and "server" not in err, err
+    # The CLI's user set nothing: "the limit ... is", never "set by".
+    assert main(["generate", "--prompt", "x", "--gamma", "2", "--max-new-tokens", "5000"]) == 2
+    err = capsys.readouterr().err
+    assert f"got 5,000 (the limit, SPECDEC_MAX_NEW_TOKENS, is {limits.MAX_NEW_TOKENS:,})" in err and "set by" not in err
 
 
 # ---------------------------------------------------------------- number inputs through Gradio

@@ -1,4 +1,4 @@
-"""Every number the page shows twice comes from one value (issue 27).
+"""Every number the page shows twice comes from one value.
 
 A greedy run compared with the target alone, as the Decode tab's "compare with autoregressive"
 makes it (`measure.timed_repeats`), is drawn by every view that shows its timings: the
@@ -72,7 +72,7 @@ def test_every_number_shown_twice_comes_from_one_value(greedy):
     marker = next(t for t in speed["curves"].data if (t.meta or {}).get("role") == "predicted")
     assert f"{marker.y[0]:.2f}×" == predicted
     assert f"{story.predicted_forwards:.2f}× (*this run (forwards only)*)" in metrics
-    # The repeats (issue 38): each one's speedup and their spread beside the pooled figure, which lies
+    # The repeats: each one's speedup and their spread beside the pooled figure, which lies
     # inside it (the run's wall times weight the repeats' ratios); the costs the prediction used.
     assert len(speedups) == COMPARE_REPEATS and f"spread {min(speedups):.2f}–{max(speedups):.2f}×" in metrics
     assert all(f"{x:.2f}×" in metrics for x in speedups)

@@ -1,4 +1,4 @@
-"""Every view right at first paint (issue 38), in a real browser, in a new visitor's page: after a
+"""Every view right at first paint, in a real browser, in a new visitor's page: after a
 default run, every trace of each figure is painted (the hatched q bars and the green min(1, p/q) bar
 were not), on a log axis too, with no bar outside its plot; the round slider and the position say
 the round the viewer shows; the text fits its box; a rejected newline breaks no line; the β strip's

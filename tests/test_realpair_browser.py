@@ -1,5 +1,5 @@
 """The real pair (SmolLM2-135M-Instruct and its features drafter) on the page, in a real browser, at
-1400 and 800 px (issue 53): its drafters, and its run read as a visitor reads it, figures and tables.
+1400 and 800 px: its drafters, and its run read as a visitor reads it, figures and tables.
 
 One app server of its own (on the session's cache of the real model, `real_cache`) and one page for
 the whole module. The page picks the pair, then imports a run of it decoded in-process on the real
@@ -132,7 +132,7 @@ def reader_problems(page) -> list[str]:
 def test_the_real_pairs_run_reads_cleanly(imported, width):
     """At 1400 and 800 px, the run's text, timeline and its table, metrics, and the step viewer at
     the rejected draft (round 2, draft 1), then at a draft thrown away untested (draft 2). Found
-    before (issue 53): the acceptance table's values off its right edge and the timeline table's
+    before: the acceptance table's values off its right edge and the timeline table's
     times; a 5-digit id broken "3807/5"; at 800 px the p/q chart's title cut and its legend under the
     scale buttons, token labels overlapping, "REJECTED" clipped, one digit a line in the tables;
     the pointers' arrows ending in empty space over their bars."""

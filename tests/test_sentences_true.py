@@ -1,5 +1,5 @@
-"""Every sentence the page says of a run is true of it, and every number agrees (issue 53, section
-3): each check builds the sentence or the number with the function the page calls, on a real
+"""Every sentence the page says of a run is true of it, and every number agrees: each
+check builds the sentence or the number with the function the page calls, on a real
 decoding (the real pair or the bundled one, fixed seeds)."""
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def test_each_pairs_features_drafter_is_named_with_its_own_cards_alpha():
     real = json.loads(speed_tab.REAL_FEATURES_MEASURES.read_text(encoding="utf-8"))["measures"]
     alpha = next(r["alpha"] for r in real["acceptance"] if r["temperature"] == 1.0)
     profiles, _ = speed_tab.all_profiles(None)
-    # The features drafters' card profiles (a bench's profile of a pair, issue 52, names no card's α).
+    # The features drafters' card profiles (a bench's profile of a pair names no card's α).
     drafters = [p.name for p in profiles if "features drafter (its card" in p.name]
     assert f"this CPU, SmolLM2-135M-Instruct's features drafter (its card: α {alpha:.2f} at T = 1)" in drafters
     assert len(drafters) == 2

@@ -3,8 +3,8 @@
 from test_server.py so that pytest-xdist (a file a unit, `--dist loadgroup`) runs each file's
 servers on its own worker.
 
-The time limit has no server of its own here (until 2026-11-27 one with a 1-second limit, ~14 s of
-CPU to start, for one check). Each part of that check is made elsewhere: test_limits, in-process,
+The time limit has no server of its own here (a server costs seconds of CPU to start, for one check).
+Each part of that check is made elsewhere: test_limits, in-process,
 that a run past SPECDEC_REQUEST_SECONDS stops between forwards and the visitor's error and status
 say "time limit of … s (SPECDEC_REQUEST_SECONDS)", and that a variable sets its limit (one reader
 for every limit); test_workers that the limit travels with a run decoded in a worker process;

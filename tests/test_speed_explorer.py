@@ -199,7 +199,7 @@ def test_the_rates_chart_labels_its_log_axis_1_2_5_around_the_data():
 
 def test_the_features_drafter_s_card_is_a_profile_with_its_measured_c_and_alpha(tmp_path):
     """The speed explorer carries the features drafter's costs and α as its model card measured
-    them (issue 28): c is its time per draft over the target's step, read from the card's file;
+    them: c is its time per draft over the target's step, read from the card's file;
     a card that cannot be read gives no profile, and no error."""
     import json
 

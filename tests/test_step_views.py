@@ -1,4 +1,4 @@
-"""The views of one run as a careful learner reads them (issue 19): every number shown twice agrees,
+"""The views of one run as a careful learner reads them: every number shown twice agrees,
 no text contradicts another, and each view says what it is. Pure functions on real runs of the
 bundled pair (default settings: γ 4, T 1, seed 0; then T = 0, and the adjustment skipped)."""
 
@@ -139,7 +139,7 @@ def test_an_untested_position_claims_no_output_and_its_title_is_whole(run):
     assert "TV = 0" not in note and "skipped: TV" not in note
     assert "emitted nothing" in note
     lines = re.sub("<(?!br>)[^>]+>", "", fig.layout.title.text).split("<br>")
-    # the verdict, then its detail wrapped to fit a half-width chart in an 800 px window (issue 27)
+    # the verdict, then its detail wrapped to fit a half-width chart in an 800 px window
     assert len(lines) >= 2 and len(lines[0]) <= 100
     assert all(len(line) <= step_charts.DETAIL_CHARS for line in lines[1:])
     assert fig.layout.margin.t >= step_charts.LABEL_PX + 18 * len(lines)   # room for every line

@@ -295,7 +295,7 @@ def test_the_engine_drafts_through_the_subset_as_the_eager_drafter(sampling):
     for other in (static, graphed):
         b = speculative_generate(other, PROMPT, s)
         same_runs(a, b, 16)
-        # p's mass outside the subset, reduced inside the engine's verify step as on the host (issue 53)
+        # p's mass outside the subset, reduced inside the engine's verify step as on the host
         for x, y in ((x, y) for ra, rb in zip(a.rounds, b.rounds) for x, y in zip(ra.positions, rb.positions)):
             assert x.p_outside_vocab is not None and abs(x.p_outside_vocab - y.p_outside_vocab) < bounds.rounding(16)
     assert all(p.draft_token in (4, 11, 2, 7, 13) for r in a.rounds for p in r.positions)

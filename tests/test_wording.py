@@ -1,4 +1,4 @@
-"""Sentences a careful reader flagged as odd (issue 27, item 5; issue 54), each checked where it is built."""
+"""Sentences a careful reader flagged as odd, each checked where it is built."""
 
 from __future__ import annotations
 
@@ -63,6 +63,9 @@ def test_a_hub_pair_out_of_reach_is_said_when_picked_and_at_run_in_the_pages_wor
                    "bundled pair under Model pair: it is always here.", said
     with pytest.raises(HubUnreachable) as raised:
         models.load_pair(preset="smollm2", device="cpu")
-    assert "preset 'bundled'" in str(raised.value) and "local folder" in str(raised.value)   # the CLI's words
+    said_offline = str(raised.value)   # the CLI's words: all three that load offline
+    assert "preset 'bundled'" in said_offline and "local folder" in said_offline, said_offline
+    assert "preset 'smollm2-135m'" in said_offline and ("which is here" in said_offline
+                                                        or "fetch smollm2-135m" in said_offline), said_offline
     assert f"Not done: {user_message(raised.value)}" == said
     assert not isinstance(handlers.pick_pair("bundled", "model", "To be")[2], str)   # control: nothing said

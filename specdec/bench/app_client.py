@@ -11,8 +11,7 @@ def app_client(url: str, **kwargs):
     loading the system's CA bundle each time (220 KB of PEM here: 34 ms of CPU). A client makes
     three such requests to start (its config, its API description, its heartbeat stream) and two
     for each run, on the same cores as the server it measures. Over http:// there is no TLS, so there is
-    nothing to verify: in `pytest tests/test_server.py tests/test_server_lines.py` those contexts
-    were 48 s of the test process's CPU (py-spy, 2026-11-26)."""
+    nothing to verify, and the server tests make hundreds of such requests."""
     from gradio_client import Client
 
     return Client(url, verbose=False, ssl_verify=not url.startswith("http://"), **kwargs)

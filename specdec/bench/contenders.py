@@ -39,7 +39,7 @@ KINDS = {
     SPECDEC_MODEL: Kind("specdec + draft model", "specdec", "model", HF_ASSISTED),
     SPECDEC_UNTRACED: Kind("specdec + draft model, no trace", "specdec", "model", None),
     # transformers has no features drafter: its time per token is set against assisted generation
-    # with the distilled draft model at the same gamma (issue 28's comparison).
+    # with the distilled draft model at the same gamma.
     SPECDEC_FEATURES: Kind("specdec + features drafter", "specdec", "features", HF_ASSISTED),
     SPECDEC_NGRAM: Kind("specdec + n-gram", "specdec", "ngram", HF_LOOKUP),
     HF_ASSISTED: Kind("transformers assisted", "transformers", "model", None),

@@ -5,9 +5,9 @@ share a subject with the templates: cookies, Python), and questions the model wr
 from `train --data sharegpt` (`--sets sharegpt`: `training.chat.sharegpt.held_out_prompts`, the pinned wheel).
 
 Why: the card's α (0.42 greedy) is far below the held-out agreement its training reports (0.69),
-and this tells a bug from a change of distribution. Measured 2026-11-26 on the shipped drafter
-(greedy, γ 4, 48 new tokens): 0.62 on 12 of the model's own questions, 0.42 on the card's. A newly
-trained drafter is compared here before it replaces the shipped one:
+and this tells a bug from a change of distribution: a drafter that agrees on the model's own
+questions and not on the card's met new prompts, not a bug. A newly trained drafter is compared here
+before it replaces the shipped one:
 
     specdec chat-alpha                       # the shipped drafter, all three sets (~10 min, 2 threads)
     specdec chat-alpha --drafter runs/chat-drafter/specdec-features --sets card other

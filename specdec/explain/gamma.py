@@ -142,7 +142,7 @@ def preset_of(models: dict) -> str:
 
 def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict) -> str:
     """For a run compared with the target alone: what each γ would have given at the α it met, on its
-    pair's measured costs on this kind of device (why it lost where it did: issue 52); '' where no
+    pair's measured costs on this kind of device (why it lost where it did); '' where no
     such costs were measured."""
     profile = profile_for(preset_of(models), drafter, str(models.get("device", "")).split(":")[0],
                           str(models.get("dtype", "float32")), models.get("threads"))

@@ -99,7 +99,7 @@ SUM_TOLERANCE = 1e-6
 def sum_text(total: float) -> str:
     """A row's sum as every note prints it, with enough digits to show how far from 1 it is ("summed
     to 1" beside "normalised to 1" says nothing): one formatter, so one sum is never 1.0000019 in one
-    sentence and 1.000003 in the next (issue 53)."""
+    sentence and 1.000003 in the next."""
     if not math.isfinite(total) or total == 1:
         return f"{total:.6g}"
     return f"{total:.{max(6, 2 - math.floor(math.log10(abs(total - 1))))}g}"

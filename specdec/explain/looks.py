@@ -69,7 +69,7 @@ def visible_token(text: str) -> str:
 
 # The end-of-sequence token, written one way wherever a run's output or its numbers name it (the
 # text, the charts, the tables, the status line, the terminal): it was ⟨eos⟩ in a chart, "(eos)" in
-# the status line and SmolLM2's own <|im_end|> in the text (issue 53). A prompt shown as the model
+# the status line and SmolLM2's own <|im_end|> in the text. A prompt shown as the model
 # reads it (its chat template) keeps the tokenizer's own text: that is what the model reads.
 EOS = "⟨eos⟩"
 
@@ -101,7 +101,7 @@ def text_with_eos(gen) -> str:
     return text
 
 
-# ---------------------------------------------------------------- numbers, one way (issue 53)
+# ---------------------------------------------------------------- numbers, one way
 
 def prob_text(x: float) -> str:
     """A probability in a sentence: four decimals, or three significant digits where four decimals

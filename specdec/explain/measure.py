@@ -162,7 +162,7 @@ def timed_repeats(pair, prompt, settings: RunSettings, repeats: int = 3, stop=No
     and cuBLAS start-up, graphs are captured); then each repeat runs both, in alternating order
     (A B, B A, A B, ...), so drift on a shared machine falls on both sides alike. The same seed
     gives the same tokens, so every run of a contender does the same work. One pair of runs is
-    noise: the same settings gave 1.19x and then 1.05x on this machine (issue 38); the repeats'
+    noise: the same settings gave 1.19x and then 1.05x on this machine; the repeats'
     speedups say how far apart runs fall. Every timing waits for the device.
     """
     if repeats < 2:

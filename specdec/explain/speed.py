@@ -125,7 +125,7 @@ def predicted_at(spec: Stats, ar: Stats, rate: float, gamma: int | None = None, 
 def explain(spec: Stats, ar: Stats, gamma: int | None = None, speedups: tuple[float, ...] = ()) -> SpeedStory:
     """Measured and predicted speedup of `spec` over `ar`, and which term made it fast or slow.
     `speedups`: the repeats' own (two or more): a result whose spread holds 1× is called neither a
-    win nor a loss (issue 53: "It won" was said of 1.01× with repeats from 0.87× to 1.22×)."""
+    win nor a loss: the repeats' noise decides it, not the drafter."""
     g = _gamma_of(spec, gamma)
     point = run_point(spec, g, ar)
     measured = speedup(spec, ar)

@@ -59,7 +59,7 @@ class Preset:
 # https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct). The call leaves top-k at
 # transformers' default, 50 (the model's generation_config.json sets no sampling), so top-k 50 is
 # part of what the card runs. Over the whole vocabulary (T = 1, top-k 0) this 135M model, in 4-bit
-# weights, writes junk from the first token on most questions (issue 53).
+# weights, writes junk from the first token on most questions.
 SMOLLM2_CARD = SamplingConfig(temperature=0.2, top_k=50, top_p=0.9)
 SMOLLM2_CARD_FROM = ("the authors' recommended T = 0.2, top-p 0.9 for SmolLM2-135M-Instruct (its model card; "
                      "top-k 50 is transformers' default there)")
@@ -316,9 +316,8 @@ def load_pair(target: str | None = None, draft: str | None = None, preset: str |
         else:
             offline = _is_offline() or not _hub_reachable()
             if offline and not _in_hub_cache(*names):
-                raise HubUnreachable(
-                    f"{label} needs the Hugging Face Hub, which cannot be reached from here (offline). "
-                    f"Use the bundled pair (preset '{BUNDLED}'), which works offline, or a local folder.", label)
+                raise HubUnreachable(f"{label} needs the Hugging Face Hub, which cannot be reached from here "
+                                     f"(offline). {offline_choices(cache)}", label)
         tokenizer = _load_tokenizer(target, offline)
         if draft is not None:
             check_same_tokenizer(tokenizer, _load_tokenizer(draft, offline), target, draft)
@@ -350,6 +349,16 @@ def _preset_dtype(preset: str | None, target: str | None, device: str | None) ->
     chosen = PRESETS.get(preset or BUNDLED) if target is None or preset else None
     on_cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cpu")
     return chosen.cpu_dtype if chosen is not None and on_cpu else None
+
+
+def offline_choices(cache: str | Path | None = None) -> str:
+    """What loads without the hub: the bundled pair, the real model (said as fetched where it is
+    in `cache` or installed, else with the command that fetches it), a local folder."""
+    real = next(key for key, p in PRESETS.items() if p.source is not None)
+    have = realmodel.where(realmodel.SOURCES[PRESETS[real].source], cache) is not None
+    how = "which is here" if have else f"once fetched with `python -m specdec fetch {real}`"
+    return (f"Use the bundled pair (preset '{BUNDLED}'), the real model (preset '{real}', {how}) or a local "
+            "folder: they work offline.")
 
 
 def _resolve(target, draft, preset, cache, progress) -> tuple[str, str | None, str, bool]:

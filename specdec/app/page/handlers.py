@@ -402,7 +402,7 @@ def offered_drafters(preset_key: str) -> list[str]:
     """The drafters the page offers for a pair: those it can run (`drafters_for`) once it is
     loaded; before that, every drafter but the draft model where the pair has none. Offered
     regardless, the draft model on a pair without one failed at Run with a red Error badge, and
-    the previous run's results stayed under the changed controls (issue 53)."""
+    the previous run's results stayed under the changed controls."""
     if is_loaded(preset_key):
         return drafters_for(get_pair(preset_key))
     preset = PRESETS.get(preset_key)

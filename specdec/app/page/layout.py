@@ -154,7 +154,7 @@ def drafter_word(name: str) -> str:
 def _run_view(v) -> None:
     """The run as it decodes: status, marked text, timeline, metrics, the side-by-side re-runs.
     The text comes right under the status line, the examples after it: below the 8-row examples
-    table a first run's answer sat ~1,400 px under the Run button (issue 54). When a run ends with
+    table a first run's answer sat ~1,400 px under the Run button. When a run ends with
     its text out of view, the page scrolls to it once (app.js, `showAnswer`)."""
     v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
     # Labelled: a table of all seven fields ran past the page's edge at 800 px.
@@ -205,7 +205,7 @@ def _step_viewer(v) -> None:
     # Side by side where each column gets STEP_COLUMN_PX, else one above the other: at half of an
     # 800 px window (about 340 px) the p/q chart cut its title, hid its legend behind the scale
     # buttons and overlapped its token labels, and its table wrapped one digit a line; at half of
-    # 1400 px the real pair's 40 upright token labels overlapped (issue 53).
+    # 1400 px the real pair's 40 upright token labels overlapped.
     with gr.Row():
         with gr.Column(scale=3, min_width=STEP_COLUMN_PX):   # 3/5: room for 40 upright token labels
             v.pq_plot = gr.Plot(step_charts.pq_figure(None), label="p (target) and q (draft)", elem_id="pq-chart")

@@ -1,6 +1,6 @@
 """What picking a pair changes in the form, in words, and the sampling it moves to: a pair's own
 sampling (`models.pair.Preset.sampling`) replaces only a pair's own, never what a visitor set, and
-the page says where it comes from (issue 53)."""
+the page says where it comes from."""
 
 from __future__ import annotations
 

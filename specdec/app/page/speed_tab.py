@@ -90,8 +90,8 @@ def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | N
 
 def real_features_card_profile(path: Path = REAL_FEATURES_MEASURES) -> CostProfile | None:
     """SmolLM2-135M-Instruct's features drafter's costs and α at T = 1 as its own card measured them
-    (`measures.json` beside its weights): each pair's drafter is named with its own numbers (issue 53:
-    a SmolLM2 run was shown the bundled drafter's α 0.80). None where they cannot be read."""
+    (`measures.json` beside its weights): each pair's drafter is named with its own numbers,
+    never another pair's. None where they cannot be read."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))["measures"]
         row = next(r for r in data["acceptance"] if r["temperature"] == 1.0)
@@ -279,7 +279,7 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     v.rates = gr.Plot(label="tokens per second: target alone and speculative", elem_id="speed-rates")
     with gr.Accordion("The profiles as a table, and why their costs differ", open=False):
         # Widths that add up to the panel, with wrapping: sized by their content, the long names
-        # pushed c, v, the speedup and best γ past the panel's right edge (issue 38).
+        # pushed c, v, the speedup and best γ past the panel's right edge.
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
                                column_widths=speed_charts.PROFILE_WIDTHS, elem_id="speed-table")
         v.costs = gr.Markdown("", elem_id="speed-costs", latex_delimiters=[])

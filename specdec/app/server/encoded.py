@@ -3,9 +3,7 @@
 Gradio encodes each Plotly figure it sends (`gr.Plot.postprocess`: `figure.to_json()`) once per
 visitor. A class on one link shares one run (`flights`), one streamed view per update and one final
 view (`handlers`), so the same figure objects go out thirty times; encoding them is most of what the
-server does for a class. Measured with py-spy on this 2-core machine, 30 identical 64-token
-requests: building and encoding the streamed views was 29 % of the server's samples against 10 %
-for the decode itself.
+server does for a class, more than the decode itself.
 
 `encoded(update)` hands Gradio the figure already encoded (`PlotData`, which `postprocess` passes
 through unchanged: the bytes sent are Gradio's own). The encodings are kept by figure in a bounded
@@ -27,7 +25,7 @@ def encoded(update: dict) -> dict:
     """`update` with each Plotly figure replaced by its encoding (made once per figure), and each
     `gr.update(...)` copied: Gradio pops an update's "value" as it sends it, so a shared view's
     second visitor got the round slider's and the position's new choices without their values
-    (the slider said round 1 beside "Round 2 of 21" after a run from the cache; issue 38)."""
+    (the slider said round 1 beside "Round 2 of 21" after a run from the cache)."""
     return {name: plot_data(value) if isinstance(value, go.Figure) else
             dict(value) if isinstance(value, dict) and value.get("__type__") == "update" else value
             for name, value in update.items()}

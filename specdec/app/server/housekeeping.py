@@ -21,8 +21,7 @@ app on the machine that does not set it (a laptop, a classroom server, a shared 
 - **Orphaned component copies.** Gradio 6.31 creates a new component object for every
   `gr.update` (an output a handler leaves out is one), and its post-processing then files that
   copy, with the value it shows, in the session under the copy's new id, where nothing ever reads
-  it again: each run of the app left ~0.6 MB behind in the visitor's session (measured: resident
-  memory grew linearly with runs from one client). `prune_sessions` removes those copies; the
+  it again, so a visitor's session grows with every run. `prune_sessions` removes those copies; the
   app's own components, and what the page shows, are untouched.
 - **Freed memory.** `device_queue.release_memory` asks glibc to return freed pages to the system
   (and empties the CUDA cache when no run is on the device).

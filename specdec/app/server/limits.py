@@ -112,7 +112,7 @@ MAX_PROMPT_TOKENS: int = _read("SPECDEC_MAX_PROMPT_TOKENS", 1024, 1, 1 << 22)
 # The longest token of the shipped tokenizers is 81 characters (SmolLM2's; the bundled pair's 25):
 # a prompt of more than 100 characters per token allowed cannot be within the limit.
 PROMPT_CHARS_PER_TOKEN = 100
-if os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "").strip():   # the character limit there was (to 2026-11-27)
+if os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "").strip():   # a former limit, refused by name
     raise ValueError("SPECDEC_MAX_PROMPT_CHARS is gone: prompts have one limit, in tokens, "
                      "SPECDEC_MAX_PROMPT_TOKENS")
 MAX_UPLOAD_MB: float = _read("SPECDEC_MAX_UPLOAD_MB", 5, 0.001, 4096, whole=False)
@@ -171,15 +171,16 @@ def max_new_tokens_after(context: int, prompt_tokens: int) -> int:
 SERVER, CLI = "server", "cli"   # where a request came from: the page and its API, or the command line
 
 
-def _whose(variable: str, where: str) -> str:
-    """The limit's source in the words that fit: a server's setting, or (the CLI) the variable alone."""
-    return f"this server's {variable}" if where == SERVER else f"set by {variable}"
+def _whose(variable: str, most: int, where: str) -> str:
+    """The limit's source in the words that fit: a server's setting, or (the CLI) the variable and
+    its value, so no one reads it as a value they set themselves."""
+    return f"this server's {variable}" if where == SERVER else f"the limit, {variable}, is {most:,}"
 
 
 def _within(value: int, name: str, most: int, variable: str, where: str = SERVER) -> None:
     if value > most:
         raise ValueError(f"{name} must be a whole number from 1 to {most:,}, got {value:,} "
-                         f"({_whose(variable, where)})")
+                         f"({_whose(variable, most, where)})")
 
 
 def check_run(settings, where: str = SERVER) -> None:
@@ -192,7 +193,7 @@ def _prompt_refused(said: str, where: str) -> ValueError:
     most = f"at most {MAX_PROMPT_TOKENS} tokens"
     if where == SERVER:
         return ValueError(f"{said}; this server takes prompts of {most} (SPECDEC_MAX_PROMPT_TOKENS): shorten it")
-    return ValueError(f"{said}; a prompt may be {most} (set by SPECDEC_MAX_PROMPT_TOKENS): shorten it")
+    return ValueError(f"{said}; a prompt may be {most} (the limit, SPECDEC_MAX_PROMPT_TOKENS): shorten it")
 
 
 def check_prompt_tokens(n: int, where: str = SERVER) -> None:

@@ -133,9 +133,8 @@ def _busy_queue(demo: gr.Blocks) -> None:
 # How often Gradio's queue looks for work while it has none (or no free slot), and for progress to
 # send. Gradio looks every 1 ms and every 10 ms on Linux (`Queue.sleep_when_free` and
 # `progress_update_sleep_when_free`, not launch options), and each wake-up of its event loop costs
-# CPU: an asyncio loop that wakes every 1 / 10 / 50 / 100 ms alone took 7.1 / 2.9 / 0.6 / 0.3 % of a
-# core on this project's 2-core machine, and an idle app server 4-6 % at 10 ms and 1.1 % at 50 ms
-# (measured 2026-11-26), on a Space's 2 vCPU and beside its decodes, for as long as it runs.
+# CPU: a loop that wakes every 10 ms costs several times what one that wakes every 50 ms does, on a
+# Space's 2 vCPU and beside its decodes, for as long as the server runs.
 # So the queue looks every 10 ms while requests come (`BRISK_FOR_SECONDS` after the last: a step's
 # events, chained one after the other, arrive well within it) and every 50 ms when the server is
 # quiet: the first request after a pause waits at most 50 ms more to start, against runs of seconds.

@@ -2,10 +2,9 @@
 
 Gradio makes a `SessionState` for each new visitor (their first request) and in it builds the
 config of every component of the app (`config_values`, kept for its "deep links": each component's
-constructor signature read by `inspect`, plots encoded). This app has 128 blocks: 13.6 ms of CPU
-per new visitor, measured on this 2-core machine, on the server's event loop, where every other
-visitor's request waits. A class of 30 opening one link paid 0.41 s of it before a single run was
-served.
+constructor signature read by `inspect`, plots encoded). This app has 128 blocks, so that costs
+milliseconds of CPU per new visitor on the server's event loop, where every other visitor's request
+waits: a class opening one link pays it thirty times before a single run is served.
 
 Those configs are the same for every new session: they are built from the app's default blocks,
 which nothing changes once the app serves (no `gr.render` here). So the first session of an app is

@@ -16,11 +16,9 @@ worker whose server dies stops its run at the next forward and exits at the end 
 Only the bundled pair on a CPU goes to a worker: a hub pair would be loaded in each worker (its
 memory twice over), and a GPU's runs take turns on the device anyway (`device_queue`). The real
 model (SmolLM2-135M-Instruct) gains little from them: its run is mostly matrix products, which
-torch computes with the GIL released, so two threads already use both cores. Two runs at once gave
-1.24-1.52x the throughput of one after the other in two threads and 1.35-1.62x in two processes
-(7 % more on average), where each worker would hold the model again (about 0.57 GB); the bundled
-pair's runs gave 0.88-1.13x in threads and 1.42-2.03x in processes (2026-11-26, this 2-core
-machine: `python scripts/threads_or_processes.py --preset smollm2-135m`, then `--preset bundled`). While no
+torch computes with the GIL released, so two threads already use both cores, and each worker
+process would hold the model again (about 0.57 GB); the bundled pair's runs are Python-bound and
+gain from processes (`python scripts/threads_or_processes.py --preset bundled` measures both). While no
 worker is free or ready (the server has just started, or SPECDEC_DECODE_PROCESSES is 0), a run
 decodes in its thread, as before.
 """

@@ -1,6 +1,6 @@
 """The β strip above the generated text: one cell per drafted position, in the order the text
 reads, shaded by β = Σ min(p, q), so a learner sees at a glance where the draft agrees with the
-target (a learner asked for it, issue 38).
+target.
 
 Colour-blind safe: one hue (Okabe-Ito blue) whose lightness alone carries β, and a second cue
 that needs no colour at all: a position where the draft mostly disagrees (β < LOW) is hatched.

@@ -70,8 +70,7 @@ def fixed(x: float | None, digits: int = 4) -> str:
 def _span(outcome, text: str, title: str, round_index: int | None) -> str:
     """One token, marked by its fate. A newline is shown as ↵ where it is, and a token that ends a
     line keeps its mark on that line (the line break comes after the mark, not before it). A
-    rejected draft is not part of the text: its ↵ breaks no line ("To be, or not to be a man."
-    read as three lines, issue 38)."""
+    rejected draft is not part of the text: its ↵ breaks no line."""
     look = LOOKS[outcome]
     where = f' data-round="{round_index}"' if round_index is not None else ""
     body = text.rstrip("\n") if outcome != Status.REJECTED else text.replace("\n", "↵")

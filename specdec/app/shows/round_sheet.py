@@ -1,4 +1,4 @@
-"""One round on one sheet, for a teacher to print or paste into slides (issue 53): the round's three
+"""One round on one sheet, for a teacher to print or paste into slides: the round's three
 charts (p against q, the acceptance test, how the round ended) with their numbers (each draft's
 verdict, α of the round, the tokens emitted) and the run's settings.
 

@@ -26,7 +26,7 @@ GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69
 # The committed profiles take these in file order; a run's own two profiles take RUN_COLOURS, so a
 # profile keeps its colour whether or not "this run" is drawn beside it.
 # Okabe & Ito's six left after the run's two, then three of Paul Tol's "muted" scheme (also told apart
-# by colour-blind readers, and from these): the H200's two profiles made seven committed profiles.
+# by colour-blind readers, and from these), for up to nine committed profiles.
 PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")] + [
     "#332288", "#882255", "#44AA99"]   # Tol's indigo, wine and teal
 RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
@@ -161,7 +161,7 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
 
     One legend entry per profile (its two lines toggle together), one entry per row, under the
     axis title: a legend that wraps into as many rows as the width allows cannot be sized before
-    the page's width is known, and one taller than its margin covered the lower lines (issue 38)."""
+    the page's width is known, and one taller than its margin covered the lower lines."""
     fig = go.Figure()
     colours = profile_colours(profiles)
     for prof in profiles:
@@ -183,7 +183,7 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
     if point is not None and point.measured is not None and point.whole_loop is not None:
         alone = 1000 / point.whole_loop.target_step_ms
         # An open square, larger than the X: at a speedup near 1 the two sit on one spot, and a
-        # filled square of the X's size was hidden under it (issue 53).
+        # filled square of the X's size was hidden under it.
         for role, y, symbol, size in (("measured alone", alone, "square-open", 17),
                                       ("measured", alone * point.measured, "x", 10)):
             fig.add_trace(go.Scatter(x=[point.alpha], y=[y], mode="markers", meta={"role": role},
@@ -220,7 +220,7 @@ def log_ticks(low: float, high: float) -> list[float]:
 
 # Where, when and how each was measured is in the chosen profile's note, the compare chart's legend
 # and the note under this table (its name says the engine): text columns for them pushed c, v, the
-# speedup and best γ past the panel's right edge at 800 px (issue 38).
+# speedup and best γ past the panel's right edge at 800 px.
 PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α", "best γ at α"]
 PROFILE_WIDTHS = ["28%", "11%", "11%", "9%", "11%", "13%", "17%"]
 

@@ -132,7 +132,7 @@ def _pointer(labels: list[str], k: int, text: str, buttons: list[dict], log: boo
     """A label with an arrow pointing down at the top of category k's bar (the first scale
     button's `annotations[0].y`, on the scale shown), leaning away from the nearer edge so it
     stays inside the plot. Placed high in the plot whatever the bar's height, it pointed at empty
-    space over a short bar (the drawn token in skip mode; issue 53)."""
+    space over a short bar (the drawn token in skip mode)."""
     side = k / max(len(labels) - 1, 1)
     anchor, ax = ("left", 12) if side < 0.3 else ("right", -12) if side > 0.7 else ("center", 0)
     y = buttons[0]["buttons"][1 if log else 0]["args"][0]["annotations[0].y"]
@@ -149,7 +149,7 @@ LEGEND_ROW_PX = 19   # one more row of a legend that wraps
 def _frame(title: str, title_lines: int, height: int, legend: bool = True, legend_rows: int = 1) -> dict:
     """The layout that puts, under the page's label, the title, the legend row under it (left),
     and the plot under that. A legend that may wrap gets room for `legend_rows` rows: it grows
-    upwards from the plot, and over the title when it had one row's room (issue 53)."""
+    upwards from the plot, and over the title when it had one row's room."""
     top = LABEL_PX + 8 + 18 * title_lines + (34 + LEGEND_ROW_PX * (legend_rows - 1) if legend else 8)
     return dict(height=height, margin=dict(l=55, r=12, t=top, b=10),
                 title=dict(text=title, font=dict(size=13), x=0, xref="paper", xanchor="left",
@@ -450,7 +450,7 @@ CROWDED = 24   # categories: beyond it, labels slanted at 45° overlap in a 650 
 
 def _end_tick_angle(labels: list[str]) -> int:
     """Slanted tick labels for a few categories; upright (read bottom to top) for many, which need
-    only a line's height each: slanted, 37 of them overlapped at 800 px (issue 53)."""
+    only a line's height each: slanted, 37 of them overlapped at 800 px."""
     return -90 if len(labels) > CROWDED else -45
 
 

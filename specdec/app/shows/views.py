@@ -177,7 +177,7 @@ def why_no_residual(gen: Generation, pos) -> str:
 
 def greedy_rejection(gen: Generation, rnd) -> str:
     """At T = 0 what a rejection can emit, said at such a round: learners worked it out from the
-    residual chart (issue 38)."""
+    residual chart."""
     top = charts.md_text(token_label(gen, rnd.emitted[-1])) if rnd.emitted else "?"
     return ("*At T = 0* p and q are one-hot (all their mass on each model's top token), so a draft passes only "
             "if it is the target's top token, and after a rejection the residual max(0, p − q) is p's own "

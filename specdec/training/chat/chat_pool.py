@@ -51,13 +51,9 @@ WORDS = ("What", "How", "Why", "Can you", "Explain", "Which", "Is it", "Tell me"
 # Questions as people type them, from forms and subjects (`template_questions`). Why: a 135M model
 # asked to write a question mostly rambles ("One of the most intriguing questions in all of
 # physics. How about that, ..."), so a drafter trained only on answers to its own questions met
-# another distribution on a visitor's prompt. Measured on the shipped drafter (greedy, γ 4, 48
-# tokens): α 0.62 on 12 questions the target wrote, 0.42 on the card's 8 hand-written prompts.
-# Going on from it on answers to 384 templated questions (864 rows, 45 min on one CPU thread) raised
-# its greedy agreement on held-out templated answers 0.56 -> 0.63, but α on hand-written prompts
-# only 0.42 -> 0.44 greedy and not at T = 1 (0.43 -> 0.42): too little data to say; a GPU run's
-# pools (`specdec chat-train --questions mixed`) are what this is for; `specdec chat-alpha`
-# measures the three kinds of prompt.
+# another distribution on a visitor's prompt: its α on the card's hand-written prompts is well
+# below its α on questions the target wrote. A GPU run's pools (`specdec chat-train --questions
+# mixed`) are what this is for; `specdec chat-alpha` measures the three kinds of prompt.
 # No form or subject here is one of the card's prompts (`measure.CHAT_PROMPTS`, held out; a test
 # checks it).
 FORMS = (

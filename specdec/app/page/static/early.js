@@ -6,7 +6,7 @@
 // open: a frame 60 times a second with nothing to draw, ~10 % of a core in chromium here. A tracker
 // whose progress is hidden (`show_progress="hidden"`, `.hide`) times its pending event the same way
 // with nothing to show: the app's page had one pending from its load on (the max-new-tokens
-// slider's), 0.117 CPU-s a second of chromium while the page sat idle (2026-11-28). A status
+// slider's), keeping chromium busy while the page sat idle. A status
 // tracker's frame callback runs here only while some shown status tracker is pending (a pending one
 // shows its `.progress-text`): an orphaned or hidden loop ends at its first frame, and a live
 // tracker's timer counts as before. A hidden tracker stays hidden for its whole event (Gradio hides
