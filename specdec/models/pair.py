@@ -30,7 +30,7 @@ from ..core.registry import find, lacks_draft_model, runnable
 from ..core.sampling import SamplingConfig
 from . import manifest, precision, realmodel
 from .errors import HubUnreachable, ModelLoadError
-from .precision import DTYPES, Precision, pick_device  # noqa: F401  (pick_device, DTYPES: re-exported)
+from .precision import DTYPES, ENGINES, Precision, pick_device, pick_engine  # noqa: F401  (re-exported)
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 FEATURES_FOLDER = "specdec-features"   # a features drafter's folder, beside its target
@@ -117,20 +117,6 @@ def display_name(name: str | None) -> str | None:
     if looks_local or path.is_dir():
         return text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or text
     return text
-
-
-ENGINES = ("auto", "eager", "static", "graphs")
-
-
-def pick_engine(engine: str | None, device: str) -> str:
-    """"auto": CUDA graphs over static caches on a GPU (a small model's step there is set by kernel
-    launches), the eager dynamic-cache loop on a CPU (where graphs do not exist)."""
-    engine = engine or "auto"
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "auto":
-        return "graphs" if device.startswith("cuda") else "eager"
-    return engine
 
 
 class ModelPair:

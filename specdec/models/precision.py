@@ -1,4 +1,5 @@
-"""Which precision a pair's weights run in, and whether a verify's rows equal the one-token steps'.
+"""How a pair computes: its device and engine, which precision its weights run in, and whether a
+verify's rows then equal the one-token steps'.
 
 float32 is exact everywhere: a verify's rows and the steps' differ by rounding only, and greedy
 speculation writes the target's own text. bfloat16 halves the bytes a CPU reads per token (a small
@@ -18,7 +19,7 @@ import torch
 
 from . import batch_invariant
 
-__all__ = ["DTYPES", "Precision", "pick_device", "dtype_name", "settle"]
+__all__ = ["DTYPES", "ENGINES", "Precision", "pick_device", "pick_engine", "dtype_name", "settle"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A prompt and a block the check runs when the pair has a chat template (real text, as runs see);
@@ -35,6 +36,20 @@ def pick_device(device: str | None = None, dtype: str | None = None) -> tuple[st
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return device, DTYPES[name]
+
+
+ENGINES = ("auto", "eager", "static", "graphs")
+
+
+def pick_engine(engine: str | None, device: str) -> str:
+    """"auto": CUDA graphs over static caches on a GPU (a small model's step there is set by kernel
+    launches), the eager dynamic-cache loop on a CPU (where graphs do not exist)."""
+    engine = engine or "auto"
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "auto":
+        return "graphs" if device.startswith("cuda") else "eager"
+    return engine
 
 
 def dtype_name(dtype: torch.dtype) -> str:
