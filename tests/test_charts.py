@@ -250,7 +250,9 @@ def test_round_without_drafts(pair):
 
 def test_the_metrics_say_where_a_run_ran_and_what_half_precision_gives_up(gen):
     text = charts.metrics_markdown(gen)
-    assert "| where it ran | cpu, float32, eager engine |" in text and "Half precision" not in text
+    threads = gen.models["threads"]   # the torch threads the run took (`core.threads`)
+    assert f"| where it ran | cpu, float32, eager engine, {threads} torch thread" in text
+    assert "Half precision" not in text
     half = Generation.from_dict(gen.to_dict())
     half.models = {**half.models, "dtype": "bfloat16", "engine": "cuda graphs", "device": "cuda"}
     text = charts.metrics_markdown(half)

@@ -111,11 +111,11 @@ def test_picking_a_pair_moves_gamma_to_its_pick_and_back_but_keeps_a_gamma_the_v
     from specdec.app.page.pair_words import follow_gamma
 
     monkeypatch.setattr(gamma_module, "PROFILES", profiles)
-    value, said = follow_gamma(REAL, "features", 4, 0.2, "cpu")
+    value, said = follow_gamma(REAL, "features", 4, 0.2, "cpu", "float32")   # loaded in float32
     assert value == 1 and said.startswith("γ: 4 → 1. γ 1 picked for this pair and drafter")
     value, said = follow_gamma("bundled", "model", 1, 1.0, "cpu")                 # back: the usual γ
     assert value == 4 and said == "γ: 1 → 4. "
-    value, said = follow_gamma(REAL, "features", 7, 0.2, "cpu")                   # the visitor's own
+    value, said = follow_gamma(REAL, "features", 7, 0.2, "cpu", "float32")        # the visitor's own
     assert value == {"__type__": "update"} and said.startswith("γ kept as you set it (7). γ 1 picked")
     assert follow_gamma(REAL, "features", 4, 0.2, "cuda") == (4, "")              # nothing measured there
 

@@ -140,10 +140,11 @@ def preset_of(models: dict) -> str:
     return next((key for key, p in PRESETS.items() if Path(str(p.target)).name == models.get("target")), "")
 
 
-def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict) -> str:
+def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict, temperature: float | None = None) -> str:
     """For a run compared with the target alone: what each γ would have given at the α it met, on its
     pair's measured costs on this kind of device (why it lost where it did); '' where no
-    such costs were measured."""
+    such costs were measured. With the run's `temperature`, a best γ other than the one picked before
+    the run says why: the pick read the card's α, and this run met another."""
     profile = profile_for(preset_of(models), drafter, str(models.get("device", "")).split(":")[0],
                           str(models.get("dtype", "float32")), models.get("threads"))
     pick = pick_gamma(min(max(alpha, 0.0), 1.0), profile) if profile is not None else None
@@ -152,6 +153,12 @@ def run_gamma_sentence(alpha: float, gamma: int, drafter: str, models: dict) -> 
     each = ", ".join(f"γ {g} {x:.2f}×" for g, x in sorted(pick.predicted.items()))
     verdict = (f"this run's γ {gamma} is the best for its α here" if gamma == pick.gamma else
                f"γ {pick.gamma} would have been best, not this run's γ {gamma}")
+    card = card_alpha(features_folder_of(PRESETS[preset_of(models)].target), temperature) if (
+        temperature is not None and preset_of(models)) else None
+    before = pick_gamma(card[0], profile) if card is not None else None
+    if before is not None and gamma == before.gamma != pick.gamma:
+        verdict += (f"; the pick before the run read α {card[0]:.2f} ({card[1]}), and this run's α moved from it, "
+                    "so its best γ moved too")
     return (f"At this run's α = {alpha:.3f}, the costs {measured(pick.profile)}, predict "
             f"{each}: {verdict} (a verify over more tokens costs more there; the speed explorer's "
             f"`{pick.profile.name}`).")

@@ -10,6 +10,7 @@ from ...core.registry import kinds, labels
 from ...core.settings import RunSettings
 from ...explain.gamma import gamma_for
 from ...models.pair import PRESETS, pair_sampling, pick_device
+from ..server import limits
 from ..server.api import CHAT_PROMPT
 
 
@@ -42,6 +43,13 @@ def follow_sampling(preset_key, temperature, top_k, top_p) -> tuple[tuple, str]:
                                                f"own is {described(own)}. ")
 
 
+def own_dtype(preset_key, device: str) -> str:
+    """The precision a preset loads in by default on `device` (SPECDEC_DTYPE, where set, for all)."""
+    preset = PRESETS.get(preset_key)
+    chosen = preset.cpu_dtype if preset is not None and device.startswith("cpu") else "float32"
+    return limits.DTYPE or chosen
+
+
 def described(values) -> str:
     t, k, p = values
     return f"T = {t:g}, top-k {k}, top-p {p:g}"
@@ -56,15 +64,18 @@ def sampling_line(preset_key) -> str:
     return f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
 
 
-def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = None, dtype: str = "float32") -> tuple:
+def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = None, dtype: str | None = None
+                 ) -> tuple:
     """γ after picking a pair: the γ its measured costs and its drafter's α predict best
     (`explain.gamma`), or the usual one where nothing was measured; replaced only where γ held some
-    pair's own (the visitor had not set it), as sampling is. Returns (γ or a skip, a sentence)."""
+    pair's own (the visitor had not set it), as sampling is. `dtype`: the loaded pair's (None: the
+    preset's own on that device). Returns (γ or a skip, a sentence)."""
     usual, device = RunSettings().gamma, device or pick_device()[0]   # not loaded yet: where it will load
-    pick = gamma_for(preset_key, drafter, temperature, device, dtype)
+    pick = gamma_for(preset_key, drafter, temperature, device, dtype or own_dtype(preset_key, device))
     own = pick.gamma if pick is not None else usual
-    picks = [gamma_for(key, kind.name, temperature, device, dtype) for key in PRESETS for kind in kinds()
-             if kind.gamma_from_card]   # any pair's own γ: replaced as the usual one is
+    picks = [gamma_for(key, kind.name, temperature, device, dt) for key in PRESETS for kind in kinds()
+             if kind.gamma_from_card for dt in {own_dtype(key, device), "float32"}]   # any pair's own γ (float32:
+    # where its own precision fell back), replaced as the usual one is
     if gamma is None or gamma == own or gamma in {usual, *(p.gamma for p in picks if p is not None)}:
         said = "" if gamma in (None, own) else f"γ: {gamma:g} → {own}. "
         return own, said + (pick.sentence() + " " if pick is not None else "")

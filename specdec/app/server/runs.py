@@ -24,6 +24,7 @@ from ...core.sampling import Rule
 from ...core.settings import RunSettings
 from ...decoding.loop import STOPPED, TIME_LIMIT, StopSignal, autoregressive_generate, speculative_generate
 from ...drafting.drafters import drafters_for
+from ...explain import calibrate
 from ...explain.measure import Repeats, timed_repeats
 from ...trace.spine import Generation
 from . import device_queue, flights, limits, workers
@@ -165,7 +166,21 @@ def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: Stop
     meanwhile. The streamed run is not timed fairly: the page's figures are built while it decodes."""
     pair = get_pair(preset)
     with _unstreamed_turn(pair, stop):
-        return timed_repeats(pair, prompt, settings, repeats=COMPARE_REPEATS, stop=stop)
+        repeats = timed_repeats(pair, prompt, settings, repeats=COMPARE_REPEATS, stop=stop)
+        remeasure_if_drifted(pair, preset, settings.drafter, repeats.ar)
+        return repeats
+
+
+def remeasure_if_drifted(pair, preset: str, drafter: str, alone: Generation) -> None:
+    """Where the target alone's steps in a compared run have moved away from the costs measured here
+    (`calibrate.DRIFT`), those costs are measured again now, so the next run's γ pick and prediction
+    read this machine as it is."""
+    s, threads = alone.stats, alone.models.get("threads")
+    profile = calibrate.stored(preset, drafter, str(pair.device).split(":")[0], str(pair.dtype).replace("torch.", ""),
+                               threads) if threads else None
+    if profile is not None and s.target_forwards and s.stopped in ("max_new_tokens", "eos"):
+        if calibrate.drifted(profile, 1000 * s.verify_seconds / s.target_forwards):
+            calibrate.profile_here(pair, preset, drafter)
 
 
 @gpu

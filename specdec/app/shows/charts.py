@@ -357,16 +357,19 @@ def _wall_cell(gen: Generation, timed: Generation | None) -> str:
 
 
 def _where(models: dict) -> str:
-    return ", ".join(str(models[k]) for k in ("device", "dtype") if models.get(k)) + (
-        f", {models['engine']} engine" if models.get("engine") else "")
+    n, engine = models.get("threads"), models.get("engine")
+    parts = [str(models[k]) for k in ("device", "dtype") if models.get(k)] + [f"{engine} engine"] * bool(engine)
+    return ", ".join(parts + ([f"{n} torch thread{'s' * (n > 1)}"] if n else []))
 
 
 def _where_note(models: dict) -> str:
-    """Half precision says, in words, what it gives up; float32 says why it is the default."""
+    """Half precision says whether its verify rows were checked equal to the steps', or what it gives up."""
+    if models.get("rows_equal"):
+        return ("**Batch-invariant bfloat16**: a verify's row for each position has the same bits as a one-token step "
+                "there (checked when the model loaded), so greedy speculation writes the target alone's text.")
     if models.get("dtype", "float32") != "float32":
-        return ("⚠ **Half precision** (asked for): a verify pass over γ + 1 tokens and a one-token step round "
-                "differently, so this output is exact with respect to the verify pass's p, not token for token what "
-                "the target alone would give.")
+        return ("⚠ **Half precision** (asked for): a verify over γ + 1 tokens and a one-token step round differently, "
+                "so this output is exact with respect to the verify's p, not token for token the target alone's.")
     return "Float32 weights and math: the verify pass and the target alone compute the same p."
 
 
@@ -400,7 +403,8 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
         f"**{story.predicted:.2f}×** (the speed explorer's *this run (whole loop)* curve); from the forwards alone: "
         f"{story.predicted_forwards:.2f}× (*this run (forwards only)*); from mean β: {from_beta:.2f}× (known before "
         "any u is drawn) |",
-        "", story.sentence + " " + run_gamma_sentence(t.acceptance_rate, gamma, gen.settings.drafter, gen.models),
+        "", story.sentence + " " + run_gamma_sentence(t.acceptance_rate, gamma, gen.settings.drafter, gen.models,
+                                                  gen.settings.sampling.temperature),
         "", depth_story(t, ar.stats, gen.models)]
 
 

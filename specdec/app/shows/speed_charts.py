@@ -28,7 +28,7 @@ GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69
 # Okabe & Ito's six left after the run's two, then three of Paul Tol's "muted" scheme (also told apart
 # by colour-blind readers, and from these), for up to nine committed profiles.
 PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")] + [
-    "#332288", "#882255", "#44AA99"]   # Tol's indigo, wine and teal
+    "#332288", "#882255", "#44AA99", "#999933"]   # Tol's indigo, wine, teal and olive
 RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
 
 
