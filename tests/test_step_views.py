@@ -209,7 +209,17 @@ def test_two_wall_times_are_each_named_where_both_appear(bundled, run):
     for shown in (status, text):
         assert f"{streamed} while streaming" in shown and again in shown and "unstreamed" in shown
     assert status.startswith("Done: 64 tokens")
-    assert views.done_status(run, None).endswith(f"{streamed} (max new tokens).{views.result_line(run)}")
+    assert views.done_status(run, None).endswith(f"{streamed}; it stopped at max new tokens.{views.result_line(run)}")
+
+
+def test_the_done_line_names_the_end_of_sequence_without_brackets_around_its_brackets(run):
+    """⟨eos⟩ in parentheses read as "((eos))" on the page: the status line says why a run ended
+    in a clause of its own."""
+    from dataclasses import replace
+
+    ended = replace(run, stats=replace(run.stats, stopped="eos"))
+    line = views.done_status(ended, None)
+    assert "the end-of-sequence token ⟨eos⟩." in line and "(⟨eos⟩" not in line and "⟩)" not in line
 
 
 def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
