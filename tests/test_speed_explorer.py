@@ -271,3 +271,19 @@ def test_at_a_speedup_of_1_both_measured_rates_show_on_the_rates_chart(compared)
     assert (list(alone.x), list(alone.y)) == (list(spec.x), list(spec.y))       # one spot
     assert list(fig.data).index(spec) > list(fig.data).index(alone)             # the X is drawn over it
     assert alone.marker.symbol.endswith("-open") and alone.marker.size >= spec.marker.size + 4
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_the_profile_tables_best_gamma_is_never_slower_than_the_figure_beside_it(gamma, tmp_path):
+    """Every committed profile's row: its best γ at α is at least its speedup at the chosen γ (the
+    same curves give both); a v or best γ read from the nearest measured width is starred, a short
+    mark that never breaks over lines ("(nearest)" broke as "neare st" at 800 px)."""
+    profiles, _ = speed_tab.all_profiles(None, PROFILES)
+    alpha = 0.65
+    for row in speed_charts.profile_rows(profiles, gamma, alpha):
+        shown, best = float(row[5].rstrip("×")), float(row[6].split(": ")[1].split("×")[0])
+        assert best >= shown, row
+        assert "nearest" not in row[4] and "nearest" not in row[6], row
+    card = next(p for p in profiles if p.name == speed_tab.CARD_PROFILE)   # widths 1 and 5 only
+    row = next(r for r in speed_charts.profile_rows(profiles, gamma, alpha) if r[0] == card.name)
+    assert row[4].endswith(" *") == (card.verify(gamma) is None), row

@@ -222,7 +222,8 @@ def costs_markdown(profiles: list[CostProfile], point: RunPoint | None) -> str:
     why an eager H100 verifies 5 tokens in less than a step: said where the costs stand side by
     side (the table), so that three numbers for one step do not read as an error."""
     by_name = {p.name: p for p in profiles}
-    lines = ["**One target step, several costs.** Each profile timed something else, at another time:"]
+    lines = [f"{speed_charts.UNMEASURED}.\n\n"
+             "**One target step, several costs.** Each profile timed something else, at another time:"]
     bench, card = by_name.get("this CPU, bench (every width)"), by_name.get(CARD_PROFILE)
     if bench is not None:
         lines.append(f"- *{bench.name}*: {bench.target_step_ms:.2f} ms, the median of forwards timed between the "
