@@ -335,3 +335,15 @@ def test_the_two_chances_say_which_is_about_the_drafted_token_and_which_before_d
     drafted = next(k for k in rows if k.startswith("min(1, p(x)/q(x))"))
     beta = next(k for k in rows if k.startswith("β = Σ min(p, q)"))
     assert "drafted token x" in drafted and "before it is drawn from q" in beta
+
+
+def test_a_new_run_clears_the_previous_runs_sheet_and_link(run):
+    """The round's sheet and the link to a step belonged to the run they were made for: the view
+    of a new (or imported) run empties both, as it empties the exported trace, and the run's
+    outputs carry them (before, the sheet's download and the link box kept the last run's)."""
+    from specdec.app.server.api import MAIN_OUTPUTS
+
+    view = views.final_view(run)
+    assert view["export_file"] is None and view["link_box"] == ""
+    assert view["sheet_file"]["value"] is None and view["sheet_file"]["visible"] is False
+    assert set(view) <= set(MAIN_OUTPUTS)

@@ -204,6 +204,11 @@ def first_interesting_round(gen: Generation) -> int:
     return next((r.index for r in gen.rounds if r.ending not in (Ending.BONUS, Ending.PLAIN)), 0)
 
 
+# What the page made for the previous run (its exported trace, a round's sheet, a link to a step):
+# a new run, or an imported one, clears them, or they would be taken for this run's.
+FILES_CLEARED = dict(export_file=None, sheet_file=gr.update(value=None, visible=False), link_box="")
+
+
 def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                round_index: int | None = None, timed: Generation | None = None,
                speedups: tuple[float, ...] = ()) -> dict:
@@ -215,7 +220,7 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                 timeline=charts.timeline_figure(gen, round_index),
                 metrics=charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups),
                 time_plot=charts.time_figure(timed or gen, ar),
-                run_state=gen, round_slider=slider(gen, round_index), export_file=None,
+                run_state=gen, round_slider=slider(gen, round_index), **FILES_CLEARED,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
                 side_by_side=charts.side_by_side_html(None, None, ""),
                 speed_run=run_point((timed or gen).stats, gen.settings.gamma, ar.stats if ar is not None else None),
