@@ -201,3 +201,12 @@ def test_the_intro_names_the_c_its_profile_has():
 def test_one_pair_of_runs_has_no_spread_and_is_refused(bundled):
     with pytest.raises(ValueError, match="repeats must be at least 2"):
         timed_repeats(bundled, PROMPT, RunSettings(max_new_tokens=4), repeats=1)
+
+
+def test_where_the_time_went_writes_its_labels_level_or_not_at_all(greedy):
+    """The bars' numbers were turned on their side and shrunk in a narrow part: each is level, at
+    one size, and a part too narrow for its number shows none (Plotly's uniformtext "hide")."""
+    gen, timed, ar, _ = greedy
+    fig = charts.time_figure(timed, ar)
+    assert all(trace.textangle == 0 for trace in fig.data)
+    assert fig.layout.uniformtext.mode == "hide" and fig.layout.uniformtext.minsize >= 10

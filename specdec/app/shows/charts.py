@@ -486,11 +486,13 @@ def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
         values = [1000 * getattr(split, key) / n for _, split, n in splits]
         fig.add_trace(go.Bar(y=[name for name, _, _ in splits], x=values, name=label, orientation="h",
                              marker=dict(color=colour, pattern=dict(shape=shape, fgopacity=0.25)), meta=key,
-                             text=[f"{v:.2f}" for v in values], textposition="inside",
+                             text=[f"{v:.2f}" for v in values], textposition="inside", textangle=0,
                              hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
     story = explain(gen.stats, ar.stats, gen.settings.gamma)
     return relaid(fig, dict(
-        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100),
+        # Labels level, at one size: a part too narrow for its label shows none (its number is in
+        # the hover and the metrics table), never a label turned on its side or shrunk.
+        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100), uniformtext=dict(mode="hide", minsize=11),
         title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "
                         f"predicted {story.predicted:.2f}×", font=dict(size=13)),
         xaxis=dict(title="milliseconds per generated token"), yaxis=dict(autorange="reversed"),
