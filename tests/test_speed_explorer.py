@@ -287,3 +287,20 @@ def test_the_profile_tables_best_gamma_is_never_slower_than_the_figure_beside_it
     card = next(p for p in profiles if p.name == speed_tab.CARD_PROFILE)   # widths 1 and 5 only
     row = next(r for r in speed_charts.profile_rows(profiles, gamma, alpha) if r[0] == card.name)
     assert row[4].endswith(" *") == (card.verify(gamma) is None), row
+
+
+def test_the_rates_chart_tells_every_profile_apart_hovers_its_flat_lines_and_marks_the_chosen():
+    """Two GPUs of one speed drew one line over the other (H100 graphs under the H200's): each
+    profile's speculative line has markers of its own shape at α of its own. The dashed target-
+    alone lines answer a hover anywhere (they had points only at their two ends). The profile
+    the controls are set to is drawn thicker, on top, and its legend entry says so."""
+    profiles, _ = speed_tab.all_profiles(None)
+    chosen = profiles[1].name
+    fig = speed_charts.rates_figure(profiles, 4, 0.7, chosen=chosen)
+    spec = [t for t in fig.data if (t.meta or {}).get("role") == "speculative"]
+    shown_at = {(t.marker.symbol, next(k for k, size in enumerate(t.marker.size) if size)) for t in spec}
+    assert len(shown_at) == len(spec) == len(profiles)   # no two profiles share a shape and a place
+    assert all(len(t.x) == len(speed_charts.ALPHAS) for t in fig.data if (t.meta or {}).get("role") == "alone")
+    marked = [t for t in spec if speed_charts.CHOSEN_MARK in t.name]
+    assert [t.meta["profile"] for t in marked] == [chosen] and spec[-1] is marked[0]
+    assert marked[0].line.width > max(t.line.width for t in spec if t is not marked[0])

@@ -157,7 +157,7 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 gamma=gamma, alpha=round(alpha, 3), c=round(c, 3),
                 curves=speed_charts.curves_figure(chosen, gamma, alpha, None if what_if is None else c, point),
                 compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point),
-                rates=speed_charts.rates_figure(profiles, gamma, alpha, point),
+                rates=speed_charts.rates_figure(profiles, gamma, alpha, point, chosen.name if chosen else None),
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
                 costs=costs_markdown(profiles, point),
