@@ -30,6 +30,7 @@ from ..core.sampling import SamplingConfig
 from ..core.settings import lacks_draft_model
 from . import manifest, realmodel
 from .errors import HubUnreachable, ModelLoadError
+from .token_bytes import legible_token_text
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 FEATURES_FOLDER = "specdec-features"   # a features drafter's folder, beside its target
@@ -221,7 +222,7 @@ class ModelPair:
             return {i: f"<{i}>" for i in ids}
         with self._tokenizer_lock:
             for i in ids - self._token_text.keys():
-                self._token_text[i] = self.tokenizer.decode([i])
+                self._token_text[i] = legible_token_text(self.tokenizer, i)
             return {i: self._token_text[i] for i in ids}
 
     def describe(self) -> dict:

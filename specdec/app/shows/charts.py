@@ -13,7 +13,7 @@ import html
 import plotly.graph_objects as go
 
 from ...explain.gamma import run_gamma_sentence
-from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token
+from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token, with_thin_mark_named
 from ...explain.speed import (
     depth_story,
     expected_tokens_per_round,
@@ -39,8 +39,9 @@ def plotly_text(text: str) -> str:
 
 
 def show_token(gen: Generation, token_id: int) -> str:
-    """A token as a Plotly label: whitespace and EOS made visible, markup escaped."""
-    return plotly_text(token_label(gen, token_id))
+    """A token as a Plotly label: whitespace and EOS made visible, a thin mark named (". period"),
+    markup escaped."""
+    return plotly_text(with_thin_mark_named(token_label(gen, token_id)))
 
 
 def unique_labels(gen: Generation, ids: list[int]) -> list[str]:
@@ -490,8 +491,7 @@ def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
                              hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
     story = explain(gen.stats, ar.stats, gen.settings.gamma)
     return relaid(fig, dict(
-        # Labels level, at one size: a part too narrow for its label shows none (its number is in
-        # the hover and the metrics table), never a label turned on its side or shrunk.
+        # Labels level, at one size; a part too narrow shows none (hover and metrics table say it).
         barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100), uniformtext=dict(mode="hide", minsize=11),
         title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "
                         f"predicted {story.predicted:.2f}×", font=dict(size=13)),
