@@ -440,3 +440,16 @@ def test_the_step_viewer_sends_its_position_to_the_lab_and_the_glossary_is_above
     assert all(glossary.parent is tab.parent.parent or glossary.parent is tab.parent for tab in tabs)
     for symbol in ("**γ**", "**α**", "**β**", "**TV**", "**c**", "**v(γ)**"):
         assert symbol in GLOSSARY
+
+
+def test_the_decomposition_names_the_two_tails_apart_in_ten_characters():
+    """Cut at 10 characters, both tails of a run's position read "(rest whe…": each tick label is
+    now distinct and within the limit (a long token still cut with "…")."""
+    from specdec.app.shows import lab_charts
+
+    tokens = [" the", "an_unusually_long_token", *lab.TAIL_NAMES]
+    p, q = np.array([0.4, 0.1, 0.3, 0.2]), np.array([0.2, 0.3, 0.1, 0.4])
+    fig = lab_charts.decomposition_figure(lab.run(tokens, p, q, n=1000, seed=0))
+    ticks = list(fig.layout.xaxis.ticktext)
+    assert len(set(ticks)) == len(ticks) and all(len(t) <= lab_charts.TICK_LIMIT for t in ticks), ticks
+    assert ticks[1].endswith("…") and "p≥q" in ticks[2] and "p<q" in ticks[3]
