@@ -273,3 +273,31 @@ def test_a_value_out_of_a_sliders_range_is_clamped_and_said(still, slider, typed
     box.fill("2")   # a value that fits: the note has said its piece
     box.press("Enter")
     assert note.count() == 0
+
+
+_STATUS_IN_ERROR = """() => {
+  const line = document.querySelector('#run-status');
+  const badge = line.querySelector('.wrap .error');
+  const text = line.querySelector('[data-testid=markdown-wrapper]');
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  return {message: badge && badge.dataset.message, badge: badge && box(badge),
+          stale: !!text && text.offsetParent !== null && getComputedStyle(text).visibility === 'visible',
+          line: box(line)};
+}"""
+
+
+def test_an_error_is_said_on_the_status_line_not_over_the_last_runs_text(page, tmp_path):
+    """Gradio centred its red "Error" badge over the status line, on the last line's text, and
+    said what went wrong only in a notice that fades. After a bad import the stale text is gone,
+    the badge opens the line (inside it) and carries the error's own message."""
+    page.wait_for_selector("#run-status")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    page.set_input_files("#import input[type=file]", str(bad))
+    page.wait_for_function("() => !!document.querySelector('#run-status .wrap .error')?.dataset.message",
+                           timeout=30_000)
+    found = page.evaluate(_STATUS_IN_ERROR)
+    assert found["message"].startswith("Not a valid specdec trace"), found
+    assert not found["stale"], found
+    (left, top, _, _), line = found["badge"], found["line"]
+    assert line[0] <= left <= line[0] + 40 and line[1] <= top, found   # at the line's start, inside it
