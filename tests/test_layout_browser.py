@@ -301,3 +301,30 @@ def test_an_error_is_said_on_the_status_line_not_over_the_last_runs_text(page, t
     assert not found["stale"], found
     (left, top, _, _), line = found["badge"], found["line"]
     assert line[0] <= left <= line[0] + 40 and line[1] <= top, found   # at the line's start, inside it
+
+
+# Every shown slider whose maximum (or minimum) number runs past the slider's own row.
+_SLIDER_ENDS_CUT = """() => Array.from(document.querySelectorAll('.slider_input_container'))
+  .filter(row => row.offsetParent)
+  .flatMap(row => Array.from(row.querySelectorAll('.min_value, .max_value')).map(end => {
+    const r = end.getBoundingClientRect(), box = row.getBoundingClientRect();
+    return r.right > box.right + 1 || r.left < box.left - 1
+      ? `${(row.closest('[id]') || {}).id}: ${end.className.split(' ')[0]} ${JSON.stringify(end.innerText)} ends ` +
+        `${(r.right - box.right).toFixed(1)} px past its row` : null; }))
+  .filter(x => x)"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_sliders_range_ends_show_whole(still, width):
+    """At 800 px the round slider's maximum ran past its block, which cut "45" to "4": each shown
+    slider's two end numbers stay inside its row, on every tab."""
+    page = still
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_selector("#round .max_value")
+    found = []
+    for tab in ("Decode", "Exactness lab", "Speed explorer"):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(500)
+        page.evaluate("() => document.querySelectorAll('#round .max_value').forEach(e => { e.textContent = '45'; })")
+        found += [f"({tab}) {p}" for p in page.evaluate(_SLIDER_ENDS_CUT)]
+    assert found == [], "\n".join(found)
