@@ -328,3 +328,29 @@ def test_every_sliders_range_ends_show_whole(still, width):
         page.evaluate("() => document.querySelectorAll('#round .max_value').forEach(e => { e.textContent = '45'; })")
         found += [f"({tab}) {p}" for p in page.evaluate(_SLIDER_ENDS_CUT)]
     assert found == [], "\n".join(found)
+
+
+# Every shown element under `root` that scrolls up and down: rows hidden inside its box.
+_SCROLLS_DOWN = """(root) => Array.from(document.querySelectorAll(root + ' *'))
+  .filter(el => el.offsetParent && ['auto', 'scroll'].includes(getComputedStyle(el).overflowY)
+                && el.scrollHeight > el.clientHeight + 1)
+  .map(el => `${root}: ${el.tagName.toLowerCase()}.${el.className} shows ${el.clientHeight} px of `
+              + `${el.scrollHeight}`)"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_speed_profile_table_shows_every_row_and_breaks_no_word(still, width):
+    """The profiles' table cut its last rows inside a scroll box, and at 800 px broke "nearest"
+    over two lines: every row shows, nothing is cut at the right, no short word breaks."""
+    page = still
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.get_by_role("tab", name="Speed explorer").click()
+    opener = page.get_by_text("The profiles as a table, and why their costs differ")
+    if not page.locator("#speed-table").is_visible():
+        opener.click()
+    page.wait_for_function("() => document.querySelectorAll('#speed-table [role=gridcell], #speed-table td')"
+                           ".length > 20", timeout=30_000)
+    page.wait_for_timeout(1000)
+    found = (page.evaluate(_SCROLLS_DOWN, "#speed-table") + cut_at_right(page, "#speed-table")
+             + layout_check.broken_words(page, "#speed-table"))
+    assert found == [], "\n".join(found)

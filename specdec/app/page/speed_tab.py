@@ -280,8 +280,9 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     with gr.Accordion("The profiles as a table, and why their costs differ", open=False):
         # Widths that add up to the panel, with wrapping: sized by their content, the long names
         # pushed c, v, the speedup and best γ past the panel's right edge (issue 38).
+        # Tall enough for every profile: in a box of Gradio's default 500 px the last rows were cut.
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
-                               column_widths=speed_charts.PROFILE_WIDTHS, elem_id="speed-table")
+                               column_widths=speed_charts.PROFILE_WIDTHS, elem_id="speed-table", max_height=4000)
         v.costs = gr.Markdown("", elem_id="speed-costs", latex_delimiters=[])
     # What the controls are set to, kept on the server: a run that ends while this tab is hidden,
     # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
