@@ -304,3 +304,28 @@ def test_the_rates_chart_tells_every_profile_apart_hovers_its_flat_lines_and_mar
     marked = [t for t in spec if speed_charts.CHOSEN_MARK in t.name]
     assert [t.meta["profile"] for t in marked] == [chosen] and spec[-1] is marked[0]
     assert marked[0].line.width > max(t.line.width for t in spec if t is not marked[0])
+
+
+def test_before_a_run_the_explorer_opens_on_the_pair_in_use_on_this_kind_of_device(tmp_path):
+    """It opened on the bundled pair's CPU profile while the page ran the real pair: it opens on a
+    profile of the pair in use on this kind of device; where there is none, on that pair's profile
+    from another machine, and says which machine that is."""
+    real, bundled = "smollm2-135m", "bundled"
+    def opened(pair, device, path=PROFILES):
+        out = speed_tab.explore(None, None, 4, 0.65, None, path, pair=pair, device=device)
+        return out["profile"]["value"], out["note"]
+
+    name, note = opened(real, "cpu")
+    assert name == "this CPU, SmolLM2-135M-Instruct + features drafter, bench (every width)" and "⚠" not in note
+    assert opened(real, "cuda")[0] == "NVIDIA H200, SmolLM2-135M-Instruct, graphs, float32"
+    assert opened(bundled, "cpu")[0] == "this CPU, bench (every width)"
+    no_cpu = tmp_path / "profiles.json"
+    no_cpu.write_text(json.dumps([d for d in raw_profiles() if not (d.get("pair") == real and d["device"] == "cpu")]))
+    with_cards = speed_tab.real_features_card_profile
+    speed_tab.real_features_card_profile = lambda: None   # the real drafter's CPU card: a CPU profile too
+    try:
+        name, note = opened(real, "cpu", no_cpu)
+    finally:
+        speed_tab.real_features_card_profile = with_cards
+    assert name == "NVIDIA H200, SmolLM2-135M-Instruct, graphs, float32"
+    assert "⚠" in note and "NVIDIA H200" in note and "on a cpu" in note, note
