@@ -194,12 +194,10 @@ def test_spaces_gpu_wraps_the_decoder(monkeypatch):
     assert runs.gpu(len) is len   # elsewhere a no-op
 
 
-@pytest.mark.parametrize("example", [
-    pytest.param(e, marks=[pytest.mark.slow] if PRESETS[e.preset].source is not None else [])   # the real model
-    for e in EXAMPLES], ids=range(len(EXAMPLES)))
+@pytest.mark.parametrize("example", EXAMPLES, ids=range(len(EXAMPLES)))
 def test_every_example_runs(example, request, monkeypatch):
     """The example prompts run as listed (in-process: the Run handler generator itself); the real
-    model's examples (slow) from the session's cache of it (`real_cache`)."""
+    model's examples from the session's cache of it (`real_cache`)."""
     from specdec.app.page import handlers
 
     if PRESETS[example.preset].source is not None:

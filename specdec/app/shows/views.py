@@ -242,16 +242,24 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     the cache held (`earlier`) is compared with it, token for token (`afresh_line`)."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
-    why = stop_text(s.stopped)
+    why = ending_phrase(s.stopped)
     told = CACHED if cached else "" if cached is None else afresh_line(gen, earlier) if earlier else DECODED_NOW
     if ar is None:
-        return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
+        return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s; {why}."
                 f"{result_line(gen)}{told}")
     t = (timed or gen).stats
-    return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
+    return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds; {why}: {t.wall_seconds:.2f} s timed again "
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
             f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
             f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+
+
+def ending_phrase(stopped: str) -> str:
+    """Why a run ended, as a clause of the status line. Never in parentheses: next to ⟨eos⟩'s own
+    angle brackets they read as "((eos))" in the page's font."""
+    if stopped == "eos":
+        return f"it ended at the end-of-sequence token {stop_text(stopped)}"
+    return f"it stopped at {stop_text(stopped)}"
 
 
 def afresh_line(gen: Generation, earlier: Generation) -> str:
