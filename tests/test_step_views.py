@@ -347,3 +347,13 @@ def test_a_new_run_clears_the_previous_runs_sheet_and_link(run):
     assert view["export_file"] is None and view["link_box"] == ""
     assert view["sheet_file"]["value"] is None and view["sheet_file"]["visible"] is False
     assert set(view) <= set(MAIN_OUTPUTS)
+
+
+def test_a_skipped_adjustment_runs_done_line_says_it_is_biased(bundled, run):
+    """The metrics said a run with the adjustment skipped is biased; its Done line, where the eye is
+    after Run, did not. It says so with the same bias figure; an exact run's line does not."""
+    skipped = speculative_generate(bundled, PROMPT, settings(rule=Rule.SKIP_ADJUSTMENT))
+    line = views.done_status(skipped, None)
+    assert "this run is biased" in line and f"{skipped.stats.skip_tv_mean:.4f}" in line
+    assert f"**{skipped.stats.skip_tv_mean:.4f}**, biased" in charts.metrics_markdown(skipped)
+    assert "biased" not in views.done_status(run, None)

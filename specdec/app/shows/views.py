@@ -244,6 +244,7 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     head = "Stopped" if s.stopped == STOPPED else "Done"
     why = ending_phrase(s.stopped)
     told = CACHED if cached else "" if cached is None else afresh_line(gen, earlier) if earlier else DECODED_NOW
+    told = biased_line(gen) + told
     if ar is None:
         return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s; {why}."
                 f"{result_line(gen)}{told}")
@@ -252,6 +253,15 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
             f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
             f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+
+
+def biased_line(gen: Generation) -> str:
+    """For a run with the residual adjustment skipped, the status line says it is biased, with its
+    bias as the metrics give it ('' for an exact run)."""
+    if not gen.settings.skip_adjustment:
+        return ""
+    return (f" ⚠ Adjustment skipped: this run is biased, its output does not follow p (mean TV to p "
+            f"{gen.stats.skip_tv_mean:.4f} over its {gen.stats.tested} tested positions).")
 
 
 def ending_phrase(stopped: str) -> str:
