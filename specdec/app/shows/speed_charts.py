@@ -25,10 +25,10 @@ GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69
                                             ("solid", "dot", "dash", "solid", "longdash", "dashdot", "dot", "dash"))}
 # The committed profiles take these in file order; a run's own two profiles take RUN_COLOURS, so a
 # profile keeps its colour whether or not "this run" is drawn beside it.
-# Okabe & Ito's six left after the run's two, then three of Paul Tol's "muted" scheme (also told apart
-# by colour-blind readers, and from these): the H200's two profiles made seven committed profiles.
+# Okabe & Ito's six left after the run's two, then five of Paul Tol's "muted" scheme (also told apart
+# by colour-blind readers, and from these), as many as there are committed profiles.
 PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")] + [
-    "#332288", "#882255", "#44AA99"]   # Tol's indigo, wine and teal
+    "#332288", "#882255", "#44AA99", "#999933", "#CC6677"]   # Tol's indigo, wine, teal, olive and rose
 RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
 
 
