@@ -357,3 +357,25 @@ def test_a_skipped_adjustment_runs_done_line_says_it_is_biased(bundled, run):
     assert "this run is biased" in line and f"{skipped.stats.skip_tv_mean:.4f}" in line
     assert f"**{skipped.stats.skip_tv_mean:.4f}**, biased" in charts.metrics_markdown(skipped)
     assert "biased" not in views.done_status(run, None)
+
+
+def test_a_target_alone_of_another_length_is_explained_where_both_counts_show(bundled, run):
+    """"The target alone with the same settings" made 10 tokens where the run made 8, unexplained:
+    where the counts differ, the metrics say where the texts part and where each stopped, and the
+    Done line says why in a few words; both compare per token. Equal lengths say nothing more."""
+    from dataclasses import replace
+
+    from specdec.explain.speed import lengths_differ
+
+    ar = autoregressive_generate(bundled, PROMPT, run.settings)
+    shorter = replace(ar, token_ids=ar.token_ids[:50], stats=replace(ar.stats, new_tokens=50, stopped="eos"))
+    k = next((i for i, (a, b) in enumerate(zip(run.token_ids, shorter.token_ids)) if a != b), 50)
+    said = lengths_differ(run.token_ids, run.stats.stopped, shorter.token_ids, "eos")
+    assert "The target alone made 50 tokens, this run 64" in said and "per token" in said
+    assert (f"part at token {k + 1}" if k < 50 else "first 50 tokens are the same") in said
+    assert "the target alone at ⟨eos⟩, this run at max new tokens" in said
+    assert said in charts.metrics_markdown(run, shorter, timed=run)
+    assert "(not 64: " in views.done_status(run, shorter, run)
+    same = replace(ar, token_ids=ar.token_ids[:64])
+    assert lengths_differ(run.token_ids, "", same.token_ids, "") == ""
+    assert "(not " not in views.done_status(run, same, run)

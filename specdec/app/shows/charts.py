@@ -18,6 +18,7 @@ from ...explain.speed import (
     depth_story,
     expected_tokens_per_round,
     explain,
+    lengths_differ,
     predicted_at,
     run_point,
     time_split,
@@ -394,8 +395,8 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
         f"| timed again, unstreamed (same seed, same tokens) | {tokens_in(t)}{mean} | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
         "interleaved, the same way |",
-        f"| autoregressive run (same settings) | {tokens_in(ar.stats)}{mean}, "
-        f"{ar.stats.target_forwards} target forwards | |",
+        f"| autoregressive run (same settings) | {tokens_in(ar.stats)}{mean}, {ar.stats.target_forwards} target "
+        f"forwards | {lengths_differ(gen.token_ids, gen.stats.stopped, ar.token_ids, ar.stats.stopped)} |",
         f"| speedup over the target alone (tokens per second) | measured speedup "
         f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
         f"predicted from this run's costs (its whole loop: {costs}) and α: "

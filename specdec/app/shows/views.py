@@ -251,8 +251,17 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     t = (timed or gen).stats
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds; {why}: {t.wall_seconds:.2f} s timed again "
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
-            f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
-            f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+            f"streaming to the page). Autoregressive: {tokens_in(ar.stats)}{other_length(gen, ar)} → speedup in tokens "
+            f"per second {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+
+
+def other_length(gen: Generation, ar: Generation) -> str:
+    """Beside the target alone's token count, when it differs from the run's: why, in a few words
+    (the metrics say it whole)."""
+    if len(ar.token_ids) == len(gen.token_ids):
+        return ""
+    return (f" (not {len(gen.token_ids)}: with the same seed its text parts from this run's and ends at its own "
+            "point; compared per token)")
 
 
 def biased_line(gen: Generation) -> str:
