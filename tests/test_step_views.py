@@ -379,3 +379,20 @@ def test_a_target_alone_of_another_length_is_explained_where_both_counts_show(bu
     same = replace(ar, token_ids=ar.token_ids[:64])
     assert lengths_differ(run.token_ids, "", same.token_ids, "") == ""
     assert "(not " not in views.done_status(run, same, run)
+
+
+def test_a_skipped_round_that_cost_nothing_says_so(bundled):
+    """"TV = 0.0000, biased" read as a contradiction: where skipping cost nothing (at T = 0 p is
+    one-hot, and min(p, q) + (1 − β) p is p itself) the note says so; where it cost something, it
+    says biased with its TV."""
+    from specdec.app.shows.step_notes import bias_note
+
+    greedy_skip = speculative_generate(bundled, PROMPT, settings(rule=Rule.SKIP_ADJUSTMENT,
+                                                                 sampling=SamplingConfig(temperature=0.0)))
+    pos = next(p for r in greedy_skip.rounds for p in r.positions if p.status is not Status.UNUSED)
+    note = bias_note(greedy_skip, pos)
+    assert pos.skip_tv < 5e-5 and "happened to cost nothing" in note and "0.0000, biased" not in note, note
+    sampled_skip = speculative_generate(bundled, PROMPT, settings(rule=Rule.SKIP_ADJUSTMENT))
+    pos = max((p for r in sampled_skip.rounds for p in r.positions if p.status is not Status.UNUSED),
+              key=lambda p: p.skip_tv)
+    assert f"TV = {pos.skip_tv:.4f}, biased" in bias_note(sampled_skip, pos)
