@@ -396,3 +396,14 @@ def test_a_skipped_round_that_cost_nothing_says_so(bundled):
     pos = max((p for r in sampled_skip.rounds for p in r.positions if p.status is not Status.UNUSED),
               key=lambda p: p.skip_tv)
     assert f"TV = {pos.skip_tv:.4f}, biased" in bias_note(sampled_skip, pos)
+
+
+def test_acceptance_rate_names_one_number(run):
+    """"Acceptance rate" named two numbers (α, and the share of drafts kept, "some call this ratio the
+    acceptance rate"): in the metrics and the terminal it names α alone; the other is the draft yield."""
+    from specdec.explain.terminal import stats_lines
+
+    for text in (charts.metrics_markdown(run), "\n".join(stats_lines(run))):
+        named = [line for line in text.splitlines() if "acceptance rate" in line.lower()]
+        assert len(named) == 1 and ("α" in named[0] or "alpha" in named[0]), named
+        assert "draft yield" in text

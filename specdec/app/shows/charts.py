@@ -449,7 +449,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         "before any u is drawn, β alone before drafting. "
         f"α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
         f"| draft yield | {s.accepted_per_drafted:.3f} ({s.accepted} of {s.drafted} drafted) | How many drafts "
-        "ended in the text? Drafts after a rejection are never tested (some call this ratio the acceptance rate). |",
+        "ended in the text? Drafts after a rejection are never tested, so this is not α (α counts tested drafts). |",
         f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "
         f"give? If every position had one rate (γ = {gamma}), (1 − r^(γ+1)) / (1 − r) predicts {from_alpha:.2f} "
         f"from r = α (what this run's draws gave) and {from_beta:.2f} from r = mean β (what p and q promise, "
