@@ -210,3 +210,17 @@ def test_where_the_time_went_writes_its_labels_level_or_not_at_all(greedy):
     fig = charts.time_figure(timed, ar)
     assert all(trace.textangle == 0 for trace in fig.data)
     assert fig.layout.uniformtext.mode == "hide" and fig.layout.uniformtext.minsize >= 10
+
+
+@pytest.mark.parametrize("speedups, said", [
+    ((0.30, 0.52, 0.73), "every repeat slower than the target alone: a loss"),
+    ((1.10, 1.30, 1.20), "every repeat faster than the target alone: a win"),
+    ((0.79, 1.01, 0.81), "a difference inside it is noise"),
+])
+def test_a_spread_wholly_below_or_above_1_is_called_a_loss_or_a_win(speedups, said):
+    """"Spread 0.30–0.73×, and a difference inside it is noise" read as no verdict when every
+    repeat lost: a spread on one side of 1× is a loss (or a win); only one across 1× is noise."""
+    from specdec.app.shows.charts import _repeats_cell
+
+    cell = _repeats_cell(speedups)
+    assert cell.endswith(said) and f"spread {min(speedups):.2f}–{max(speedups):.2f}×" in cell

@@ -40,8 +40,7 @@ def plotly_text(text: str) -> str:
 
 
 def show_token(gen: Generation, token_id: int) -> str:
-    """A token as a Plotly label: whitespace and EOS made visible, a thin mark named (". period"),
-    markup escaped."""
+    """A token as a Plotly label: whitespace and EOS shown, a thin mark named (". period"), escaped."""
     return plotly_text(with_thin_mark_named(token_label(gen, token_id)))
 
 
@@ -377,9 +376,10 @@ def _repeats_cell(speedups: tuple[float, ...]) -> str:
     """The repeats' own speedups and their spread, beside the pooled one (empty for one pair of runs)."""
     if len(speedups) < 2:
         return " (one run each)"
-    each = ", ".join(f"{x:.2f}×" for x in speedups)
-    return (f", pooled over {len(speedups)} interleaved repeats, which gave {each}: spread "
-            f"{min(speedups):.2f}–{max(speedups):.2f}×, and a difference inside it is noise")
+    each, low, high = ", ".join(f"{x:.2f}×" for x in speedups), min(speedups), max(speedups)
+    said = ("every repeat slower than the target alone: a loss" if high < 1 else
+            "every repeat faster than the target alone: a win" if low > 1 else "a difference inside it is noise")
+    return f", pooled over {len(speedups)} interleaved repeats, which gave {each}: spread {low:.2f}–{high:.2f}×, {said}"
 
 
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
