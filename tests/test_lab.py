@@ -453,3 +453,15 @@ def test_the_decomposition_names_the_two_tails_apart_in_ten_characters():
     ticks = list(fig.layout.xaxis.ticktext)
     assert len(set(ticks)) == len(ticks) and all(len(t) <= lab_charts.TICK_LIMIT for t in ticks), ticks
     assert ticks[1].endswith("…") and "p≥q" in ticks[2] and "p<q" in ticks[3]
+
+
+def test_the_observed_tv_column_says_its_sampling_noise():
+    """A closed-form TV 0.0618 beside an observed 0.0632 read as a disagreement: the observed column
+    names the sampling noise of its N (an exact sampler's expected TV), on the page and in a terminal."""
+    result = lab.run(["a", "b", "c"], np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), n=20_000, seed=0)
+    floor = f"{float(lab.noise_floor(result.p, result.n)):.4f}"
+    for short in (False, True):
+        headers, rows = lab.summary_table(result, short=short)
+        assert headers[2].endswith(f"(noise ≈ {floor})"), headers
+    exact = result.results[lab.Rule.EXACT].tv
+    assert exact < 3 * float(floor)   # the exact rule's observed TV is that noise alone
