@@ -407,3 +407,22 @@ def test_acceptance_rate_names_one_number(run):
         named = [line for line in text.splitlines() if "acceptance rate" in line.lower()]
         assert len(named) == 1 and ("α" in named[0] or "alpha" in named[0]), named
         assert "draft yield" in text
+
+
+def test_a_rare_draw_says_how_rare_it_was(run):
+    """A token with residual chance 2e-05 was drawn, unexplained: the round's caption says its chance
+    and about how rare that is; a likely draw says nothing of it."""
+    from dataclasses import replace
+
+    from specdec.trace.spine import Dist
+
+    k = next(r.index for r in run.rounds if r.ending is Ending.RESIDUAL)
+    rnd = run.rounds[k]
+    ids = [rnd.end_token, *[i for i in rnd.end_dist.ids if i != rnd.end_token]]
+    rare = Dist(ids, [2e-05] + [(1 - 2e-05) / (len(ids) - 1)] * (len(ids) - 1), 0.0)
+    gen = replace(run, rounds=[*run.rounds[:k], replace(rnd, end_dist=rare), *run.rounds[k + 1:]])
+    caption = views.round_caption(gen, k)
+    assert "had chance 2e-05 under the residual" in caption and "about 1 in 50,000" in caption, caption
+    likely = Dist(ids, [0.5] + [0.5 / (len(ids) - 1)] * (len(ids) - 1), 0.0)
+    gen = replace(run, rounds=[*run.rounds[:k], replace(rnd, end_dist=likely), *run.rounds[k + 1:]])
+    assert "rare draw" not in views.round_caption(gen, k)

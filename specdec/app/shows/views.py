@@ -14,7 +14,7 @@ import gradio as gr
 import pandas as pd
 
 from ...decoding.loop import STOPPED
-from ...explain.looks import LOOKS, PALETTE, stop_text, token_label, token_text
+from ...explain.looks import LOOKS, PALETTE, prob_text, stop_text, token_label, token_text
 from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
 from ...trace.outcomes import Ending
 from ...trace.spine import Generation
@@ -79,6 +79,21 @@ def show_step(gen: Generation | None, round_number, position) -> dict:
                 round_slider=gr.update(value=r + 1), **step_view(gen, r, position))
 
 
+RARE = 0.01   # a drawn token's chance under this is said, with how rare it was
+
+
+def rare_draw(gen: Generation, rnd) -> str:
+    """How rare the round's last token was, where its chance under the distribution it was drawn
+    from is under `RARE` ('' elsewhere, and at T = 0, where nothing is drawn by chance)."""
+    chance = dict(zip(rnd.end_dist.ids, rnd.end_dist.probs)).get(rnd.end_token)
+    if chance is None or chance <= 0 or chance >= RARE or gen.settings.sampling.greedy:
+        return ""
+    source = "the residual norm(max(0, p − q))" if rnd.ending is Ending.RESIDUAL else "p"
+    return (f"*A rare draw:* `{token_label(gen, rnd.end_token)}` had chance {prob_text(chance)} under {source}, "
+            f"about 1 in {round(1 / chance):,}. Rare draws are part of sampling: over many draws some land on "
+            "unlikely tokens, each exactly as often as its chance says (the exactness lab shows it).")
+
+
 def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
     """The round in words; with the features drafter, where the selected draft's q came from
     (`position`, 0-based: draft 1 when None)."""
@@ -93,6 +108,7 @@ def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
     if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
         caption += "\n\n" + greedy_rejection(gen, rnd)
+    caption += "".join("\n\n" + line for line in [rare_draw(gen, rnd)] if line)
     if gen.settings.drafter == "features":
         k = position if isinstance(position, int) and 0 <= position < len(rnd.positions) else 0
         caption += "\n\n" + where_q_came_from(gen, rnd, k) + q_source_picture(gen, rnd, k)
