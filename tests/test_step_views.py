@@ -426,3 +426,18 @@ def test_a_rare_draw_says_how_rare_it_was(run):
     likely = Dist(ids, [0.5] + [0.5 / (len(ids) - 1)] * (len(ids) - 1), 0.0)
     gen = replace(run, rounds=[*run.rounds[:k], replace(rnd, end_dist=likely), *run.rounds[k + 1:]])
     assert "rare draw" not in views.round_caption(gen, k)
+
+
+def test_a_one_hot_p_at_a_rejection_says_the_residual_is_trivial(bundled, run):
+    """At a pair's own sampling (T 0.2, top-p 0.9) p is one-hot at many positions, and a residual
+    round's chart then shows one bar with nothing to explain why: the caption says so there, and
+    not where p spreads its mass (the default T = 1 run's residual rounds)."""
+    low = speculative_generate(bundled, PROMPT, settings(sampling=SamplingConfig(temperature=0.2, top_k=50,
+                                                                                 top_p=0.9)))
+    k = next(r.index for r in low.rounds if r.ending is Ending.RESIDUAL
+             and max(r.positions[r.n_accepted].p.probs) >= views.ONE_HOT)
+    caption = views.round_caption(low, k)
+    assert "p is one-hot here" in caption and "T = 0.2 with top-p 0.9" in caption, caption
+    spread = [r.index for r in run.rounds if r.ending is Ending.RESIDUAL
+              and max(r.positions[r.n_accepted].p.probs) < views.ONE_HOT]
+    assert spread and all("one-hot" not in views.round_caption(run, i) for i in spread)

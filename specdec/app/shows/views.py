@@ -108,7 +108,7 @@ def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
     if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
         caption += "\n\n" + greedy_rejection(gen, rnd)
-    caption += "".join("\n\n" + line for line in [rare_draw(gen, rnd)] if line)
+    caption += "".join("\n\n" + line for line in [one_hot_rejection(gen, rnd), rare_draw(gen, rnd)] if line)
     if gen.settings.drafter == "features":
         k = position if isinstance(position, int) and 0 <= position < len(rnd.positions) else 0
         caption += "\n\n" + where_q_came_from(gen, rnd, k) + q_source_picture(gen, rnd, k)
@@ -196,6 +196,25 @@ def greedy_rejection(gen: Generation, rnd) -> str:
     return ("*At T = 0* p and q are one-hot (all their mass on each model's top token), so a draft passes only "
             "if it is the target's top token, and after a rejection the residual max(0, p − q) is p's own "
             f"one-hot: **a rejection can only emit the target's top token**, here {top}.")
+
+
+ONE_HOT = 1 - 1e-6   # p's top token holding this much is all of p, up to rounding
+
+
+def one_hot_rejection(gen: Generation, rnd) -> str:
+    """Where sampling (a low temperature, top-p) left p one-hot at a rejected draft though T > 0, what
+    that makes of the residual, said at such a round ('' elsewhere)."""
+    if rnd.ending is not Ending.RESIDUAL or rnd.n_accepted >= len(rnd.positions) or gen.settings.sampling.greedy:
+        return ""
+    p = rnd.positions[rnd.n_accepted].p
+    if max(p.probs, default=0.0) < ONE_HOT:
+        return ""
+    top = charts.md_text(token_label(gen, p.ids[p.probs.index(max(p.probs))]))
+    sampling = gen.settings.sampling
+    return (f"*p is one-hot here*: at T = {sampling.temperature:g} with top-p {sampling.top_p:g} (top-k "
+            f"{sampling.top_k or 'off'}) one token, {top}, holds all of p, so the residual max(0, p − q) is that "
+            "token alone and a rejection can only emit it: the residual is trivial at such positions, as at "
+            "T = 0. It shows its shape at T = 1 with top-p 1 and top-k 0.")
 
 
 def slider(gen: Generation | None, value: int | None = None):
