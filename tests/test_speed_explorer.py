@@ -329,3 +329,10 @@ def test_before_a_run_the_explorer_opens_on_the_pair_in_use_on_this_kind_of_devi
         speed_tab.real_features_card_profile = with_cards
     assert name == "NVIDIA H200, SmolLM2-135M-Instruct, graphs, float32"
     assert "⚠" in note and "NVIDIA H200" in note and "on a cpu" in note, note
+
+
+def test_the_tables_star_is_explained_as_a_star_not_a_list_mark():
+    """The note on the table's stars began with "*", which Markdown read as a list item's mark: the
+    star itself vanished from the note. It is written escaped, so the page shows it."""
+    profiles, _ = speed_tab.all_profiles(None)
+    assert speed_tab.costs_markdown(profiles, None).startswith("\\* v from the nearest measured verify width")

@@ -245,7 +245,7 @@ def costs_markdown(profiles: list[CostProfile], point: RunPoint | None) -> str:
     why an eager H100 verifies 5 tokens in less than a step: said where the costs stand side by
     side (the table), so that three numbers for one step do not read as an error."""
     by_name = {p.name: p for p in profiles}
-    lines = [f"{speed_charts.UNMEASURED}.\n\n"
+    lines = [f"{md_text(speed_charts.UNMEASURED)}.\n\n"
              "**One target step, several costs.** Each profile timed something else, at another time:"]
     bench, card = by_name.get("this CPU, bench (every width)"), by_name.get(CARD_PROFILE)
     if bench is not None:
