@@ -336,3 +336,10 @@ def test_the_tables_star_is_explained_as_a_star_not_a_list_mark():
     star itself vanished from the note. It is written escaped, so the page shows it."""
     profiles, _ = speed_tab.all_profiles(None)
     assert speed_tab.costs_markdown(profiles, None).startswith("\\* v from the nearest measured verify width")
+
+
+def test_a_profile_of_another_machine_picked_by_hand_is_said_so_without_denying_the_own_one():
+    """Picking the H100's profile while the page runs the bundled pair on a CPU: the note says it is
+    another machine's, and does not claim this pair has no profile here (it has)."""
+    out = speed_tab.explore(None, "H100, eager, fp32", 4, 0.65, None, PROFILES, pair="bundled", device="cpu")
+    assert "⚠" in out["note"] and "one NVIDIA H100" in out["note"] and "no profile is committed" not in out["note"]

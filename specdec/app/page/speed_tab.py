@@ -153,17 +153,18 @@ def default_profile(profiles: list[CostProfile], pair: str | None, device: str) 
     return next((p for p in ours if p.device == device), ours[0] if ours else (profiles[0] if profiles else None))
 
 
-def where_measured(profile: CostProfile, pair: str | None, device: str) -> str:
+def where_measured(profile: CostProfile, pair: str | None, device: str, own: bool = False) -> str:
     """A warning where the shown profile is not the page's pair on this kind of device ('' where it is,
-    or for this run's own profiles): its numbers then describe another machine or another pair."""
+    or for this run's own profiles): its numbers then describe another machine or another pair. `own`:
+    a profile of the pair on this kind of device exists (the visitor picked another one)."""
     if pair is None or profile.name in speed_charts.RUN_COLOURS or (profile.pair, profile.device) == (pair, device):
         return ""
     theirs = PRESETS[profile.pair].label if profile.pair in PRESETS else "no pair of this page"
     ours = PRESETS[pair].label if pair in PRESETS else pair
+    none = "" if own else ", for which no profile is committed yet"
     return (f"⚠ *{md_text(profile.name)}* was measured on {md_text(profile.where)} ({profile.device}) with "
-            f"{md_text(theirs)}; this page runs {md_text(ours)} on a {device}, for which no profile is committed "
-            "yet: its numbers describe that other machine. Tick *compare with autoregressive* on the Decode tab "
-            "for this machine's own.")
+            f"{md_text(theirs)}; this page runs {md_text(ours)} on a {device}{none}: these numbers describe that "
+            "other machine or pair. Tick *compare with autoregressive* on the Decode tab for this machine's own.")
 
 
 def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES_FILE, pair: str | None = None,
@@ -184,7 +185,8 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
                 costs=costs_markdown(profiles, point),
-                note=note_markdown(point, chosen, what_if, pair, device) + (f"\n\n⚠ {problem}" if problem else ""))
+                note=note_markdown(point, chosen, what_if, pair, device, any(
+                    (p.pair, p.device) == (pair, device) for p in profiles)) + (f"\n\n⚠ {problem}" if problem else ""))
 
 
 def for_run_controls(point: RunPoint | None) -> dict:
@@ -275,13 +277,13 @@ def costs_markdown(profiles: list[CostProfile], point: RunPoint | None) -> str:
 
 
 def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if, pair: str | None = None,
-                  device: str = "cpu") -> str:
+                  device: str = "cpu", own: bool = False) -> str:
     lines = run_lines(point)
     if chosen is not None:
         lines.append(f"**{md_text(chosen.name)}**: measured {md_text(chosen.when)} on {md_text(chosen.where)} "
                      f"({md_text(chosen.engine)}{', ' + md_text(chosen.dtype) if chosen.dtype else ''}); "
                      f"source: {md_text(chosen.source.rstrip('.'))}.")
-        lines += [line for line in [where_measured(chosen, pair, device)] if line]
+        lines += [line for line in [where_measured(chosen, pair, device, own)] if line]
     if what_if is not None:
         lines.append(f"**What if** c = {what_if[1]:.3f} instead of the measured {chosen.c:.3f}: the other costs "
                      "stay this profile's.")
