@@ -100,8 +100,11 @@ def test_the_committed_profiles_read_as_before_with_their_pair_named_where_they_
     from specdec.explain.speed import profiles_from_json
 
     read = profiles_from_json(json.loads(PROFILES.read_text()))
-    assert read and all(p.pair in ("", REAL) for p in read)
-    assert all(p.drafter == ("features" if p.pair else "") for p in read)
+    assert read and all(p.pair in ("", "bundled", REAL) for p in read)
+    # A drafter only with a pair (γ is picked from those); a pair alone names whose costs a device's are.
+    assert all(p.drafter in ("", "features") and (p.pair or not p.drafter) for p in read)
+    assert [p.name for p in read if p.drafter] == [
+        "this CPU, SmolLM2-135M-Instruct + features drafter, bench (every width)"]
 
 
 def test_picking_a_pair_moves_gamma_to_its_pick_and_back_but_keeps_a_gamma_the_visitor_set(profiles, monkeypatch):

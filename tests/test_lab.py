@@ -441,3 +441,28 @@ def test_the_step_viewer_sends_its_position_to_the_lab_and_the_glossary_is_above
     assert all(glossary.parent is tab.parent.parent or glossary.parent is tab.parent for tab in tabs)
     for symbol in ("**γ**", "**α**", "**β**", "**TV**", "**c**", "**v(γ)**"):
         assert symbol in GLOSSARY
+
+
+def test_the_decomposition_names_the_two_tails_apart_in_ten_characters():
+    """Cut at 10 characters, both tails of a run's position read "(rest whe…": each tick label is
+    now distinct and within the limit (a long token still cut with "…")."""
+    from specdec.app.shows import lab_charts
+
+    tokens = [" the", "an_unusually_long_token", *lab.TAIL_NAMES]
+    p, q = np.array([0.4, 0.1, 0.3, 0.2]), np.array([0.2, 0.3, 0.1, 0.4])
+    fig = lab_charts.decomposition_figure(lab.run(tokens, p, q, n=1000, seed=0))
+    ticks = list(fig.layout.xaxis.ticktext)
+    assert len(set(ticks)) == len(ticks) and all(len(t) <= lab_charts.TICK_LIMIT for t in ticks), ticks
+    assert ticks[1].endswith("…") and "p≥q" in ticks[2] and "p<q" in ticks[3]
+
+
+def test_the_observed_tv_column_says_its_sampling_noise():
+    """A closed-form TV 0.0618 beside an observed 0.0632 read as a disagreement: the observed column
+    names the sampling noise of its N (an exact sampler's expected TV), on the page and in a terminal."""
+    result = lab.run(["a", "b", "c"], np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), n=20_000, seed=0)
+    floor = f"{float(lab.noise_floor(result.p, result.n)):.4f}"
+    for short in (False, True):
+        headers, rows = lab.summary_table(result, short=short)
+        assert headers[2].endswith(f"(noise ≈ {floor})"), headers
+    exact = result.results[lab.Rule.EXACT].tv
+    assert exact < 3 * float(floor)   # the exact rule's observed TV is that noise alone

@@ -273,3 +273,84 @@ def test_a_value_out_of_a_sliders_range_is_clamped_and_said(still, slider, typed
     box.fill("2")   # a value that fits: the note has said its piece
     box.press("Enter")
     assert note.count() == 0
+
+
+_STATUS_IN_ERROR = """() => {
+  const line = document.querySelector('#run-status');
+  const badge = line.querySelector('.wrap .error');
+  const text = line.querySelector('[data-testid=markdown-wrapper]');
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  return {message: badge && badge.dataset.message, badge: badge && box(badge),
+          stale: !!text && text.offsetParent !== null && getComputedStyle(text).visibility === 'visible',
+          line: box(line)};
+}"""
+
+
+def test_an_error_is_said_on_the_status_line_not_over_the_last_runs_text(page, tmp_path):
+    """Gradio centred its red "Error" badge over the status line, on the last line's text, and
+    said what went wrong only in a notice that fades. After a bad import the stale text is gone,
+    the badge opens the line (inside it) and carries the error's own message."""
+    page.wait_for_selector("#run-status")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    page.set_input_files("#import input[type=file]", str(bad))
+    page.wait_for_function("() => !!document.querySelector('#run-status .wrap .error')?.dataset.message",
+                           timeout=30_000)
+    found = page.evaluate(_STATUS_IN_ERROR)
+    assert found["message"].startswith("Not a valid specdec trace"), found
+    assert not found["stale"], found
+    (left, top, _, _), line = found["badge"], found["line"]
+    assert line[0] <= left <= line[0] + 40 and line[1] <= top, found   # at the line's start, inside it
+
+
+# Every shown slider whose maximum (or minimum) number runs past the slider's own row.
+_SLIDER_ENDS_CUT = """() => Array.from(document.querySelectorAll('.slider_input_container'))
+  .filter(row => row.offsetParent)
+  .flatMap(row => Array.from(row.querySelectorAll('.min_value, .max_value')).map(end => {
+    const r = end.getBoundingClientRect(), box = row.getBoundingClientRect();
+    return r.right > box.right + 1 || r.left < box.left - 1
+      ? `${(row.closest('[id]') || {}).id}: ${end.className.split(' ')[0]} ${JSON.stringify(end.innerText)} ends ` +
+        `${(r.right - box.right).toFixed(1)} px past its row` : null; }))
+  .filter(x => x)"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_sliders_range_ends_show_whole(still, width):
+    """At 800 px the round slider's maximum ran past its block, which cut "45" to "4": each shown
+    slider's two end numbers stay inside its row, on every tab."""
+    page = still
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_selector("#round .max_value")
+    found = []
+    for tab in ("Decode", "Exactness lab", "Speed explorer"):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(500)
+        page.evaluate("() => document.querySelectorAll('#round .max_value').forEach(e => { e.textContent = '45'; })")
+        found += [f"({tab}) {p}" for p in page.evaluate(_SLIDER_ENDS_CUT)]
+    assert found == [], "\n".join(found)
+
+
+# Every shown element under `root` that scrolls up and down: rows hidden inside its box.
+_SCROLLS_DOWN = """(root) => Array.from(document.querySelectorAll(root + ' *'))
+  .filter(el => el.offsetParent && ['auto', 'scroll'].includes(getComputedStyle(el).overflowY)
+                && el.scrollHeight > el.clientHeight + 1)
+  .map(el => `${root}: ${el.tagName.toLowerCase()}.${el.className} shows ${el.clientHeight} px of `
+              + `${el.scrollHeight}`)"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_speed_profile_table_shows_every_row_and_breaks_no_word(still, width):
+    """The profiles' table cut its last rows inside a scroll box, and at 800 px broke "nearest"
+    over two lines: every row shows, nothing is cut at the right, no short word breaks."""
+    page = still
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.get_by_role("tab", name="Speed explorer").click()
+    opener = page.get_by_text("The profiles as a table, and why their costs differ")
+    if not page.locator("#speed-table").is_visible():
+        opener.click()
+    page.wait_for_function("() => document.querySelectorAll('#speed-table [role=gridcell], #speed-table td')"
+                           ".length > 20", timeout=30_000)
+    page.wait_for_timeout(1000)
+    found = (page.evaluate(_SCROLLS_DOWN, "#speed-table") + cut_at_right(page, "#speed-table")
+             + layout_check.broken_words(page, "#speed-table"))
+    assert found == [], "\n".join(found)

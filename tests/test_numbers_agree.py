@@ -163,7 +163,7 @@ def test_the_speed_explorer_speaks_in_tokens_per_second_with_the_runs_own_rates(
     for prof in profiles:   # each profile: a flat line at 1000 / its step, and the speedup curve times it
         flat = next(t for t in by_role["alone"] if t.meta["profile"] == prof.name)
         curve = next(t for t in by_role["speculative"] if t.meta["profile"] == prof.name)
-        assert list(flat.y) == [pytest.approx(1000 / prof.target_step_ms)] * 2
+        assert list(flat.y) == [pytest.approx(1000 / prof.target_step_ms)] * len(flat.x)
         v, _ = prof.verify_nearest(4)
         for a, y in zip(curve.x, curve.y):
             tokens = 5.0 if a == 1 else (1 - a ** 5) / (1 - a)
@@ -201,3 +201,26 @@ def test_the_intro_names_the_c_its_profile_has():
 def test_one_pair_of_runs_has_no_spread_and_is_refused(bundled):
     with pytest.raises(ValueError, match="repeats must be at least 2"):
         timed_repeats(bundled, PROMPT, RunSettings(max_new_tokens=4), repeats=1)
+
+
+def test_where_the_time_went_writes_its_labels_level_or_not_at_all(greedy):
+    """The bars' numbers were turned on their side and shrunk in a narrow part: each is level, at
+    one size, and a part too narrow for its number shows none (Plotly's uniformtext "hide")."""
+    gen, timed, ar, _ = greedy
+    fig = charts.time_figure(timed, ar)
+    assert all(trace.textangle == 0 for trace in fig.data)
+    assert fig.layout.uniformtext.mode == "hide" and fig.layout.uniformtext.minsize >= 10
+
+
+@pytest.mark.parametrize("speedups, said", [
+    ((0.30, 0.52, 0.73), "every repeat slower than the target alone: a loss"),
+    ((1.10, 1.30, 1.20), "every repeat faster than the target alone: a win"),
+    ((0.79, 1.01, 0.81), "a difference inside it is noise"),
+])
+def test_a_spread_wholly_below_or_above_1_is_called_a_loss_or_a_win(speedups, said):
+    """"Spread 0.30–0.73×, and a difference inside it is noise" read as no verdict when every
+    repeat lost: a spread on one side of 1× is a loss (or a win); only one across 1× is noise."""
+    from specdec.app.shows.charts import _repeats_cell
+
+    cell = _repeats_cell(speedups)
+    assert cell.endswith(said) and f"spread {min(speedups):.2f}–{max(speedups):.2f}×" in cell

@@ -86,3 +86,16 @@ def test_each_example_is_labelled_whole_with_its_sampling():
     real = [label for e, label in zip(api.EXAMPLES, labels, strict=True) if e.preset == REAL]
     assert real and all(label.endswith("T 0.2 top-p 0.9") and "SmolLM2" in label for label in real), real
     assert len(set(labels)) == len(labels)
+
+
+def test_the_gamma_sentence_stays_beside_the_controls():
+    """The γ a pair's measured costs pick was said once, in the status line when the pair was picked,
+    and the first run wrote over it: the line beside the sampling controls keeps it (the real pair on
+    this kind of device, where a profile and its drafter's card were measured); the bundled pair,
+    with nothing measured for a pick, says none."""
+    from specdec.explain.gamma import gamma_for
+    from specdec.models.pair import PRESETS, pick_device
+
+    pick = gamma_for(REAL, "features", PRESETS[REAL].sampling.temperature, pick_device()[0])
+    assert pick is not None and pick.sentence() in handlers.sampling_line(REAL)
+    assert "picked for this pair" not in handlers.sampling_line("bundled")

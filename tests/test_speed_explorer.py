@@ -271,3 +271,75 @@ def test_at_a_speedup_of_1_both_measured_rates_show_on_the_rates_chart(compared)
     assert (list(alone.x), list(alone.y)) == (list(spec.x), list(spec.y))       # one spot
     assert list(fig.data).index(spec) > list(fig.data).index(alone)             # the X is drawn over it
     assert alone.marker.symbol.endswith("-open") and alone.marker.size >= spec.marker.size + 4
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_the_profile_tables_best_gamma_is_never_slower_than_the_figure_beside_it(gamma, tmp_path):
+    """Every committed profile's row: its best γ at α is at least its speedup at the chosen γ (the
+    same curves give both); a v or best γ read from the nearest measured width is starred, a short
+    mark that never breaks over lines ("(nearest)" broke as "neare st" at 800 px)."""
+    profiles, _ = speed_tab.all_profiles(None, PROFILES)
+    alpha = 0.65
+    for row in speed_charts.profile_rows(profiles, gamma, alpha):
+        shown, best = float(row[5].rstrip("×")), float(row[6].split(": ")[1].split("×")[0])
+        assert best >= shown, row
+        assert "nearest" not in row[4] and "nearest" not in row[6], row
+    card = next(p for p in profiles if p.name == speed_tab.CARD_PROFILE)   # widths 1 and 5 only
+    row = next(r for r in speed_charts.profile_rows(profiles, gamma, alpha) if r[0] == card.name)
+    assert row[4].endswith(" *") == (card.verify(gamma) is None), row
+
+
+def test_the_rates_chart_tells_every_profile_apart_hovers_its_flat_lines_and_marks_the_chosen():
+    """Two GPUs of one speed drew one line over the other (H100 graphs under the H200's): each
+    profile's speculative line has markers of its own shape at α of its own. The dashed target-
+    alone lines answer a hover anywhere (they had points only at their two ends). The profile
+    the controls are set to is drawn thicker, on top, and its legend entry says so."""
+    profiles, _ = speed_tab.all_profiles(None)
+    chosen = profiles[1].name
+    fig = speed_charts.rates_figure(profiles, 4, 0.7, chosen=chosen)
+    spec = [t for t in fig.data if (t.meta or {}).get("role") == "speculative"]
+    shown_at = {(t.marker.symbol, next(k for k, size in enumerate(t.marker.size) if size)) for t in spec}
+    assert len(shown_at) == len(spec) == len(profiles)   # no two profiles share a shape and a place
+    assert all(len(t.x) == len(speed_charts.ALPHAS) for t in fig.data if (t.meta or {}).get("role") == "alone")
+    marked = [t for t in spec if speed_charts.CHOSEN_MARK in t.name]
+    assert [t.meta["profile"] for t in marked] == [chosen] and spec[-1] is marked[0]
+    assert marked[0].line.width > max(t.line.width for t in spec if t is not marked[0])
+
+
+def test_before_a_run_the_explorer_opens_on_the_pair_in_use_on_this_kind_of_device(tmp_path):
+    """It opened on the bundled pair's CPU profile while the page ran the real pair: it opens on a
+    profile of the pair in use on this kind of device; where there is none, on that pair's profile
+    from another machine, and says which machine that is."""
+    real, bundled = "smollm2-135m", "bundled"
+    def opened(pair, device, path=PROFILES):
+        out = speed_tab.explore(None, None, 4, 0.65, None, path, pair=pair, device=device)
+        return out["profile"]["value"], out["note"]
+
+    name, note = opened(real, "cpu")
+    assert name == "this CPU, SmolLM2-135M-Instruct + features drafter, bench (every width)" and "⚠" not in note
+    assert opened(real, "cuda")[0] == "NVIDIA H200, SmolLM2-135M-Instruct, graphs, float32"
+    assert opened(bundled, "cpu")[0] == "this CPU, bench (every width)"
+    no_cpu = tmp_path / "profiles.json"
+    no_cpu.write_text(json.dumps([d for d in raw_profiles() if not (d.get("pair") == real and d["device"] == "cpu")]))
+    with_cards = speed_tab.real_features_card_profile
+    speed_tab.real_features_card_profile = lambda: None   # the real drafter's CPU card: a CPU profile too
+    try:
+        name, note = opened(real, "cpu", no_cpu)
+    finally:
+        speed_tab.real_features_card_profile = with_cards
+    assert name == "NVIDIA H200, SmolLM2-135M-Instruct, graphs, float32"
+    assert "⚠" in note and "NVIDIA H200" in note and "on a cpu" in note, note
+
+
+def test_the_tables_star_is_explained_as_a_star_not_a_list_mark():
+    """The note on the table's stars began with "*", which Markdown read as a list item's mark: the
+    star itself vanished from the note. It is written escaped, so the page shows it."""
+    profiles, _ = speed_tab.all_profiles(None)
+    assert speed_tab.costs_markdown(profiles, None).startswith("\\* v from the nearest measured verify width")
+
+
+def test_a_profile_of_another_machine_picked_by_hand_is_said_so_without_denying_the_own_one():
+    """Picking the H100's profile while the page runs the bundled pair on a CPU: the note says it is
+    another machine's, and does not claim this pair has no profile here (it has)."""
+    out = speed_tab.explore(None, "H100, eager, fp32", 4, 0.65, None, PROFILES, pair="bundled", device="cpu")
+    assert "⚠" in out["note"] and "one NVIDIA H100" in out["note"] and "no profile is committed" not in out["note"]

@@ -209,7 +209,17 @@ def test_two_wall_times_are_each_named_where_both_appear(bundled, run):
     for shown in (status, text):
         assert f"{streamed} while streaming" in shown and again in shown and "unstreamed" in shown
     assert status.startswith("Done: 64 tokens")
-    assert views.done_status(run, None).endswith(f"{streamed} (max new tokens).{views.result_line(run)}")
+    assert views.done_status(run, None).endswith(f"{streamed}; it stopped at max new tokens.{views.result_line(run)}")
+
+
+def test_the_done_line_names_the_end_of_sequence_without_brackets_around_its_brackets(run):
+    """⟨eos⟩ in parentheses read as "((eos))" on the page: the status line says why a run ended
+    in a clause of its own."""
+    from dataclasses import replace
+
+    ended = replace(run, stats=replace(run.stats, stopped="eos"))
+    line = views.done_status(ended, None)
+    assert "the end-of-sequence token ⟨eos⟩." in line and "(⟨eos⟩" not in line and "⟩)" not in line
 
 
 def test_predictions_from_alpha_and_from_mean_beta_are_both_shown(bundled, run):
@@ -325,3 +335,109 @@ def test_the_two_chances_say_which_is_about_the_drafted_token_and_which_before_d
     drafted = next(k for k in rows if k.startswith("min(1, p(x)/q(x))"))
     beta = next(k for k in rows if k.startswith("β = Σ min(p, q)"))
     assert "drafted token x" in drafted and "before it is drawn from q" in beta
+
+
+def test_a_new_run_clears_the_previous_runs_sheet_and_link(run):
+    """The round's sheet and the link to a step belonged to the run they were made for: the view
+    of a new (or imported) run empties both, as it empties the exported trace, and the run's
+    outputs carry them (before, the sheet's download and the link box kept the last run's)."""
+    from specdec.app.server.api import MAIN_OUTPUTS
+
+    view = views.final_view(run)
+    assert view["export_file"] is None and view["link_box"] == ""
+    assert view["sheet_file"]["value"] is None and view["sheet_file"]["visible"] is False
+    assert set(view) <= set(MAIN_OUTPUTS)
+
+
+def test_a_skipped_adjustment_runs_done_line_says_it_is_biased(bundled, run):
+    """The metrics said a run with the adjustment skipped is biased; its Done line, where the eye is
+    after Run, did not. It says so with the same bias figure; an exact run's line does not."""
+    skipped = speculative_generate(bundled, PROMPT, settings(rule=Rule.SKIP_ADJUSTMENT))
+    line = views.done_status(skipped, None)
+    assert "this run is biased" in line and f"{skipped.stats.skip_tv_mean:.4f}" in line
+    assert f"**{skipped.stats.skip_tv_mean:.4f}**, biased" in charts.metrics_markdown(skipped)
+    assert "biased" not in views.done_status(run, None)
+
+
+def test_a_target_alone_of_another_length_is_explained_where_both_counts_show(bundled, run):
+    """"The target alone with the same settings" made 10 tokens where the run made 8, unexplained:
+    where the counts differ, the metrics say where the texts part and where each stopped, and the
+    Done line says why in a few words; both compare per token. Equal lengths say nothing more."""
+    from dataclasses import replace
+
+    from specdec.explain.speed import lengths_differ
+
+    ar = autoregressive_generate(bundled, PROMPT, run.settings)
+    shorter = replace(ar, token_ids=ar.token_ids[:50], stats=replace(ar.stats, new_tokens=50, stopped="eos"))
+    k = next((i for i, (a, b) in enumerate(zip(run.token_ids, shorter.token_ids)) if a != b), 50)
+    said = lengths_differ(run.token_ids, run.stats.stopped, shorter.token_ids, "eos")
+    assert "The target alone made 50 tokens, this run 64" in said and "per token" in said
+    assert (f"part at token {k + 1}" if k < 50 else "first 50 tokens are the same") in said
+    assert "the target alone at ⟨eos⟩, this run at max new tokens" in said
+    assert said in charts.metrics_markdown(run, shorter, timed=run)
+    assert "(not 64: " in views.done_status(run, shorter, run)
+    same = replace(ar, token_ids=ar.token_ids[:64])
+    assert lengths_differ(run.token_ids, "", same.token_ids, "") == ""
+    assert "(not " not in views.done_status(run, same, run)
+
+
+def test_a_skipped_round_that_cost_nothing_says_so(bundled):
+    """"TV = 0.0000, biased" read as a contradiction: where skipping cost nothing (at T = 0 p is
+    one-hot, and min(p, q) + (1 − β) p is p itself) the note says so; where it cost something, it
+    says biased with its TV."""
+    from specdec.app.shows.step_notes import bias_note
+
+    greedy_skip = speculative_generate(bundled, PROMPT, settings(rule=Rule.SKIP_ADJUSTMENT,
+                                                                 sampling=SamplingConfig(temperature=0.0)))
+    pos = next(p for r in greedy_skip.rounds for p in r.positions if p.status is not Status.UNUSED)
+    note = bias_note(greedy_skip, pos)
+    assert pos.skip_tv < 5e-5 and "happened to cost nothing" in note and "0.0000, biased" not in note, note
+    sampled_skip = speculative_generate(bundled, PROMPT, settings(rule=Rule.SKIP_ADJUSTMENT))
+    pos = max((p for r in sampled_skip.rounds for p in r.positions if p.status is not Status.UNUSED),
+              key=lambda p: p.skip_tv)
+    assert f"TV = {pos.skip_tv:.4f}, biased" in bias_note(sampled_skip, pos)
+
+
+def test_acceptance_rate_names_one_number(run):
+    """"Acceptance rate" named two numbers (α, and the share of drafts kept, "some call this ratio the
+    acceptance rate"): in the metrics and the terminal it names α alone; the other is the draft yield."""
+    from specdec.explain.terminal import stats_lines
+
+    for text in (charts.metrics_markdown(run), "\n".join(stats_lines(run))):
+        named = [line for line in text.splitlines() if "acceptance rate" in line.lower()]
+        assert len(named) == 1 and ("α" in named[0] or "alpha" in named[0]), named
+        assert "draft yield" in text
+
+
+def test_a_rare_draw_says_how_rare_it_was(run):
+    """A token with residual chance 2e-05 was drawn, unexplained: the round's caption says its chance
+    and about how rare that is; a likely draw says nothing of it."""
+    from dataclasses import replace
+
+    from specdec.trace.spine import Dist
+
+    k = next(r.index for r in run.rounds if r.ending is Ending.RESIDUAL)
+    rnd = run.rounds[k]
+    ids = [rnd.end_token, *[i for i in rnd.end_dist.ids if i != rnd.end_token]]
+    rare = Dist(ids, [2e-05] + [(1 - 2e-05) / (len(ids) - 1)] * (len(ids) - 1), 0.0)
+    gen = replace(run, rounds=[*run.rounds[:k], replace(rnd, end_dist=rare), *run.rounds[k + 1:]])
+    caption = views.round_caption(gen, k)
+    assert "had chance 2e-05 under the residual" in caption and "about 1 in 50,000" in caption, caption
+    likely = Dist(ids, [0.5] + [0.5 / (len(ids) - 1)] * (len(ids) - 1), 0.0)
+    gen = replace(run, rounds=[*run.rounds[:k], replace(rnd, end_dist=likely), *run.rounds[k + 1:]])
+    assert "rare draw" not in views.round_caption(gen, k)
+
+
+def test_a_one_hot_p_at_a_rejection_says_the_residual_is_trivial(bundled, run):
+    """At a pair's own sampling (T 0.2, top-p 0.9) p is one-hot at many positions, and a residual
+    round's chart then shows one bar with nothing to explain why: the caption says so there, and
+    not where p spreads its mass (the default T = 1 run's residual rounds)."""
+    low = speculative_generate(bundled, PROMPT, settings(sampling=SamplingConfig(temperature=0.2, top_k=50,
+                                                                                 top_p=0.9)))
+    k = next(r.index for r in low.rounds if r.ending is Ending.RESIDUAL
+             and max(r.positions[r.n_accepted].p.probs) >= views.ONE_HOT)
+    caption = views.round_caption(low, k)
+    assert "p is one-hot here" in caption and "T = 0.2 with top-p 0.9" in caption, caption
+    spread = [r.index for r in run.rounds if r.ending is Ending.RESIDUAL
+              and max(r.positions[r.n_accepted].p.probs) < views.ONE_HOT]
+    assert spread and all("one-hot" not in views.round_caption(run, i) for i in spread)

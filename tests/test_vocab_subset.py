@@ -337,3 +337,19 @@ def test_the_p_q_chart_marks_and_lists_the_shown_tokens_outside_the_subset():
     assert shown.outside_ids is None and outside.outside_line(plain, shown) == ""
     assert not [t for t in step_charts.pq_figure(plain, 0, 0).data if t.name == outside.LEGEND]
     assert outside.NOTE not in [row[5] for row in step_charts.pq_rows(plain, 0, 0)]
+
+
+def test_a_position_with_no_shown_token_outside_the_subset_says_nothing_of_it():
+    """The p/q chart's line about the drafter's vocabulary marks shown tokens with ✕; where none of
+    them is outside it, there is nothing to mark and the line is empty (it said "✕ outside the
+    drafter's vocabulary: none of the 3 tokens shown")."""
+    from specdec.app.shows import outside
+
+    ids = [2, 7, 9]
+    pair = subset_pair(tiny_pair(vocab=16, seed=1), ids)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=12, drafter="features", seed=3,
+                                                         sampling=SamplingConfig(temperature=1.0)))
+    pos = next(pos for r in gen.rounds for pos in r.positions if pos.outside_ids)
+    assert outside.outside_line(gen, pos).startswith(outside.MARK)   # the control: marked tokens are named
+    pos.outside_ids = []
+    assert outside.outside_line(gen, pos) == ""

@@ -84,6 +84,17 @@ def stop_text(stopped: str) -> str:
     return EOS if stopped == "eos" else stopped.replace("_", " ")
 
 
+# Tokens of one thin mark, which a chart's tick label draws as a speck: named beside the mark.
+THIN_MARKS = {".": "period", ",": "comma", ":": "colon", ";": "semicolon", "'": "apostrophe",
+              "`": "backtick", '"': "quote", "-": "hyphen", "_": "underscore", "|": "bar", "!": "exclamation"}
+
+
+def with_thin_mark_named(label: str) -> str:
+    """A token's label with its name beside it when it is one thin mark (". period", "␣, comma")."""
+    name = THIN_MARKS.get(label.lstrip("␣"))
+    return f"{label} {name}" if name else label
+
+
 def token_label(gen, token_id: int) -> str:
     """A token of a `trace.Generation` as charts and tables name it: whitespace made visible,
     EOS as `EOS`."""

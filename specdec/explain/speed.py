@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..trace.spine import Stats
+from .looks import stop_text
 
 
 def speedup(run: Stats, baseline: Stats) -> float:
@@ -36,6 +37,22 @@ def tokens_in(s: Stats, digits: int = 2) -> str:
     (an EOS), so only the per-token times (and `speedup`, their ratio) compare."""
     each = f", {1000 * s.wall_seconds / s.new_tokens:.1f} ms a token" if s.new_tokens else ""
     return f"{s.new_tokens} tokens in {s.wall_seconds:.{digits}f} s{each}"
+
+
+def lengths_differ(run_ids: list[int], run_stop: str, alone_ids: list[int], alone_stop: str) -> str:
+    """Why the target alone, run with the same settings and seed, made another number of tokens than
+    the speculative run, in words ('' where both made as many): both sample p, but the drafts use up
+    other random draws, so the texts part and each stops where its own text ends."""
+    n, m = len(run_ids), len(alone_ids)
+    if n == m:
+        return ""
+    k = next((i for i, (a, b) in enumerate(zip(run_ids, alone_ids)) if a != b), min(n, m))
+    parted = (f"their texts part at token {k + 1}" if k < min(n, m)
+              else f"their first {k} tokens are the same")
+    return (f"The target alone made {m} tokens, this run {n}: {parted} (both sample p, but the drafts use up "
+            f"other random draws of the same seed), and each stopped at its own point (the target alone at "
+            f"{stop_text(alone_stop)}, this run at {stop_text(run_stop)}). So the two compare per token: time per "
+            "token, and the speedup in tokens per second.")
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:

@@ -78,7 +78,7 @@ def stats_lines(gen: Generation) -> list[str]:
     return [
         f"tokens {s.new_tokens} in {s.rounds} rounds, stopped at {stop_text(s.stopped)}",
         f"acceptance rate alpha = accepted/tested = {s.accepted}/{s.tested} = {s.acceptance_rate:.3f}"
-        f"   (accepted/drafted = {s.accepted}/{s.drafted} = {s.accepted_per_drafted:.3f};"
+        f"   (draft yield = accepted/drafted = {s.accepted}/{s.drafted} = {s.accepted_per_drafted:.3f};"
         f" expected, mean beta = {s.expected_acceptance:.3f})",
         f"tokens per target forward = {s.tokens_per_target_forward:.2f}"
         f"   ((1 - alpha^(gamma+1)) / (1 - alpha) = {expected_tokens_per_round(s.acceptance_rate, gamma):.2f})",

@@ -31,6 +31,7 @@ from ..core.sampling import SamplingConfig
 from . import manifest, precision, realmodel
 from .errors import HubUnreachable, ModelLoadError
 from .precision import DTYPES, ENGINES, Precision, pick_device, pick_engine  # noqa: F401  (re-exported)
+from .token_bytes import legible_token_text
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 FEATURES_FOLDER = "specdec-features"   # a features drafter's folder, beside its target
@@ -199,7 +200,7 @@ class ModelPair:
             return {i: f"<{i}>" for i in ids}
         with self._tokenizer_lock:
             for i in ids - self._token_text.keys():
-                self._token_text[i] = self.tokenizer.decode([i])
+                self._token_text[i] = legible_token_text(self.tokenizer, i)
             return {i: self._token_text[i] for i in ids}
 
     def describe(self) -> dict:

@@ -85,7 +85,8 @@ def _run_generation(*values, stops: list | None = None):
     except ValueError as err:
         raise error(str(err)) from None
     with _request_stop(stops) as stop:
-        yield dict(status="Decoding…" if is_loaded(preset) else f"Loading {PRESETS[preset].label}…", export_file=None)
+        yield dict(status="Decoding…" if is_loaded(preset) else f"Loading {PRESETS[preset].label}…",
+                   **views.FILES_CLEARED)
         gen, cached, earlier = yield from _stream(prompt, preset, settings, stop, request.fresh is True)
         timed = ar = None
         if request.compare_ar and not stop.is_set():

@@ -58,7 +58,7 @@ def build_app() -> gr.Blocks:
         with gr.Tab("Exactness lab"):
             build_lab_tab(v.run_state, v.selection, also_from=[v.send_to_lab])
         with gr.Tab("Speed explorer") as speed_tab:
-            build_speed_tab(v.speed_run, speed_tab)
+            build_speed_tab(v.speed_run, speed_tab, v.preset)
         with gr.Tab("How it works"):
             gr.Markdown((STATIC / "how_it_works.md").read_text(encoding="utf-8"),
                         latex_delimiters=[{"left": "$$", "right": "$$", "display": True},

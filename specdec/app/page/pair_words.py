@@ -56,12 +56,25 @@ def described(values) -> str:
 
 
 def sampling_line(preset_key) -> str:
-    """The short line beside the sampling controls: where a pair's sampling comes from."""
+    """The short line beside the sampling controls: where a pair's sampling comes from, and the γ its
+    measured costs pick (`gamma_line`)."""
     preset = PRESETS.get(preset_key)
     if preset is None or not preset.sampling_from:
         return ("Sampling: T = 1, top-k 0, top-p 1, the full distribution, where the residual shows best; "
-                "change freely.")
-    return f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
+                "change freely." + gamma_line(preset_key))
+    return (f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
+            + gamma_line(preset_key))
+
+
+def gamma_line(preset_key) -> str:
+    """Why γ starts where it does for a pair, at its own sampling with its features drafter (' ' and
+    the pick's sentence; '' where nothing was measured): kept beside the controls, where a run does
+    not write over it, as it does over the status line that says it when the pair is picked."""
+    preset = PRESETS.get(preset_key)
+    if preset is None:
+        return ""
+    pick = gamma_for(preset_key, "features", preset.sampling.temperature, pick_device()[0])
+    return "" if pick is None else " " + pick.sentence()
 
 
 def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = None, dtype: str | None = None

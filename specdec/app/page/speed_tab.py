@@ -20,7 +20,8 @@ import pandas as pd
 from ...core.registry import FEATURES
 from ...drafting.features import FOLDER
 from ...explain.speed import CostProfile, RunPoint, alpha_band, profiles_from_json
-from ...models.pair import ASSETS
+from ...models.pair import ASSETS, BUNDLED, PRESETS, pick_device
+from ...models.realmodel import SMOLLM2_135M
 from ..shows import speed_charts
 from ..shows.charts import md_text
 
@@ -77,7 +78,7 @@ def features_card_profile(path: Path = FEATURES_MEASUREMENTS) -> CostProfile | N
         return CostProfile(
             name=f"this CPU, the bundled pair's features drafter (its card: α {row['alpha']:.2f} at T = 1)",
             where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
-            when="with the features drafter's model card", device="cpu", dtype="float32", engine="eager",
+            when="with the features drafter's model card", device="cpu", dtype="float32", engine="eager", pair=BUNDLED,
             target_step_ms=cost["target_step_ms"], draft_step_ms=row["draft_ms_per_draft"],
             verify_ms_by_width={cost["gamma"] + 1: cost["verify_ms"]},
             source=(f"python -m specdec card --features ({path.parent.name}/{path.name}): a target step and a "
@@ -98,7 +99,7 @@ def real_features_card_profile(path: Path = REAL_FEATURES_MEASURES) -> CostProfi
         return CostProfile(
             name=f"this CPU, SmolLM2-135M-Instruct's features drafter (its card: α {row['alpha']:.2f} at T = 1)",
             where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
-            when="with that drafter's card", device="cpu", dtype="float32", engine="eager",
+            when="with that drafter's card", device="cpu", dtype="float32", engine="eager", pair=SMOLLM2_135M.key,
             target_step_ms=row["target_step_ms"], draft_step_ms=row["draft_ms_per_draft"],
             verify_ms_by_width={row["gamma"] + 1: row["verify_ms"]},
             source=(f"its card ({path.parent.name}/{path.name}): the target's step and verify over "
@@ -118,7 +119,7 @@ def model_card_profile(path: Path = PAIR_MEASUREMENTS) -> CostProfile | None:
         cost = data["cost"]
         return CostProfile(
             name=CARD_PROFILE, where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
-            when="with the model cards", device="cpu", dtype="float32", engine="eager",
+            when="with the model cards", device="cpu", dtype="float32", engine="eager", pair=BUNDLED,
             target_step_ms=cost["target_step_ms"], draft_step_ms=cost["draft_step_ms"],
             verify_ms_by_width={1: cost["target_step_ms"], cost["gamma"] + 1: cost["verify_ms"]},
             source=(f"python -m specdec card (assets/models/{path.name}: specdec.explain.measure.cost, 60 forwards "
@@ -146,10 +147,33 @@ def _number(value, default: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, x)) if x == x else default
 
 
-def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES_FILE) -> dict:
-    """Everything the tab shows for a profile, γ, α and c (c None: the profile's measured c)."""
+def default_profile(profiles: list[CostProfile], pair: str | None, device: str) -> CostProfile | None:
+    """The profile the tab opens on before a run of its own: one measured with the pair in use on
+    this kind of device, else with that pair on another, else the first (`where_measured` says so)."""
+    ours = [p for p in profiles if p.pair == pair]
+    return next((p for p in ours if p.device == device), ours[0] if ours else (profiles[0] if profiles else None))
+
+
+def where_measured(profile: CostProfile, pair: str | None, device: str, own: bool = False) -> str:
+    """A warning where the shown profile is not the page's pair on this kind of device ('' where it is,
+    or for this run's own profiles): its numbers then describe another machine or another pair. `own`:
+    a profile of the pair on this kind of device exists (the visitor picked another one)."""
+    if pair is None or profile.name in speed_charts.RUN_COLOURS or (profile.pair, profile.device) == (pair, device):
+        return ""
+    theirs = PRESETS[profile.pair].label if profile.pair in PRESETS else "no pair of this page"
+    ours = PRESETS[pair].label if pair in PRESETS else pair
+    none = "" if own else ", for which no profile is committed yet"
+    return (f"⚠ *{md_text(profile.name)}* was measured on {md_text(profile.where)} ({profile.device}) with "
+            f"{md_text(theirs)}; this page runs {md_text(ours)} on a {device}{none}: these numbers describe that "
+            "other machine or pair. Tick *compare with autoregressive* on the Decode tab for this machine's own.")
+
+
+def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES_FILE, pair: str | None = None,
+            device: str = "cpu") -> dict:
+    """Everything the tab shows for a profile, γ, α and c (c None: the profile's measured c); with no
+    profile named, the one of `pair` on `device` (`default_profile`)."""
     profiles, problem = all_profiles(point, path)
-    chosen = next((p for p in profiles if p.name == name), profiles[0] if profiles else None)
+    chosen = next((p for p in profiles if p.name == name), None) or default_profile(profiles, pair, device)
     gamma = int(_number(gamma, DEFAULT_GAMMA, 1, 8))
     alpha = _number(alpha, DEFAULT_ALPHA, 0.0, 1.0)
     c = chosen.c if chosen is not None and c is None else _number(c, chosen.c if chosen else 0.1, 0.0, 2.0)
@@ -158,11 +182,12 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
                 gamma=gamma, alpha=round(alpha, 3), c=round(c, 3),
                 curves=speed_charts.curves_figure(chosen, gamma, alpha, None if what_if is None else c, point),
                 compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point),
-                rates=speed_charts.rates_figure(profiles, gamma, alpha, point),
+                rates=speed_charts.rates_figure(profiles, gamma, alpha, point, chosen.name if chosen else None),
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
                 costs=costs_markdown(profiles, point),
-                note=note_markdown(point, chosen, what_if) + (f"\n\n⚠ {problem}" if problem else ""))
+                note=note_markdown(point, chosen, what_if, pair, device, any(
+                    (p.pair, p.device) == (pair, device) for p in profiles)) + (f"\n\n⚠ {problem}" if problem else ""))
 
 
 def for_run_controls(point: RunPoint | None) -> dict:
@@ -223,7 +248,8 @@ def costs_markdown(profiles: list[CostProfile], point: RunPoint | None) -> str:
     why an eager H100 verifies 5 tokens in less than a step: said where the costs stand side by
     side (the table), so that three numbers for one step do not read as an error."""
     by_name = {p.name: p for p in profiles}
-    lines = ["**One target step, several costs.** Each profile timed something else, at another time:"]
+    lines = [f"{md_text(speed_charts.UNMEASURED)}.\n\n"
+             "**One target step, several costs.** Each profile timed something else, at another time:"]
     bench, card = by_name.get("this CPU, bench (every width)"), by_name.get(CARD_PROFILE)
     if bench is not None:
         lines.append(f"- *{bench.name}*: {bench.target_step_ms:.2f} ms, the median of forwards timed between the "
@@ -251,20 +277,24 @@ def costs_markdown(profiles: list[CostProfile], point: RunPoint | None) -> str:
     return "\n".join(lines)
 
 
-def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if) -> str:
+def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if, pair: str | None = None,
+                  device: str = "cpu", own: bool = False) -> str:
     lines = run_lines(point)
     if chosen is not None:
         lines.append(f"**{md_text(chosen.name)}**: measured {md_text(chosen.when)} on {md_text(chosen.where)} "
                      f"({md_text(chosen.engine)}{', ' + md_text(chosen.dtype) if chosen.dtype else ''}); "
                      f"source: {md_text(chosen.source.rstrip('.'))}.")
+        lines += [line for line in [where_measured(chosen, pair, device, own)] if line]
     if what_if is not None:
         lines.append(f"**What if** c = {what_if[1]:.3f} instead of the measured {chosen.c:.3f}: the other costs "
                      "stay this profile's.")
     return "\n\n".join(lines)
 
 
-def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
-    """Lay out the explorer inside the caller's current container (the app's "Speed explorer" tab)."""
+def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> None:
+    """Lay out the explorer inside the caller's current container (the app's "Speed explorer" tab);
+    before a run of its own it opens on a profile of the pair in `preset` on this kind of device."""
+    device = pick_device()[0]
     v = SimpleNamespace()   # every component an output name refers to
     gr.Markdown(INTRO, elem_id="speed-intro", latex_delimiters=[])
     with gr.Row():
@@ -280,45 +310,47 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab) -> None:
     with gr.Accordion("The profiles as a table, and why their costs differ", open=False):
         # Widths that add up to the panel, with wrapping: sized by their content, the long names
         # pushed c, v, the speedup and best γ past the panel's right edge.
+        # Tall enough for every profile: in a box of Gradio's default 500 px the last rows were cut.
         v.table = gr.Dataframe(headers=speed_charts.PROFILE_HEADERS, interactive=False, wrap=True,
-                               column_widths=speed_charts.PROFILE_WIDTHS, elem_id="speed-table")
+                               column_widths=speed_charts.PROFILE_WIDTHS, elem_id="speed-table", max_height=4000)
         v.costs = gr.Markdown("", elem_id="speed-costs", latex_delimiters=[])
     # What the controls are set to, kept on the server: a run that ends while this tab is hidden,
     # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
     v.chosen = gr.State(None)
     outputs = [getattr(v, n) for n in [*OUTPUTS, "chosen"]]
 
-    def shown(point, chosen: dict) -> dict:
-        out = explore(point, chosen["name"], chosen["gamma"], chosen["alpha"], chosen["c"])
+    def shown(point, chosen: dict, pair) -> dict:
+        out = explore(point, chosen["name"], chosen["gamma"], chosen["alpha"], chosen["c"], pair=pair, device=device)
         return {getattr(v, n): value for n, value in out.items()} | {v.chosen: {
             **chosen, "name": out["profile"]["value"], "gamma": out["gamma"], "alpha": out["alpha"],
             "c": out["c"] if chosen["c"] is not None else None}}
 
-    def on_show(point, chosen):   # a new run sets the controls for itself; else they stand
-        key = point_key(point)
+    def on_show(point, chosen, pair):   # a new run, or another pair, sets the controls; else they stand
+        key = point_key(point, pair)
         if chosen is None or chosen["run"] != key:
             chosen = for_run_controls(point) | {"run": key}
-        return shown(point, chosen)
+        return shown(point, chosen, pair)
 
-    def on_control(point, chosen, name, gamma, alpha, c):   # the visitor moved a slider
-        return shown(point, {**(chosen or {"run": point_key(point)}), "name": name, "gamma": gamma,
-                             "alpha": alpha, "c": c if name else None})
+    def on_control(point, chosen, pair, name, gamma, alpha, c):   # the visitor moved a slider
+        return shown(point, {**(chosen or {"run": point_key(point, pair)}), "name": name, "gamma": gamma,
+                             "alpha": alpha, "c": c if name else None}, pair)
 
-    def on_profile(point, chosen, name, gamma, alpha):   # another profile: c back to its measured value
-        return shown(point, {**(chosen or {"run": point_key(point)}), "name": name, "gamma": gamma,
-                             "alpha": alpha, "c": None})
+    def on_profile(point, chosen, pair, name, gamma, alpha):   # another profile: c back to its measured value
+        return shown(point, {**(chosen or {"run": point_key(point, pair)}), "name": name, "gamma": gamma,
+                             "alpha": alpha, "c": None}, pair)
 
     quiet = dict(api_name=False, show_progress="hidden")
-    speed_run.change(on_show, [speed_run, v.chosen], outputs, **quiet)
-    tab.select(on_show, [speed_run, v.chosen], outputs, **quiet)
-    v.profile.input(on_profile, [speed_run, v.chosen, v.profile, v.gamma, v.alpha], outputs, **quiet)
+    speed_run.change(on_show, [speed_run, v.chosen, preset], outputs, **quiet)
+    tab.select(on_show, [speed_run, v.chosen, preset], outputs, **quiet)
+    v.profile.input(on_profile, [speed_run, v.chosen, preset, v.profile, v.gamma, v.alpha], outputs, **quiet)
     for slider in (v.gamma, v.alpha, v.c):
-        slider.release(on_control, [speed_run, v.chosen, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
+        slider.release(on_control, [speed_run, v.chosen, preset, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
 
 
-def point_key(point: RunPoint | None) -> str | None:
-    """What tells one run's point from another's (the page's state is a copy, not the object)."""
+def point_key(point: RunPoint | None, pair: str | None = None) -> str:
+    """What tells one run's point (and the pair in use) from another's (the page's state is a copy,
+    not the object)."""
     if point is None:
-        return None
+        return repr((None, pair))
     costs = point.whole_loop.target_step_ms if point.whole_loop is not None else None
-    return repr((point.alpha, point.tested, point.gamma, point.measured, costs))
+    return repr((point.alpha, point.tested, point.gamma, point.measured, costs, pair))

@@ -173,7 +173,8 @@ def _number(text):
 STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
                 "end_table", "caption", "note"]
 MAIN_OUTPUTS = ["status", "text", "timeline", "metrics", "run_state", "round_slider", "export_file",
-                *STEP_OUTPUTS, "timeline_table", "time_plot", "title", "side_by_side", "speed_run"]
+                *STEP_OUTPUTS, "timeline_table", "time_plot", "title", "side_by_side", "speed_run", "sheet_file",
+                "link_box"]
 STEP_VIEW_OUTPUTS = ["text", "timeline", "round_slider", *STEP_OUTPUTS]
 STATES = ("run_state", "selection", "speed_run")   # per-visitor state: the API does not return these
 

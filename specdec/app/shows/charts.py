@@ -13,11 +13,12 @@ import html
 import plotly.graph_objects as go
 
 from ...explain.gamma import run_gamma_sentence
-from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token
+from ...explain.looks import LOOKS, PALETTE, text_with_eos, token_label, token_text, visible_token, with_thin_mark_named
 from ...explain.speed import (
     depth_story,
     expected_tokens_per_round,
     explain,
+    lengths_differ,
     predicted_at,
     run_point,
     time_split,
@@ -26,6 +27,7 @@ from ...explain.speed import (
 from ...trace.outcomes import Ending, Status, events
 from ...trace.spine import Generation
 from .beta_strip import strip_html
+from .where import where_note, where_ran
 
 HIGHLIGHT = PALETTE["black"]
 FADED = "rgba(153,153,153,0.35)"
@@ -39,8 +41,8 @@ def plotly_text(text: str) -> str:
 
 
 def show_token(gen: Generation, token_id: int) -> str:
-    """A token as a Plotly label: whitespace and EOS made visible, markup escaped."""
-    return plotly_text(token_label(gen, token_id))
+    """A token as a Plotly label: whitespace and EOS shown, a thin mark named (". period"), escaped."""
+    return plotly_text(with_thin_mark_named(token_label(gen, token_id)))
 
 
 def unique_labels(gen: Generation, ids: list[int]) -> list[str]:
@@ -228,7 +230,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
 
 TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
                     "emitted text", "drafting (s)", "verifying (s)"]
-TIMELINE_WIDTHS = ["7%", "9%", "10%", "17%", "13%", "9%", "13%", "10%", "12%"]
+TIMELINE_WIDTHS = ["7%", "9%", "10%", "14%", "13%", "12%", "13%", "10%", "12%"]   # a 9-character token whole at 800 px
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
@@ -356,30 +358,14 @@ def _wall_cell(gen: Generation, timed: Generation | None) -> str:
             "speedup and the chart below use")
 
 
-def _where(models: dict) -> str:
-    n, engine = models.get("threads"), models.get("engine")
-    parts = [str(models[k]) for k in ("device", "dtype") if models.get(k)] + [f"{engine} engine"] * bool(engine)
-    return ", ".join(parts + ([f"{n} torch thread{'s' * (n > 1)}"] if n else []))
-
-
-def _where_note(models: dict) -> str:
-    """Half precision says whether its verify rows were checked equal to the steps', or what it gives up."""
-    if models.get("rows_equal"):
-        return ("**Batch-invariant bfloat16**: a verify's row for each position has the same bits as a one-token step "
-                "there (checked when the model loaded), so greedy speculation writes the target alone's text.")
-    if models.get("dtype", "float32") != "float32":
-        return ("⚠ **Half precision** (asked for): a verify over γ + 1 tokens and a one-token step round differently, "
-                "so this output is exact with respect to the verify's p, not token for token the target alone's.")
-    return "Float32 weights and math: the verify pass and the target alone compute the same p."
-
-
 def _repeats_cell(speedups: tuple[float, ...]) -> str:
     """The repeats' own speedups and their spread, beside the pooled one (empty for one pair of runs)."""
     if len(speedups) < 2:
         return " (one run each)"
-    each = ", ".join(f"{x:.2f}×" for x in speedups)
-    return (f", pooled over {len(speedups)} interleaved repeats, which gave {each}: spread "
-            f"{min(speedups):.2f}–{max(speedups):.2f}×, and a difference inside it is noise")
+    each, low, high = ", ".join(f"{x:.2f}×" for x in speedups), min(speedups), max(speedups)
+    said = ("every repeat slower than the target alone: a loss" if high < 1 else
+            "every repeat faster than the target alone: a win" if low > 1 else "a difference inside it is noise")
+    return f", pooled over {len(speedups)} interleaved repeats, which gave {each}: spread {low:.2f}–{high:.2f}×, {said}"
 
 
 def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
@@ -395,8 +381,8 @@ def _comparison_rows(gen: Generation, ar: Generation, timed: Generation | None,
         f"| timed again, unstreamed (same seed, same tokens) | {tokens_in(t)}{mean} | "
         "the streamed run shares the CPU with drawing the page, so both sides of the speedup are timed again, "
         "interleaved, the same way |",
-        f"| autoregressive run (same settings) | {tokens_in(ar.stats)}{mean}, "
-        f"{ar.stats.target_forwards} target forwards | |",
+        f"| autoregressive run (same settings) | {tokens_in(ar.stats)}{mean}, {ar.stats.target_forwards} target "
+        f"forwards | {lengths_differ(gen.token_ids, gen.stats.stopped, ar.token_ids, ar.stats.stopped)} |",
         f"| speedup over the target alone (tokens per second) | measured speedup "
         f"**{story.measured:.2f}×**{_repeats_cell(speedups)} | "
         f"predicted from this run's costs (its whole loop: {costs}) and α: "
@@ -450,7 +436,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         "before any u is drawn, β alone before drafting. "
         f"α − mean β = {gap:+.3f}, {noise_verdict(gap, alpha_noise(gen), s.tested)} |",
         f"| draft yield | {s.accepted_per_drafted:.3f} ({s.accepted} of {s.drafted} drafted) | How many drafts "
-        "ended in the text? Drafts after a rejection are never tested (some call this ratio the acceptance rate). |",
+        "ended in the text? Drafts after a rejection are never tested, so this is not α (α counts tested drafts). |",
         f"| tokens per target forward | **{s.tokens_per_target_forward:.2f}** | How many tokens did one target forward "
         f"give? If every position had one rate (γ = {gamma}), (1 − r^(γ+1)) / (1 − r) predicts {from_alpha:.2f} "
         f"from r = α (what this run's draws gave) and {from_beta:.2f} from r = mean β (what p and q promise, "
@@ -460,7 +446,7 @@ def metrics_markdown(gen: Generation | None, ar: Generation | None = None, runni
         f"| bias (mean TV to p per tested position) | {_bias_cell(gen)} | Does the output follow p? |",
         f"| tokens / rounds | {s.new_tokens} / {s.rounds} | |",
         f"| wall time | {_wall_cell(gen, timed if ar is not None else None)} | |",
-        f"| where it ran | {_where(gen.models)} | {_where_note(gen.models)} |",
+        f"| where it ran | {where_ran(gen.models)} | {where_note(gen.models)} |",
     ]
     if ar is not None:
         lines += _comparison_rows(gen, ar, timed, speedups)
@@ -489,11 +475,12 @@ def time_figure(gen: Generation | None, ar: Generation | None) -> go.Figure:
         values = [1000 * getattr(split, key) / n for _, split, n in splits]
         fig.add_trace(go.Bar(y=[name for name, _, _ in splits], x=values, name=label, orientation="h",
                              marker=dict(color=colour, pattern=dict(shape=shape, fgopacity=0.25)), meta=key,
-                             text=[f"{v:.2f}" for v in values], textposition="inside",
+                             text=[f"{v:.2f}" for v in values], textposition="inside", textangle=0,
                              hovertemplate="%{y}: " + label + " %{x:.3f} ms per token<extra></extra>"))
     story = explain(gen.stats, ar.stats, gen.settings.gamma)
     return relaid(fig, dict(
-        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100),
+        # Labels level, at one size; a part too narrow shows none (hover and metrics table say it).
+        barmode="stack", height=270, margin=dict(l=110, r=20, t=50, b=100), uniformtext=dict(mode="hide", minsize=11),
         title=dict(text=f"Where the time went (ms per token): measured speedup {story.measured:.2f}×, "
                         f"predicted {story.predicted:.2f}×", font=dict(size=13)),
         xaxis=dict(title="milliseconds per generated token"), yaxis=dict(autorange="reversed"),

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ...core.sampling import Rule
-from ...explain.lab import EXACT_TOLERANCE, RULE_NAMES, LabResult, closed_form_text
+from ...explain.lab import EXACT_TOLERANCE, OTHER, RULE_NAMES, TAIL_NAMES, LabResult, closed_form_text
 from ...explain.looks import PALETTE
 
 STYLE = {
@@ -36,7 +36,7 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
     rules = list(lab.results)
     cols = 2 if len(rules) > 1 else 1
     rows = (len(rules) + cols - 1) // cols
-    ticks = [_short(t) for t in lab.tokens]
+    ticks = [tick_text(t) for t in lab.tokens]
     upright = max(len(t) for t in ticks) * len(ticks) <= 40     # short labels fit side by side
     label_px = 22 if upright else 8 + 7 * max(len(t) for t in ticks)   # room the tick labels take
     panel, gap, top, bottom = 250, label_px + 48, 80, label_px + 70
@@ -76,8 +76,15 @@ def decomposition_figure(lab: LabResult) -> go.Figure:
     return fig
 
 
-def _short(label: str, limit: int = 10) -> str:
-    return label if len(label) <= limit else label[:limit - 1] + "…"
+TICK_LIMIT = 10   # characters of a tick label (the hover and the table give a token whole)
+# The rest of the vocabulary, in as few characters: cut at the limit, both tails read "(rest whe…".
+SHORT_TAILS = {**dict(zip(TAIL_NAMES, ("(rest p≥q)", "(rest p<q)"))), OTHER: "(the rest)"}
+
+
+def tick_text(label: str) -> str:
+    """A token's tick label: a tail by its short name, a long token cut at `TICK_LIMIT` with "…"."""
+    label = SHORT_TAILS.get(label, label)
+    return label if len(label) <= TICK_LIMIT else label[:TICK_LIMIT - 1] + "…"
 
 
 def histogram_figure(lab: LabResult) -> go.Figure:

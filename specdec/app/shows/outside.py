@@ -26,13 +26,12 @@ def outside_of(pos) -> set[int]:
 def outside_line(gen: Generation, pos) -> str:
     """One plain-text line for the p/q chart: the shown tokens outside the drafter's vocabulary
     (the first `LISTED` named), p's mass on them, and p's mass outside in all (the tails'
-    tokens too); '' where the trace does not say which (a drafter reading every id, an older trace)."""
-    if pos.outside_ids is None:
-        return ""
-    ids = list(pos.outside_ids)
-    total = "" if pos.p_outside_vocab is None else f"; p outside it in all = {prob_text(pos.p_outside_vocab)}"
+    tokens too); '' where no shown token is outside (nothing is marked, so nothing is said) or the
+    trace does not say which (a drafter reading every id, an older trace)."""
+    ids = list(pos.outside_ids or ())
     if not ids:
-        return f"{MARK} {NAME}: none of the {len(pos.p.ids)} tokens shown{total}"
+        return ""
+    total = "" if pos.p_outside_vocab is None else f"; p outside it in all = {prob_text(pos.p_outside_vocab)}"
     p = dict(zip(pos.p.ids, pos.p.probs))
     names = ", ".join(token_label(gen, i) for i in ids[:LISTED])
     more = f" and {len(ids) - LISTED} more" if len(ids) > LISTED else ""

@@ -25,10 +25,10 @@ GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69
                                             ("solid", "dot", "dash", "solid", "longdash", "dashdot", "dot", "dash"))}
 # The committed profiles take these in file order; a run's own two profiles take RUN_COLOURS, so a
 # profile keeps its colour whether or not "this run" is drawn beside it.
-# Okabe & Ito's six left after the run's two, then three of Paul Tol's "muted" scheme (also told apart
-# by colour-blind readers, and from these), for up to nine committed profiles.
+# Okabe & Ito's six left after the run's two, then five of Paul Tol's "muted" scheme (also told apart
+# by colour-blind readers, and from these), as many as there are committed profiles.
 PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")] + [
-    "#332288", "#882255", "#44AA99", "#999933"]   # Tol's indigo, wine, teal and olive
+    "#332288", "#882255", "#44AA99", "#999933", "#CC6677"]   # Tol's indigo, wine, teal, olive and rose
 RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
 
 
@@ -153,28 +153,53 @@ def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_i
     return fig
 
 
-def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: RunPoint | None = None) -> go.Figure:
+# Each profile's speculative line carries markers of its own shape every tenth α, at an α of its own
+# (`profile_markers`): two profiles whose lines coincide (two GPUs of one speed) still both show.
+PROFILE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "star", "pentagon",
+                   "hexagon", "triangle-left", "triangle-right", "hourglass", "bowtie", "cross", "x")
+CHOSEN_MARK = "◀ chosen"   # the legend entry of the profile the controls above are set to
+
+
+def profile_markers(index: int) -> dict:
+    """Marker shape and sizes for the `index`-th profile's line: one marker every tenth α, starting
+    at α = index / 100 (mod 10), so coinciding lines show their markers side by side."""
+    sizes = [8 if k % 10 == index % 10 else 0 for k in range(len(ALPHAS))]
+    return dict(symbol=PROFILE_SYMBOLS[index % len(PROFILE_SYMBOLS)], size=sizes)
+
+
+def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: RunPoint | None = None,
+                 chosen: str | None = None) -> go.Figure:
     """Tokens per second against α at one γ: for each profile the target alone (dashed, flat: one
     token a step) and speculative decoding (solid: the speedup times that rate), in the profile's
-    colour; this run's two measured rates at its α. A ratio hides the device: a slow baseline
-    draws a high speedup curve; here a faster device sits higher on both lines.
+    colour and with markers of its own; this run's two measured rates at its α. The `chosen`
+    profile's lines are drawn thicker, last (on top), and its legend entry says so. A ratio hides
+    the device: a slow baseline draws a high speedup curve; here a faster device sits higher on
+    both lines.
 
     One legend entry per profile (its two lines toggle together), one entry per row, under the
     axis title: a legend that wraps into as many rows as the width allows cannot be sized before
     the page's width is known, and one taller than its margin covered the lower lines."""
     fig = go.Figure()
     colours = profile_colours(profiles)
-    for prof in profiles:
+    order = sorted(range(len(profiles)), key=lambda i: profiles[i].name == chosen)   # the chosen one last
+    for i in order:
+        prof = profiles[i]
         alone, label = 1000 / prof.target_step_ms, plotly_text(prof.name)
         v, measured = prof.verify_nearest(gamma)
-        fig.add_trace(go.Scatter(x=[ALPHAS[0], ALPHAS[-1]], y=[alone, alone], mode="lines",
-                                 name=f"{prof.name}: target alone", line=dict(color=colours[prof.name], dash="dash"),
+        width = 4.5 if prof.name == chosen else 2.5
+        # The flat line over every α (not only its two ends), so a hover anywhere on it gives its value.
+        fig.add_trace(go.Scatter(x=ALPHAS, y=[alone] * len(ALPHAS), mode="lines",
+                                 name=f"{prof.name}: target alone",
+                                 line=dict(color=colours[prof.name], dash="dash", width=width - 1),
                                  legendgroup=prof.name, showlegend=False,
                                  meta={"profile": prof.name, "role": "alone", "tokens_per_second": alone},
                                  hovertemplate=f"{label}: target alone %{{y:.0f}} tokens/s<extra></extra>"))
-        fig.add_trace(go.Scatter(x=ALPHAS, y=[alone * curve(a, gamma, prof.c, v) for a in ALPHAS], mode="lines",
-                                 name=prof.name + ("" if measured else " *"), legendgroup=prof.name,
-                                 line=dict(color=colours[prof.name], width=2.5), opacity=1.0 if measured else 0.5,
+        fig.add_trace(go.Scatter(x=ALPHAS, y=[alone * curve(a, gamma, prof.c, v) for a in ALPHAS],
+                                 mode="lines+markers", marker=dict(color=colours[prof.name], **profile_markers(i)),
+                                 name=prof.name + ("" if measured else " *") + (f" {CHOSEN_MARK}" if prof.name == chosen
+                                                                                 else ""),
+                                 legendgroup=prof.name, line=dict(color=colours[prof.name], width=width),
+                                 opacity=1.0 if measured else 0.5,
                                  meta={"profile": prof.name, "role": "speculative", "gamma": gamma, "c": prof.c,
                                        "v": v},
                                  hovertemplate=f"{label}: α = %{{x:.2f}}, %{{y:.0f}} tokens/s"
@@ -198,7 +223,8 @@ def rates_figure(profiles: list[CostProfile], gamma: int, alpha: float, point: R
                  "its speedup is the gap between them</span>", 2, entries)
     # A legend group (a profile's two lines) adds a 10 px gap after it by default: rows of 20 px, as
     # the bottom margin counts them, or the legend pushed the margin and shrank the plot.
-    fig.update_layout(yaxis=dict(title="tokens per second", type="log"), legend=dict(tracegroupgap=0))
+    fig.update_layout(yaxis=dict(title="tokens per second", type="log"), legend=dict(tracegroupgap=0,
+                                                                                     itemsizing="constant"))
     ys = [y for trace in fig.data for y in trace.y]
     if ys:   # no profile and no run: nothing to label
         ticks = log_ticks(min(ys), max(ys))
@@ -225,14 +251,29 @@ PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "
 PROFILE_WIDTHS = ["28%", "11%", "11%", "9%", "11%", "13%", "17%"]
 
 
+def best_gamma(profile: CostProfile, gamma: int, alpha: float) -> tuple[float, int, bool]:
+    """(speedup, γ, whether its verify width was measured) of the fastest γ at α, over the curves
+    the charts draw (γ 1–8 and the chosen γ, each with `verify_nearest`): never slower than the
+    chosen γ's figure beside it, which the same curves give."""
+    candidates = sorted(set(GAMMAS) | {gamma})
+    speeds = [(curve(alpha, g, profile.c, profile.verify_nearest(g)[0]), -g) for g in candidates]
+    speed, minus_g = max(speeds)
+    return speed, -minus_g, profile.verify_nearest(-minus_g)[1]
+
+
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
-    """Each profile's costs and what they give at (α, γ); the best γ among the measured widths."""
+    """Each profile's costs and what they give at (α, γ), and its best γ at α; a v taken from the
+    nearest measured width is starred, as its curve is in the charts (`UNMEASURED`)."""
     rows = []
     for prof in profiles:
         v, measured = prof.verify_nearest(gamma)
-        best = max(((prof.speedup(alpha, g), g) for g in GAMMAS if prof.verify(g) is not None), default=None)
-        best_text = "—" if best is None else f"γ = {best[1]}: {best[0]:.2f}×"
-        rows.append([prof.name, round(prof.target_step_ms, 3),
-                     round(prof.draft_step_ms, 3), round(prof.c, 3), f"{v:.2f}" + ("" if measured else " (nearest)"),
-                     f"{curve(alpha, gamma, prof.c, v):.2f}×", best_text])
+        speed, best, best_measured = best_gamma(prof, gamma, alpha)
+        star, best_star = ("" if measured else " *"), ("" if best_measured else " *")
+        rows.append([prof.name, round(prof.target_step_ms, 3), round(prof.draft_step_ms, 3), round(prof.c, 3),
+                     f"{v:.2f}{star}", f"{curve(alpha, gamma, prof.c, v):.2f}×",
+                     f"γ = {best}: {speed:.2f}×{best_star}"])
     return rows
+
+
+# The table's note on its stars (the charts say the same under their titles).
+UNMEASURED = "* v from the nearest measured verify width (this width was not measured)"

@@ -7,6 +7,8 @@ from ...explain.looks import prob_text
 from ...trace.outcomes import Status
 from ...trace.spine import Generation
 
+NO_BIAS = 5e-5   # a TV below this prints as 0.0000: no bias at this position to speak of
+
 
 def bias_note(gen: Generation, pos) -> str:
     """The bias of this run's rule at one position (closed form, from the trace), in words."""
@@ -15,8 +17,12 @@ def bias_note(gen: Generation, pos) -> str:
                 "compare with p: the round's next token came from the rejected position.")
     if pos.skip_tv is None:
         return "Bias at this position: not stored (a schema-1 trace)."
+    if gen.settings.skip_adjustment and pos.skip_tv < NO_BIAS:
+        return (f"Output here vs p: TV = {prob_text(pos.skip_tv)}: skipping the adjustment happened to cost nothing "
+                "at this position, because min(p, q) + (1 − β) p is p itself here (as it is wherever p is one-hot, "
+                "q equals p, or they share no token); the run is still biased at its other positions.")
     if gen.settings.skip_adjustment:
-        return (f"Output here vs p: TV = {pos.skip_tv:.4f}, biased, because the adjustment was skipped "
+        return (f"Output here vs p: TV = {prob_text(pos.skip_tv)}, biased, because the adjustment was skipped "
                 "(closed form: min(p, q) + (1 − β) p).")
     return (f"Output here vs p: TV = 0 (the exact rule's output is p; closed form). Had the adjustment been "
             f"skipped: TV = {pos.skip_tv:.4f}.")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...core.registry import find
 from ...decoding.loop import STOPPED
-from ...explain.looks import LOOKS, PALETTE, stop_text, token_label, token_text
+from ...explain.looks import LOOKS, PALETTE, prob_text, stop_text, token_label, token_text
 from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
 from ...trace.outcomes import Ending
 from ...trace.spine import Generation
@@ -80,6 +80,21 @@ def show_step(gen: Generation | None, round_number, position) -> dict:
                 round_slider=gr.update(value=r + 1), **step_view(gen, r, position))
 
 
+RARE = 0.01   # a drawn token's chance under this is said, with how rare it was
+
+
+def rare_draw(gen: Generation, rnd) -> str:
+    """How rare the round's last token was, where its chance under the distribution it was drawn
+    from is under `RARE` ('' elsewhere, and at T = 0, where nothing is drawn by chance)."""
+    chance = dict(zip(rnd.end_dist.ids, rnd.end_dist.probs)).get(rnd.end_token)
+    if chance is None or chance <= 0 or chance >= RARE or gen.settings.sampling.greedy:
+        return ""
+    source = "the residual norm(max(0, p − q))" if rnd.ending is Ending.RESIDUAL else "p"
+    return (f"*A rare draw:* `{token_label(gen, rnd.end_token)}` had chance {prob_text(chance)} under {source}, "
+            f"about 1 in {round(1 / chance):,}. Rare draws are part of sampling: over many draws some land on "
+            "unlikely tokens, each exactly as often as its chance says (the exactness lab shows it).")
+
+
 def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
     """The round in words; with the features drafter, where the selected draft's q came from
     (`position`, 0-based: draft 1 when None)."""
@@ -94,6 +109,7 @@ def round_caption(gen: Generation, r: int, position: int | None = None) -> str:
         caption += "\n\n" + why_no_residual(gen, rnd.positions[rnd.n_accepted])
     if gen.settings.sampling.greedy and rnd.ending in (Ending.RESIDUAL, Ending.BIASED_P, Ending.GREEDY):
         caption += "\n\n" + greedy_rejection(gen, rnd)
+    caption += "".join("\n\n" + line for line in [one_hot_rejection(gen, rnd), rare_draw(gen, rnd)] if line)
     kind = find(gen.settings.drafter)
     if kind is not None and kind.reads_features:   # where its q came from: the target's feature or its own
         k = position if isinstance(position, int) and 0 <= position < len(rnd.positions) else 0
@@ -184,6 +200,25 @@ def greedy_rejection(gen: Generation, rnd) -> str:
             f"one-hot: **a rejection can only emit the target's top token**, here {top}.")
 
 
+ONE_HOT = 1 - 1e-6   # p's top token holding this much is all of p, up to rounding
+
+
+def one_hot_rejection(gen: Generation, rnd) -> str:
+    """Where sampling (a low temperature, top-p) left p one-hot at a rejected draft though T > 0, what
+    that makes of the residual, said at such a round ('' elsewhere)."""
+    if rnd.ending is not Ending.RESIDUAL or rnd.n_accepted >= len(rnd.positions) or gen.settings.sampling.greedy:
+        return ""
+    p = rnd.positions[rnd.n_accepted].p
+    if max(p.probs, default=0.0) < ONE_HOT:
+        return ""
+    top = charts.md_text(token_label(gen, p.ids[p.probs.index(max(p.probs))]))
+    sampling = gen.settings.sampling
+    return (f"*p is one-hot here*: at T = {sampling.temperature:g} with top-p {sampling.top_p:g} (top-k "
+            f"{sampling.top_k or 'off'}) one token, {top}, holds all of p, so the residual max(0, p − q) is that "
+            "token alone and a rejection can only emit it: the residual is trivial at such positions, as at "
+            "T = 0. It shows its shape at T = 1 with top-p 1 and top-k 0.")
+
+
 def slider(gen: Generation | None, value: int | None = None):
     n = len(gen.rounds) if gen is not None else 0
     if value is None:
@@ -206,6 +241,11 @@ def first_interesting_round(gen: Generation) -> int:
     return next((r.index for r in gen.rounds if r.ending not in (Ending.BONUS, Ending.PLAIN)), 0)
 
 
+# What the page made for the previous run (its exported trace, a round's sheet, a link to a step):
+# a new run, or an imported one, clears them, or they would be taken for this run's.
+FILES_CLEARED = dict(export_file=None, sheet_file=gr.update(value=None, visible=False), link_box="")
+
+
 def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                round_index: int | None = None, timed: Generation | None = None,
                speedups: tuple[float, ...] = ()) -> dict:
@@ -217,7 +257,7 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                 timeline=charts.timeline_figure(gen, round_index),
                 metrics=charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups),
                 time_plot=charts.time_figure(timed or gen, ar),
-                run_state=gen, round_slider=slider(gen, round_index), export_file=None,
+                run_state=gen, round_slider=slider(gen, round_index), **FILES_CLEARED,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
                 side_by_side=charts.side_by_side_html(None, None, ""),
                 speed_run=run_point((timed or gen).stats, gen.settings.gamma, ar.stats if ar is not None else None),
@@ -239,16 +279,43 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
     the cache held (`earlier`) is compared with it, token for token (`afresh_line`)."""
     s = gen.stats
     head = "Stopped" if s.stopped == STOPPED else "Done"
-    why = stop_text(s.stopped)
+    why = ending_phrase(s.stopped)
     told = CACHED if cached else "" if cached is None else afresh_line(gen, earlier) if earlier else DECODED_NOW
+    told = biased_line(gen) + told
     if ar is None:
-        return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s ({why})."
+        return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s; {why}."
                 f"{result_line(gen)}{told}")
     t = (timed or gen).stats
-    return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds ({why}): {t.wall_seconds:.2f} s timed again "
+    return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds; {why}: {t.wall_seconds:.2f} s timed again "
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
-            f"streaming to the page). Autoregressive: {tokens_in(ar.stats)} → speedup in tokens per second "
-            f"{speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+            f"streaming to the page). Autoregressive: {tokens_in(ar.stats)}{other_length(gen, ar)} → speedup in tokens "
+            f"per second {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+
+
+def other_length(gen: Generation, ar: Generation) -> str:
+    """Beside the target alone's token count, when it differs from the run's: why, in a few words
+    (the metrics say it whole)."""
+    if len(ar.token_ids) == len(gen.token_ids):
+        return ""
+    return (f" (not {len(gen.token_ids)}: with the same seed its text parts from this run's and ends at its own "
+            "point; compared per token)")
+
+
+def biased_line(gen: Generation) -> str:
+    """For a run with the residual adjustment skipped, the status line says it is biased, with its
+    bias as the metrics give it ('' for an exact run)."""
+    if not gen.settings.skip_adjustment:
+        return ""
+    return (f" ⚠ Adjustment skipped: this run is biased, its output does not follow p (mean TV to p "
+            f"{gen.stats.skip_tv_mean:.4f} over its {gen.stats.tested} tested positions).")
+
+
+def ending_phrase(stopped: str) -> str:
+    """Why a run ended, as a clause of the status line. Never in parentheses: next to ⟨eos⟩'s own
+    angle brackets they read as "((eos))" in the page's font."""
+    if stopped == "eos":
+        return f"it ended at the end-of-sequence token {stop_text(stopped)}"
+    return f"it stopped at {stop_text(stopped)}"
 
 
 def afresh_line(gen: Generation, earlier: Generation) -> str:

@@ -34,7 +34,17 @@
       });
     });
   };
+  // An error: Gradio draws its red "Error" badge in the middle of the status line, over the last
+  // run's text, and says what went wrong only in a notice that fades. The line says it itself: the
+  // notice's message is written beside the badge (app.css shows it there and hides the stale text).
+  const tellError = () => {
+    const badge = document.querySelector('#run-status .wrap .error');
+    const said = Array.from(document.querySelectorAll('.toast-message-text.error')).pop();
+    const text = said ? said.innerText.trim() : '';
+    if (badge && text && badge.dataset.message !== text) badge.dataset.message = text;
+  };
   setInterval(() => { hook(); rebase(); }, 700);
+  setInterval(tellError, 250);
   // Plotly sizes a chart to its container when it draws, and on a window resize. A chart drawn while
   // hidden (another tab, a closed accordion) gets Plotly's default 700 px, and one hidden during a
   // resize keeps its old width: the speed explorer came back at 700 of 1216 px after a Decode run,
