@@ -230,7 +230,7 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
 
 TIMELINE_HEADERS = ["round", "drafted", "accepted", "drafts", "ended by", "end token",
                     "emitted text", "drafting (s)", "verifying (s)"]
-TIMELINE_WIDTHS = ["7%", "9%", "10%", "14%", "13%", "12%", "13%", "10%", "12%"]   # a 9-character token whole at 800 px
+TIMELINE_WIDTHS = ["7%", "9%", "10%", "12%", "13%", "14%", "13%", "10%", "12%"]   # a 12-letter token whole at 800 px
 
 
 def timeline_rows(gen: Generation | None) -> list[list]:
