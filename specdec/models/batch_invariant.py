@@ -15,11 +15,11 @@ Nondeterminism in LLM Inference", 2025, name this batch invariance):
   runs over that row twice and keeps one (`PairedLinear`): the step then takes the kernel the
   verify takes. The head (the vocabulary's product) is left as it is: it is the largest product,
   a second row would cost it most, and it gave every row the same bits.
-- **Causal attention over several new tokens.** Attention with a causal mask over a block of
-  queries does not give row i what attention for that query alone gives. So a forward that extends
-  a cache attends one query at a time over its own keys, as the one-token step does
-  (`row_attention`); a prefill (an empty cache: speculation and the target alone both start with
-  it, computed the same way) attends at once.
+- **Causal attention over several new tokens.** torch's fused attention (SDPA) tiles a block of
+  queries over the keys, and where a row's last keys fall in its tiles depends on the block's size.
+  Attention as two products and a softmax (transformers' own "eager" attention) sums over the same
+  keys in the same order for every row; the keys a row may not see get a weight of exactly 0, which
+  adds nothing to a sum. So the model attends that way (`ATTENTION`), steps and verifies alike.
 
 Whether this holds depends on the kernels a machine's torch picks, so `rows_equal` checks it on
 the loaded model (a verify's logits against one-token steps, bit for bit), and `load_pair` keeps
@@ -35,39 +35,8 @@ from torch import nn
 
 __all__ = ["ATTENTION", "supported", "make_batch_invariant", "rows_equal", "PairedLinear"]
 
-ATTENTION = "specdec_rows"   # the name this module's attention is registered under in transformers
+ATTENTION = "eager"   # transformers' attention as products and a softmax (its own, not fused: see above)
 _LAYER_PRODUCTS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
-
-
-def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
-    """Grouped-query attention's keys (or values) repeated for every query head."""
-    if groups == 1:
-        return x
-    b, heads, n, d = x.shape
-    return x[:, :, None].expand(b, heads, groups, n, d).reshape(b, heads * groups, n, d)
-
-
-def _one_query(query, key, value, scaling):
-    return F.scaled_dot_product_attention(query, key, value, scale=scaling)
-
-
-def row_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention interface: (output [batch, queries, heads, dim], None). A forward that
-    extends a cache attends one query at a time over the keys up to its own position, the same call a
-    one-token step makes; a prefill attends at once, with the causal mask transformers built."""
-    groups = getattr(module, "num_key_value_groups", 1)
-    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
-    queries, keys = query.shape[2], key.shape[2]
-    if queries == 1 or keys > queries:
-        start = keys - queries
-        rows = [_one_query(query[:, :, i:i + 1], key[:, :, :start + i + 1], value[:, :, :start + i + 1], scaling)
-                for i in range(queries)]
-        out = rows[0] if queries == 1 else torch.cat(rows, dim=2)
-    else:
-        mask = attention_mask[:, :, :, :keys] if attention_mask is not None else None
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
-                                             is_causal=mask is None)
-    return out.transpose(1, 2).contiguous(), None
 
 
 class PairedLinear(nn.Linear):
@@ -100,9 +69,6 @@ def make_batch_invariant(model) -> bool:
     two ways above; False, with nothing changed, where the model is not `supported`."""
     if not supported(model):
         return False
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(ATTENTION, row_attention)
     model.config._attn_implementation = ATTENTION
     for layer in _layers(model):
         layer.self_attn.config._attn_implementation = ATTENTION

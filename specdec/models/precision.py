@@ -89,7 +89,7 @@ def settle(model, tokenizer, device: str, engine: str, dtype: torch.dtype, by_de
     name = dtype_name(dtype)
     if dtype == torch.float32:
         return FLOAT32
-    if not device.startswith("cpu") or engine != "eager":   # the row-by-row attention reads a dynamic cache
+    if not device.startswith("cpu") or engine != "eager":   # made and checked for the eager loop a CPU runs
         return Precision(name, None, f"{name} (a verify rounds differently from one-token steps: greedy texts "
                                      "can part)")
     if batch_invariant.make_batch_invariant(model):
