@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ...core.registry import fallback, labels, runnable
+from ...core.registry import by_preference, fallback, labels, runnable
 from ...decoding.loop import TIME_LIMIT
 from ...drafting.drafters import default_drafter, drafters_for
 from ...explain.gamma import pair_device
@@ -219,7 +219,11 @@ def open_link(request: gr.Request, stops: list | None = None):
         return
     fields, round_number = parsed
     fields, lowered = fit_link(fields)
+    if "drafter" not in fields:   # a link without a drafter: its pair's preferred one, as picking the pair gives
+        fields = {**fields, "drafter": by_preference(offered_drafters(fields.get("preset") or RunRequest().preset))[0]}
     request = RunRequest().with_(**fields).resolved()   # a link without sampling: its pair's own
+    if "gamma" not in fields:   # nor γ: the one its pair's measured costs pick, as picking the pair gives
+        request = request.with_(gamma=follow_gamma(request.preset, request.drafter, None, request.temperature)[0])
     # The form shows the run the link makes, every control.
     form = dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset))
     offered = offered_drafters(request.preset)

@@ -73,7 +73,8 @@ def gamma_line(preset_key) -> str:
     preset = PRESETS.get(preset_key)
     if preset is None:
         return ""
-    pick = gamma_for(preset_key, "features", preset.sampling.temperature, pick_device()[0])
+    device = pick_device()[0]
+    pick = gamma_for(preset_key, "features", preset.sampling.temperature, device, own_dtype(preset_key, device))
     return "" if pick is None else " " + pick.sentence()
 
 
