@@ -125,32 +125,6 @@ def settings_of(args):
     return settings
 
 
-def hold_threads(pair) -> int | None:
-    """The torch threads this command's runs take (`core.threads`: --threads, else the cores free now),
-    held for the rest of the process, which serves this one command; None on a GPU."""
-    from ..core.threads import run_threads, threads_for
-
-    if pair.device != "cpu":
-        return None
-    count = threads_for(sum(p.numel() for p in pair.target.parameters()))
-    run_threads(count).__enter__()
-    return count
-
-
-def measure_here(pair, preset: str, drafter: str) -> None:
-    """A real model's costs on this machine, measured once (then kept in the user's cache): the γ pick
-    reads them (`explain.calibrate`)."""
-    from ..core.registry import find
-    from ..explain import calibrate
-    from ..models.pair import PRESETS
-
-    kind = find(drafter)
-    if PRESETS.get(preset) and PRESETS[preset].source and kind and kind.gamma_from_card and pair.device == "cpu":
-        if calibrate.stored(preset, drafter, "cpu", str(pair.dtype).replace("torch.", "")) is None:
-            print("measuring what this model's forwards cost on this machine (a few seconds, once)", file=sys.stderr)
-        calibrate.profile_here(pair, preset, drafter)
-
-
 def run_generate(args) -> int:
     from ..app.server import limits
     from ..decoding.loop import speculative_generate
@@ -171,6 +145,8 @@ def run_generate(args) -> int:
     pair = load_pair(target=args.target, draft=args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
                      engine=args.engine, drafter=args.drafter)
     settings = settings.with_(drafter=args.drafter or default_drafter(pair))   # none named: the pair's own
+    from .here import hold_threads, measure_here
+
     count = hold_threads(pair)   # every run of this command, and the costs the γ pick reads, alike
     if args.gamma is None and not args.target:
         measure_here(pair, args.preset or "", settings.drafter)
@@ -493,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         if not user_error(err):
             raise
         return fail(str(err))
+    finally:   # a command's fixed thread count ends with it (main may be called again in one process)
+        if "specdec.core.threads" in sys.modules:
+            sys.modules["specdec.core.threads"].fix(None)
 
 
 if __name__ == "__main__":
