@@ -127,6 +127,19 @@ def offline_unless_slow(request, monkeypatch):
         monkeypatch.setenv("PIP_NO_INDEX", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def costs_measured_here_kept_apart(tmp_path_factory):
+    """The costs a real model measures at load (`explain.calibrate`) go to this session's own folder,
+    never the user's cache: a γ pick in a test then reads what this session measured, or the
+    committed profiles, whatever the machine measured before."""
+    from specdec.explain import calibrate
+
+    calibrate.STORE = tmp_path_factory.mktemp("costs-here") / calibrate.FILE
+    calibrate._memory.clear()
+    yield
+    calibrate.STORE = None
+
+
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory, pytestconfig) -> Path:
     """The folder the browser tests write their screenshots to: never the repository's own

@@ -368,7 +368,7 @@ def test_stop_ends_a_run_midway_and_shows_what_it_decoded(page):
     wait_ended(page, "Stopped:|Done:")
     status = page.locator("#run-status").inner_text()
     ticks = page.evaluate("() => window.__ticks")   # what the page saw at each click, should this fail
-    assert status.startswith("Stopped:") and "(stopped)" in status, (status, ticks)
+    assert status.startswith("Stopped:") and "it was stopped on request" in status, (status, ticks)
     assert int(status.split()[1]) < 240   # the text, timeline and step viewer show those tokens
     set_number(page, "max-new", 8)
     page.locator("#run").click()

@@ -103,8 +103,9 @@ def test_the_committed_profiles_read_as_before_with_their_pair_named_where_they_
     assert read and all(p.pair in ("", "bundled", REAL) for p in read)
     # A drafter only with a pair (γ is picked from those); a pair alone names whose costs a device's are.
     assert all(p.drafter in ("", "features") and (p.pair or not p.drafter) for p in read)
-    assert [p.name for p in read if p.drafter] == [
-        "this CPU, SmolLM2-135M-Instruct + features drafter, bench (every width)"]
+    assert [(p.name, p.dtype) for p in read if p.drafter] == [
+        ("this CPU, SmolLM2-135M-Instruct + features drafter, bench (every width)", "float32"),
+        ("2-core AMD EPYC, SmolLM2-135M-Instruct + features drafter, bfloat16 batch-invariant, 2 threads", "bfloat16")]
 
 
 def test_picking_a_pair_moves_gamma_to_its_pick_and_back_but_keeps_a_gamma_the_visitor_set(profiles, monkeypatch):

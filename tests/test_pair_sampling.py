@@ -93,9 +93,11 @@ def test_the_gamma_sentence_stays_beside_the_controls():
     and the first run wrote over it: the line beside the sampling controls keeps it (the real pair on
     this kind of device, where a profile and its drafter's card were measured); the bundled pair,
     with nothing measured for a pick, says none."""
+    from specdec.app.page.pair_words import own_dtype
     from specdec.explain.gamma import gamma_for
     from specdec.models.pair import PRESETS, pick_device
 
-    pick = gamma_for(REAL, "features", PRESETS[REAL].sampling.temperature, pick_device()[0])
+    device = pick_device()[0]   # the pair's own precision there: the costs the line reads
+    pick = gamma_for(REAL, "features", PRESETS[REAL].sampling.temperature, device, own_dtype(REAL, device))
     assert pick is not None and pick.sentence() in handlers.sampling_line(REAL)
     assert "picked for this pair" not in handlers.sampling_line("bundled")

@@ -35,6 +35,7 @@ WIDTHS = tuple(range(1, 8))   # a step, and verifies for γ 1..6
 FILE = "here.json"
 MAX_AGE_DAYS = 7
 DRIFT = 0.30                   # a run's step this far from the profile's (either way) drops the profile
+STORE: Path | None = None     # where the profiles are kept, when not the user's cache (the tests' own folder)
 _memory: dict[tuple, dict] = {}
 _lock = threading.Lock()
 
@@ -54,7 +55,7 @@ def _key(pair_key: str, drafter: str, device: str, dtype: str, threads: int) -> 
 
 
 def _path(root=None) -> Path:
-    return realmodel.cache_root(root) / FILE
+    return STORE if STORE is not None and root is None else realmodel.cache_root(root) / FILE
 
 
 def _read(root=None) -> list[dict]:

@@ -315,6 +315,8 @@ def ending_phrase(stopped: str) -> str:
     angle brackets they read as "((eos))" in the page's font."""
     if stopped == "eos":
         return f"it ended at the end-of-sequence token {stop_text(stopped)}"
+    if stopped == "stopped":   # a Stop (or the page closing) asked for it
+        return "it was stopped on request"
     return f"it stopped at {stop_text(stopped)}"
 
 
