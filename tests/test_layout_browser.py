@@ -84,12 +84,18 @@ def test_every_dropdown_shows_its_whole_choice(still, width):
     page = still
     page.set_viewport_size({"width": width, "height": 1000})
     page.wait_for_selector("#preset input")
+    found = on_every_tab(page, lambda: page.evaluate(_CUT_CHOICES))
+    assert found == [], "\n".join(found)
+
+
+def on_every_tab(page, problems) -> list[str]:
+    """`problems()` on each tab in turn, once it has laid out, each named by its tab."""
     found = []
     for tab in ("Decode", "Exactness lab", "Speed explorer"):
         page.get_by_role("tab", name=tab).click()
         page.wait_for_timeout(500)   # the tab lays out
-        found += [f"({tab}) {p}" for p in page.evaluate(_CUT_CHOICES)]
-    assert found == [], "\n".join(found)
+        found += [f"({tab}) {p}" for p in problems()]
+    return found
     assert page.console_errors == []
 
 
@@ -321,12 +327,11 @@ def test_every_sliders_range_ends_show_whole(still, width):
     page = still
     page.set_viewport_size({"width": width, "height": 1000})
     page.wait_for_selector("#round .max_value")
-    found = []
-    for tab in ("Decode", "Exactness lab", "Speed explorer"):
-        page.get_by_role("tab", name=tab).click()
-        page.wait_for_timeout(500)
+    def ends_cut():
         page.evaluate("() => document.querySelectorAll('#round .max_value').forEach(e => { e.textContent = '45'; })")
-        found += [f"({tab}) {p}" for p in page.evaluate(_SLIDER_ENDS_CUT)]
+        return page.evaluate(_SLIDER_ENDS_CUT)
+
+    found = on_every_tab(page, ends_cut)
     assert found == [], "\n".join(found)
 
 

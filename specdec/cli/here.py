@@ -15,7 +15,7 @@ def hold_threads(pair) -> int | None:
 
     if pair.device != "cpu":
         return None
-    count = threads.threads_for(sum(p.numel() for p in pair.target.parameters()))
+    count = threads.threads_for_model(pair.target)
     threads.fix(count)
     torch.set_num_threads(count)
     return count

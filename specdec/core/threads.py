@@ -27,8 +27,8 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["SMALL_PARAMS", "fix", "fixed", "usable_cores", "free_cores", "threads_for", "limit_this_thread",
-           "run_threads"]
+__all__ = ["SMALL_PARAMS", "fix", "fixed", "usable_cores", "free_cores", "threads_for", "threads_for_model",
+           "limit_this_thread", "run_threads"]
 
 SMALL_PARAMS = 50_000_000   # below this a target's forward is mostly per-operation overhead: one thread
 _fixed: int | None = None
@@ -92,6 +92,11 @@ def threads_for(params: int) -> int:
     if params < SMALL_PARAMS:
         return 1
     return free_cores()
+
+
+def threads_for_model(model) -> int:
+    """`threads_for` a run of `model` (a torch module: its parameters counted)."""
+    return threads_for(sum(p.numel() for p in model.parameters()))
 
 
 def _find_omp_set_num_threads():

@@ -30,7 +30,7 @@ import torch
 from ..core.registry import kind_of
 from ..core.sampling import Rule
 from ..core.settings import AUTOREGRESSIVE, RunSettings
-from ..core.threads import run_threads, threads_for
+from ..core.threads import run_threads, threads_for_model
 from ..drafting import features as fx
 from ..drafting.drafters import check_drafter
 from ..trace import spine as tr
@@ -101,7 +101,7 @@ def _in_threads(generate):
     def run(pair, *args, **kwargs):
         if not str(pair.device).startswith("cpu"):
             return generate(pair, *args, **kwargs)
-        n = threads_for(sum(p.numel() for p in pair.target.parameters()))
+        n = threads_for_model(pair.target)
         with run_threads(n):
             gen = generate(pair, *args, **kwargs)
         gen.models["threads"] = n

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..core.settings import RunSettings
-from ..core.threads import run_threads, threads_for
+from ..core.threads import run_threads, threads_for_model
 from ..decoding.loop import speculative_generate
 from ..models import realmodel
 from .measure import measure_costs, prompts_for
@@ -127,7 +127,7 @@ def profile_here(pair, pair_key: str, drafter: str, root=None) -> CostProfile:
     """This pair and drafter's costs here, at the threads a run would take now: stored, else measured."""
     device = str(pair.device).split(":")[0]
     dtype = str(pair.dtype).replace("torch.", "")
-    threads = threads_for(sum(p.numel() for p in pair.target.parameters())) if device == "cpu" else 1
+    threads = threads_for_model(pair.target) if device == "cpu" else 1
     found = stored(pair_key, drafter, device, dtype, threads, root)
     if found is not None:
         return found

@@ -19,7 +19,7 @@ import torch
 
 from ..core.sampling import SamplingConfig
 from ..core.settings import RunSettings
-from ..core.threads import run_threads, threads_for
+from ..core.threads import run_threads, threads_for_model
 from ..decoding.loop import autoregressive_generate, speculative_generate
 from ..drafting.drafters import KVCache
 from .speed import speedup
@@ -167,8 +167,7 @@ def timed_repeats(pair, prompt, settings: RunSettings, repeats: int = 3, stop=No
     """
     if repeats < 2:
         raise ValueError(f"repeats must be at least 2 (one pair of runs has no spread), got {repeats}")
-    params = sum(p.numel() for p in pair.target.parameters())
-    with run_threads(threads_for(params)):   # one thread count for every run of the comparison
+    with run_threads(threads_for_model(pair.target)):   # one thread count for every run of the comparison
         return _timed_repeats(pair, prompt, settings, repeats, stop, warmup_tokens)
 
 
