@@ -441,3 +441,14 @@ def test_a_one_hot_p_at_a_rejection_says_the_residual_is_trivial(bundled, run):
     spread = [r.index for r in run.rounds if r.ending is Ending.RESIDUAL
               and max(r.positions[r.n_accepted].p.probs) < views.ONE_HOT]
     assert spread and all("one-hot" not in views.round_caption(run, i) for i in spread)
+
+
+def test_an_opened_round_carries_the_sliders_whole_state_not_its_value_alone(run):
+    # A link's round follows its run at once (both from the cache): the browser may apply only the
+    # later update, and with the value alone a reloaded page kept the slider disabled at 1 to 2.
+    final = views.final_view(run)["round_slider"]
+    opened = views.show_step(run, 4, None)["round_slider"]
+    assert opened["value"] == 4
+    for key in ("maximum", "interactive"):
+        assert opened[key] == final[key], key
+    assert opened["maximum"] == len(run.rounds) > 2 and opened["interactive"] is True

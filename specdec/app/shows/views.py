@@ -76,8 +76,11 @@ def show_step(gen: Generation | None, round_number, position) -> dict:
     if gen is None or not gen.rounds:
         return step_view(None, 0, None)
     r = clamp_round(gen, round_number)
+    # The slider's range and state come with its value: an update that follows another at once (a
+    # link's round after its run, both from the cache) may be the only one the browser applies, and
+    # with the value alone a reloaded page kept the slider disabled at its first range, 1 to 2.
     return dict(text=charts.text_html(gen, r), timeline=charts.timeline_figure(gen, r),
-                round_slider=gr.update(value=r + 1), **step_view(gen, r, position))
+                round_slider=slider(gen, r), **step_view(gen, r, position))
 
 
 RARE = 0.01   # a drawn token's chance under this is said, with how rare it was
