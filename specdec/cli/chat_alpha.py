@@ -29,6 +29,9 @@ OTHER_PROMPTS = ("My Python code raises a KeyError. What does that mean?", "Sugg
                  "Draft a polite email declining a meeting invitation.", "What is a good vegetarian dinner idea?")
 
 
+SAMPLING_WORDS = {"greedy": "greedy", "pair": "pair's", "t1": "T = 1"}   # `training.chat.answers.SAMPLINGS`
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--drafter", type=folder, nargs="+", default=None, metavar="FOLDER",
                     help="saved features drafter folders (default: the shipped one); several are measured in turn "
@@ -40,6 +43,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--own", type=int, default=12, help="how many questions the model writes itself")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens a prompt")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--samplings", nargs="+", choices=list(SAMPLING_WORDS), default=list(SAMPLING_WORDS),
+                    help="greedy, the pair's own sampling (T 0.2, top-k 50, top-p 0.9), T = 1 (default: all three)")
 
 
 def run(args) -> int:
@@ -56,6 +61,7 @@ def run(args) -> int:
     from ..drafting import features as fx
     from ..explain.measure import CHAT_PROMPTS
     from ..models.pair import load_pair
+    from ..training.chat.answers import SAMPLINGS
     from ..training.chat.chat_pool import chat_prompt, write_questions
     from ..training.chat.features_chat_card import acceptance
 
@@ -79,11 +85,11 @@ def run(args) -> int:
     for name in args.sets:
         found["prompts"][name] = texts[name][:args.prompts]
         prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name][:args.prompts]]
-        for temperature in (0.0, 1.0):   # the card's own measure: greedy one seed, T = 1 measure.SEEDS
+        for sampling in args.samplings:   # the card's own measure: greedy one seed, sampled measure.SEEDS
             for drafter, net in nets.items():
                 pair.feature_net = net
-                row = acceptance(pair, prompts, temperature, gamma=4, new=args.tokens)
-                key = f"{name}, {'greedy' if temperature == 0 else 'T = 1'}"
+                row = acceptance(pair, prompts, SAMPLINGS[sampling].sampling, gamma=4, new=args.tokens)
+                key = f"{name}, {SAMPLING_WORDS[sampling]}"
                 key += f" | {drafter}" if len(nets) > 1 else ""
                 found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"]}
                 print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)

@@ -46,7 +46,8 @@ class Later:
 bench, app_timing, gpu_check = Later("specdec.bench.run"), Later("specdec.bench.app_timing"), \
     Later("specdec.bench.gpu_check")
 # The real chat model's features drafter (SmolLM2-135M-Instruct): its training, its card, its α.
-chat_train, chat_card, chat_alpha = (Later(f"specdec.cli.chat_{name}") for name in ("train", "card", "alpha"))
+chat_train, chat_card, chat_alpha, chat_answers = (Later(f"specdec.cli.chat_{name}")
+                                                   for name in ("train", "card", "alpha", "answers"))
 lab = Later("specdec.cli.lab")
 
 def program_name() -> str:
@@ -290,7 +291,7 @@ def run_features(args, out: str) -> int:
     """`train --features`: the features drafter for the target of --source or --chat-target (a chat model)."""
     if args.chat_target:   # its own questions (the default) or ShareGPT's conversations
         from ..training.chat import features_chat, sharegpt
-        return (sharegpt if args.data == "sharegpt" else features_chat).run_from_args(args, out)
+        return (sharegpt if args.data in ("sharegpt", "answers") else features_chat).run_from_args(args, out)
     from ..models.pair import ASSETS
     from ..training.bundled.features import FeaturesConfig, train_features
 
@@ -425,6 +426,8 @@ COMMANDS = {
                    chat_train.add_arguments, chat_train.run),
     "chat-card": ("measure SmolLM2-135M-Instruct's shipped features drafter here and write its model card",
                   chat_card.add_arguments, chat_card.run),
+    "chat-answers": ("SmolLM2-135M-Instruct's own answers to ShareGPT's prompts, the data its drafter trains on "
+                     "(resumable)", chat_answers.add_arguments, chat_answers.run),
     "chat-alpha": ("the alpha of SmolLM2-135M-Instruct's features drafter on hand-written and its own questions",
                    chat_alpha.add_arguments, chat_alpha.run),
 }

