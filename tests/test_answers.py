@@ -103,9 +103,8 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
     # ones the model meets at run time in its CPU default (bfloat16, batch-invariant): a row's stored
     # features and argmax equal a forward over that row alone, bit for bit, though it was computed in
     # a batch padded on the right.
-    from test_sharegpt import fake_wheel, talk
-
     from specdec.training.chat import sharegpt as sg
+    from test_sharegpt import fake_wheel, talk
 
     monkeypatch.setattr(an, "SHARD_PROMPTS", 4)
     target, tokenizer = small_target

@@ -121,16 +121,17 @@ def rows(tokenizer, humans: list[str], answers: dict[str, list[tuple[int, list[i
          ) -> list[tuple[list[int], int]]:
     """Training rows (ids cut at `length`, the prompt's length), as `sharegpt.encode_rows` gives them:
     each answer after its prompt under the chat template, the samplings interleaved row by row (a
-    cut-off pass or a first-rows read holds some of each)."""
+    cut-off pass or a first-rows read holds some of each), as many of each sampling as the one with
+    fewest has: rows made from a pass's answers stay the first rows once later passes add more."""
     from .chat_pool import chat_prompt
 
-    out, lists = [], [a for a in answers.values() if a]
-    for k in range(max(map(len, lists), default=0)):
+    lists = list(answers.values())
+    out = []
+    for k in range(min(map(len, lists), default=0)):
         for answers_of in lists:
-            if k < len(answers_of):
-                index, answer = answers_of[k]
-                prompt = chat_prompt(tokenizer, humans[index])
-                out.append(((prompt + answer)[:length], len(prompt)))
+            index, answer = answers_of[k]
+            prompt = chat_prompt(tokenizer, humans[index])
+            out.append(((prompt + answer)[:length], len(prompt)))
     return out
 
 

@@ -298,6 +298,7 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
 
             own = an.load_answers(answers, split, tuple(cfg.answers.split(",")))
             rows = an.rows(tokenizer, [h for h, _ in pairs[split]], own, cfg.length)[:count]
+            rows = rows[:max(1, len(rows) // cfg.shard_rows) * cfg.shard_rows]   # whole shards: a later pass adds
         else:
             rows = encode_rows(tokenizer, pairs[split], count, cfg)
         if len(rows) < count:
