@@ -132,3 +132,15 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
             top = model.get_output_embeddings()(hidden)[0].float().argmax(-1)
         assert torch.equal(train["feats"][i, :end], hidden[0].float().half().float()), i   # stored in float16
         assert torch.equal(train["top"][i, :end], top), i
+
+
+def test_several_shards_a_batch_give_the_same_shards_and_greedy_answers(small_target, tmp_path, monkeypatch):  # noqa: F811
+    # A GPU answers several shards in one batch: the same files, and greedy answers are the prompts' own.
+    monkeypatch.setattr(an, "SHARD_PROMPTS", 2)
+    one, three = tmp_path / "one", tmp_path / "three"
+    make(small_target, one)
+    meta = make(small_target, three, shards_a_batch=3)
+    assert sorted(p.name for p in one.glob("*.npz")) == sorted(p.name for p in three.glob("*.npz"))
+    assert meta["passes"][-1]["batch"] == 6
+    for split in ("eval", "train"):
+        assert an.load_answers(one, split, ("greedy",)) == an.load_answers(three, split, ("greedy",))

@@ -83,9 +83,10 @@ def answer_batch(model, prompts: list[list[int]], sampling: SamplingConfig, seed
                  max_new: int = MAX_NEW) -> list[list[int]]:
     """Each prompt's answer (ids, with its eos when it ended), generated together (left padding)."""
     width = max(map(len, prompts))
-    ids = torch.tensor([[eos] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    torch.manual_seed(seed)   # generate samples with the global generator
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([[eos] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    torch.manual_seed(seed)   # generate samples with the global generator (and the device's)
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, pad_token_id=eos,
                          eos_token_id=eos, **_generate_kwargs(sampling))[:, width:].tolist()
     return [row[:row.index(eos) + 1] if eos in row else row for row in out]
@@ -142,7 +143,7 @@ def manifest(folder: Path) -> dict:
 
 def make_answers(model, tokenizer, humans: dict[str, list[str]], folder: Path, names: tuple[str, ...], about: dict,
                  deadline: float | None = None, limits: dict[str, int | None] = SPLITS, log=print,
-                 max_new: int = MAX_NEW) -> dict:
+                 max_new: int = MAX_NEW, shards_a_batch: int = 1) -> dict:
     """Answer each split's prompts (`humans`: the split's human turns in order; `limits`: its first
     prompts only) in shards under `folder`: the held-out split first, then the samplings round-robin
     by shard (a pass cut short holds some of each), skipping shards already there. Logs tokens/s and
@@ -150,39 +151,54 @@ def make_answers(model, tokenizer, humans: dict[str, list[str]], folder: Path, n
     records of the model and the data (checked against an existing manifest)."""
     folder.mkdir(parents=True, exist_ok=True)
     kept = {split: prompt_ids(tokenizer, humans[split][:limits.get(split)]) for split in limits}
+    size = SHARD_PROMPTS
     meta = manifest(folder)
     if meta and meta.get("about") != about:
         raise ValueError(f"{folder} holds answers of another model or dataset ({folder / MANIFEST}): "
                          "use another folder")
-    if meta and meta.get("max_new") != max_new:
-        raise ValueError(f"{folder} holds answers of up to {meta.get('max_new')} tokens, not {max_new}: "
-                         "use another folder")
-    meta = meta or {"about": about, "max_prompt": MAX_PROMPT, "max_new": max_new, "shard_prompts": SHARD_PROMPTS,
+    if meta and (meta.get("max_new"), meta.get("shard_prompts")) != (max_new, size):
+        raise ValueError(f"{folder} holds shards of {meta.get('shard_prompts')} prompts' answers of up to "
+                         f"{meta.get('max_new')} tokens, not {size} of {max_new}: use another folder")
+    meta = meta or {"about": about, "max_prompt": MAX_PROMPT, "max_new": max_new, "shard_prompts": size,
                     "samplings": {}, "passes": []}
     for name in names:
         meta["samplings"][name] = {"sampling": asdict(SAMPLINGS[name].sampling), "seed": SAMPLINGS[name].seed}
-    shards = {split: -(-len(p) // SHARD_PROMPTS) for split, p in kept.items()}
-    todo = [(split, k, name) for split in kept for k in range(shards[split]) for name in names
-            if not shard_file(folder, split, name, k).exists()]
+    shards = {split: -(-len(p) // size) for split, p in kept.items()}
+    todo = sorted(((split, k, name) for split in kept for k in range(shards[split]) for name in names
+                   if not shard_file(folder, split, name, k).exists()),   # round-robin by `shards_a_batch` shards
+                  key=lambda job: (list(kept).index(job[0]), job[1] // shards_a_batch, names.index(job[2]), job[1]))
     eos = tokenizer.eos_token_id
     t0, tokens, made = time.perf_counter(), 0, 0
-    for n, (split, k, name) in enumerate(todo, 1):
+    # A GPU answers several shards of one split and sampling in one batch (seeded by the first).
+    batches = [[todo[0]]] if todo else []
+    for job in todo[1:]:
+        last = batches[-1]
+        if len(last) < shards_a_batch and job[0::2] == last[0][0::2]:
+            last.append(job)
+        else:
+            batches.append([job])
+    for batch in batches:
         if deadline is not None and time.time() >= deadline:
             log(f"time is up after {made} new shards; run the same command again to go on")
             break
-        part = kept[split][k * SHARD_PROMPTS:(k + 1) * SHARD_PROMPTS]
+        split, k, name = batch[0]
+        parts = [kept[split][j * size:(j + 1) * size] for _, j, _ in batch]
         seed = SAMPLINGS[name].shard_seed(k) + (0 if split == "train" else 500_000)
-        answers = answer_batch(model, [p for _, p in part], SAMPLINGS[name].sampling, seed, eos, max_new)
-        save_shard(shard_file(folder, split, name, k), [i for i, _ in part], answers)
-        made, tokens = made + 1, tokens + sum(map(len, answers))
+        answers = answer_batch(model, [p for part in parts for _, p in part], SAMPLINGS[name].sampling, seed, eos,
+                               max_new)
+        tokens += sum(map(len, answers))
+        for (_, j, _), part in zip(batch, parts):
+            save_shard(shard_file(folder, split, name, j), [i for i, _ in part], answers[:len(part)])
+            answers, made = answers[len(part):], made + 1
         spent = time.perf_counter() - t0
-        log(f"{split} {name} shard {k + 1}/{shards[split]}: {tokens / spent:.0f} answer tokens/s, "
-            f"{spent / 60:.1f} min, ETA {spent / n * (len(todo) - n) / 60:.0f} min for {len(todo) - n} shards")
+        log(f"{split} {name} shard {k + len(batch)}/{shards[split]}: {tokens / spent:.0f} answer tokens/s, "
+            f"{spent / 60:.1f} min, ETA {spent / made * (len(todo) - made) / 60:.0f} min for {len(todo) - made} shards")
     spent = time.perf_counter() - t0
     meta["passes"].append({"shards": made, "answer_tokens": tokens, "seconds": round(spent, 1),
                            "tokens_per_s": round(tokens / spent, 1) if spent > 0 and tokens else None,
                            "threads": torch.get_num_threads(), "dtype": str(model.dtype).replace("torch.", ""),
-                           "batch": SHARD_PROMPTS, "date": time.strftime("%Y-%m-%d")})
+                           "batch": size * shards_a_batch, "device": str(model.device),
+                           "date": time.strftime("%Y-%m-%d")})
     meta["prompts"] = {split: len(p) for split, p in kept.items()}
     meta["made"] = {split: {name: sum(len(load_shard(f)) for f in folder.glob(f"{split}-{name}-*.npz"))
                             for name in SAMPLINGS} for split in kept}

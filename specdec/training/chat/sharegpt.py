@@ -205,14 +205,16 @@ def teacher_forced(target, rows: list[tuple[list[int], int]], cfg: DataConfig, e
     ids = torch.full((len(rows), width), eos, dtype=torch.long)
     for i, (row, _) in enumerate(rows):
         ids[i, :len(row)] = torch.tensor(row)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-        hidden = target.get_decoder()(ids, use_cache=False).last_hidden_state
+    device = target.get_input_embeddings().weight.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+        hidden = target.get_decoder()(ids.to(device), use_cache=False).last_hidden_state
     head = target.get_output_embeddings()
     z = head(hidden.to(head.weight.dtype)).float()   # the logits as the model computes them (bfloat16 in its default)
     hidden = hidden.float()
     answer = torch.zeros(ids.shape, dtype=torch.bool)   # positions whose next token is the answer's
     for i, (row, start) in enumerate(rows):
         answer[i, start - 1:len(row) - 1] = True
+    z, hidden = z.cpu(), hidden.cpu()   # shards are kept on the CPU (a GPU makes them faster)
     return {"p_sum": torch.softmax(z[answer], -1).double().sum(0),   # the target's expected token counts
             "ids": ids, "starts": torch.tensor([s for _, s in rows]), "ends": torch.tensor([len(r) for r, _ in rows]),
             "feats": hidden.half(), "lse": torch.logsumexp(z, -1), "top": z.argmax(-1),
@@ -383,8 +385,11 @@ def run_from_args(args, out: str) -> int:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"{folder} has no chat template: its rows are its chat turns")
+    device = getattr(args, "device", None) or "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("no CUDA device here: leave --device out to train on the CPU")
     target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
-                                                  trust_remote_code=False).eval()
+                                                  trust_remote_code=False).to(device).eval()
     kind = dict(answers=",".join(args.samplings), default_precision=True) if own else dict(bf16=args.data_bf16)
     cfg = DataConfig(rows=args.rows or DataConfig.rows, **kind)
     if args.tiny:
@@ -409,6 +414,8 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     from .features_chat import ChatFeaturesConfig, train_chat_features
 
     pools, mass = load_shards(data, args.rows)
+    device = target.get_input_embeddings().weight.device
+    pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
     fields, before = {}, None
     if args.init_from:
         record = Path(args.init_from) / "training.json"
@@ -452,6 +459,7 @@ def add_arguments(p, folder) -> None:
                         "own answers to ShareGPT's prompts (answers: made by `specdec chat-answers`); cached on disk")
     p.add_argument("--answers", default=str(ANSWERS), metavar="FOLDER",
                    help="with --data answers: where `specdec chat-answers` kept them")
+    p.add_argument("--device", default=None, help="with --data sharegpt or answers: cpu (default), or cuda on a GPU")
     p.add_argument("--samplings", nargs="+", choices=["greedy", "pair", "t1"], default=["greedy", "pair", "t1"],
                    help="with --data answers: which of the target's answers (interleaved row by row)")
     p.add_argument("--data-dir", default=None, metavar="FOLDER", help="with --data sharegpt: where the rows are "
