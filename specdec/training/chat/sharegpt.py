@@ -431,7 +431,7 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
                              checkpoint_every=10, warmup=10 if args.init_from else 100)
     if args.tiny:
         cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
-                                    "draft_vocab": 256, "batch_size": 2})
+                                    "batch_size": 2, "draft_vocab": cfg.draft_vocab if args.init_from else 256})
     work = out / ".features-work"
     work.mkdir(parents=True, exist_ok=True)
     if cfg.draft_vocab and not args.keep_vocab and not (work / "vocab.pt").exists():
