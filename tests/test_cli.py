@@ -71,6 +71,15 @@ def test_generate_prints_marked_text_and_stats_and_writes_a_trace(tmp_path, caps
     expected = speedup(Stats(new_tokens=int(m[1]), wall_seconds=float(m[2])),
                        Stats(new_tokens=int(m[3]), wall_seconds=float(m[4])))
     assert abs(float(m[5]) - expected) <= 0.01 + 0.01 * expected, (m[0], expected)
+    # `replay` shows the exported run without a model: the same marked text and numbers
+    again = in_process(capsys, "replay", str(out))
+    assert again.returncode == 0, again.stderr
+    assert text_block(again.stdout) == text
+    shown = again.stdout.splitlines()
+    assert shown[0].startswith("replayed from a trace (") and "gamma=4" in shown[0] and "seed=0" in shown[0]
+    for line in r.stdout.splitlines():
+        if line.startswith(("acceptance rate alpha", "tokens per target forward", "forward passes")):
+            assert line in shown, line
 
 
 @pytest.mark.slow
@@ -118,6 +127,8 @@ def test_a_bad_argument_exits_the_command_with_status_2_and_one_line():
     (["train", "--corpus-dir", "/no/such/folder"], "not a folder"),
     (["card", "--out", "/no/such/folder"], "specdec-target"),
     (["translate"], "invalid choice"),
+    (["replay", "/no/such/trace.json"], "could not read the file"),
+    (["replay", str(ROOT / "pyproject.toml")], "not a specdec trace"),
     ([], "required"),
 ])
 def test_every_subcommand_reports_bad_arguments_in_one_line(args, words, capsys):

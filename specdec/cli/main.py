@@ -48,6 +48,7 @@ bench, app_timing, gpu_check = Later("specdec.bench.run"), Later("specdec.bench.
 # The real chat model's features drafter (SmolLM2-135M-Instruct): its training, its card, its α.
 chat_train, chat_card, chat_alpha, chat_answers = (Later(f"specdec.cli.chat_{name}")
                                                    for name in ("train", "card", "alpha", "answers"))
+replay = Later("specdec.cli.replay")
 lab = Later("specdec.cli.lab")
 
 def program_name() -> str:
@@ -409,6 +410,8 @@ def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
 # name -> (help, add_arguments, run): the whole command line in one table.
 COMMANDS = {
     "generate": ("generate with speculative decoding and show every round", add_generate_arguments, run_generate),
+    "replay": ("show an exported trace's rounds in the terminal, without any model", replay.add_arguments,
+               replay.run),
     "bench": ("measure cost ratio, acceptance rate and speedup", bench.add_arguments, bench.run),
     "lab": ("the exactness lab: Monte Carlo of the verify step under four rules", lab.add_arguments, lab.run),
     "bench-app": ("time the app's work: first round, whole run, step switch", app_timing.add_arguments,
