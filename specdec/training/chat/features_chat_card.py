@@ -129,9 +129,13 @@ def _data_text(record: dict) -> str:
                 f"continued some as raw text; {record['pool_sequences']} training rows.")
     steps, batch = record["steps"] - record.get("start_step", 0), record["config"]["batch_size"]
     before = f" Went on from {record['init_from_text']}." if record.get("init_from_text") else ""
-    return (f"ShareGPT ({data['source']}, sha256 {data['sha256'][:12]}…; licence: {data['licence']}), "
-            f"teacher-forced: each kept conversation's opening human turn under the chat template, then its gpt "
-            f"answer, {data['length']} tokens a row, the target's features and p computed once ({data['forward']}) "
+    answer = "its gpt answer"
+    if data.get("answers_from", "").startswith("the target's own"):   # `training.chat.answers`
+        answer = (f"the target's own answer to it ({data['answers_from'].split('(')[-1].rstrip(')')}, interleaved: "
+                  "greedy, the pair's sampling T 0.2 top-k 50 top-p 0.9, T = 1; made by `specdec chat-answers`)")
+    return (f"ShareGPT's prompts ({data['source']}, sha256 {data['sha256'][:12]}…; licence: {data['licence']}): "
+            f"each kept conversation's opening human turn under the chat template, then {answer}, "
+            f"{data['length']} tokens a row, the target's features and p computed once ({data['forward']}) "
             f"and kept in float16 on disk. Filter: {data['filter_text']}. {data['rows']} training rows "
             f"({data['tokens']:,} tokens), {data['eval_rows']} held out; {steps * batch / data['rows']:.1f} epochs. "
             f"Vocabulary subset: {data['vocab']}.{before}")

@@ -438,6 +438,7 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
         torch.save(rank_by_mass(mass, cfg.draft_vocab), work / "vocab.pt")   # train_chat_features keeps it
     meta = json.loads((data / "data.json").read_text())
     info = {"target": folder.name, "data": {k: meta[k] for k in ("source", "sha256", "licence", "filter_text")}
+            | {"answers_from": meta.get("answers_from", "ShareGPT's gpt turns")}
             | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"])),
                "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
                "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
