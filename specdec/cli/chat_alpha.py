@@ -69,7 +69,7 @@ def run(args) -> int:
     from ..core import threads
     threads.fix(args.threads)
     pair = load_pair(preset="smollm2-135m", drafter="features")
-    nets = ({str(d): fx.load(Path(d), pair.target) for d in args.drafter} if args.drafter
+    nets = ({str(d): fx.load(Path(d), pair.target, pair.dtype) for d in args.drafter} if args.drafter
             else {str(fx.weights_folder(pair)): fx.net_for(pair)})
     texts = {"card": list(CHAT_PROMPTS), "other": list(OTHER_PROMPTS)}
     if "sharegpt" in args.sets:   # held out by hash; short enough for a training row's prompt
