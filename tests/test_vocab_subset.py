@@ -279,7 +279,7 @@ def test_coverage_and_card_of_a_chat_drafter():
             "rows": 6, "eval_rows": 2, "tokens": 900, "length": 256, "forward": "bfloat16", "vocab": "re-ranked"}
     for answers_from, words in (("ShareGPT's gpt turns", "then its gpt answer"),
                                 ("the target's own answers (greedy,pair,t1)",
-                                 "the target's own answer to it (greedy,")):
+                                 "the target's own answer to it (made by")):
         own = fcc.card({**record, "data": {**data, "answers_from": answers_from}},
                        {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
         assert words in own and "4.0 epochs" in own, answers_from   # 3 steps of 8 rows over 6 rows

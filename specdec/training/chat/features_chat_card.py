@@ -83,7 +83,7 @@ def coverage(target, pool: dict, ids: torch.Tensor) -> dict:
     pos = torch.arange(pool["ids"].shape[1])[None]
     m = (pos + 1 >= pool["starts"][:, None]) & (pos + 1 < pool["ends"][:, None])
     feats, lse = pool["feats"][m], pool["lse"][m]
-    weight = target.get_output_embeddings().weight.detach()[ids]
+    weight = target.get_output_embeddings().weight.detach()[ids].float()   # a bfloat16 head: its products in float32
     mass = torch.cat([torch.exp(f @ weight.T - z[:, None]).sum(-1) for f, z in zip(feats.split(1024), lse.split(1024))])
     return {"size": len(ids), "mean_mass": float(mass.mean()), "median_mass": float(mass.median()),
             "argmax_inside": float(torch.isin(pool["top"][m], ids).float().mean()), "positions": int(m.sum())}
@@ -99,9 +99,10 @@ def _steps(measures: dict) -> str:
     rows = measures["acceptance"]
     step = sum(r["target_step_ms"] for r in rows) / len(rows)
     verify = sum(r["verify_ms"] for r in rows) / len(rows)
+    bound = ": on this CPU a verify is bound by arithmetic, not only by reading the weights"
+    why = bound if verify > 1.5 * step else ""
     return (f"a target step took {step:.0f} ms there and a verify of γ + 1 = {rows[0]['gamma'] + 1} tokens "
-            f"{verify:.0f} ms ({verify / step:.1f} steps: on this CPU a verify is bound by arithmetic, not only by "
-            "reading the weights).")
+            f"{verify:.0f} ms ({verify / step:.1f} steps{why}).")
 
 
 def _where_trained(record: dict) -> str:
@@ -131,8 +132,8 @@ def _data_text(record: dict) -> str:
     before = f" Went on from {record['init_from_text']}." if record.get("init_from_text") else ""
     answer = "its gpt answer"
     if data.get("answers_from", "").startswith("the target's own"):   # `training.chat.answers`
-        answer = (f"the target's own answer to it ({data['answers_from'].split('(')[-1].rstrip(')')}, interleaved: "
-                  "greedy, the pair's sampling T 0.2 top-k 50 top-p 0.9, T = 1; made by `specdec chat-answers`)")
+        answer = ("the target's own answer to it (made by `specdec chat-answers`: "
+                  f"{data['answers_from'].split('(')[-1].rstrip(')').replace(',', ', ')}, interleaved)")
     return (f"ShareGPT's prompts ({data['source']}, sha256 {data['sha256'][:12]}…; licence: {data['licence']}): "
             f"each kept conversation's opening human turn under the chat template, then {answer}, "
             f"{data['length']} tokens a row, the target's features and p computed once ({data['forward']}) "

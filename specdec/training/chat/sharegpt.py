@@ -313,7 +313,7 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
 
 def forward_words(cfg: DataConfig) -> str:
     if cfg.default_precision:
-        return "bfloat16, batch-invariant (the real pair's CPU default)"
+        return "bfloat16 batch-invariant, the real pair's CPU default"
     return "bfloat16 autocast" if cfg.bf16 else "float32"
 
 
