@@ -7,7 +7,7 @@ one stopped, and a shard once made is never made again.
     specdec train --features --chat-target FOLDER --data answers \
         --init-from assets/models/SmolLM2-135M-Instruct-features   # train on them
 
-The answers are kept in `assets/data/SmolLM2-135M-Instruct-answers` (token ids, about 9 MB when all are
+The answers are kept in `assets/data/SmolLM2-135M-Instruct-answers` (token ids, about 3 MB when all are
 made), so that no session makes them twice.
 """
 
