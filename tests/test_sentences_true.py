@@ -40,7 +40,10 @@ def test_at_temperature_0_outside_the_drafters_vocabulary_is_ps_mass_outside_it(
         assert pos.p_where_q_is_0 == 1.0 and pos.p_outside_vocab == want, (token, pos)
         note = unreachable_note(real_greedy, pos)
         assert f"p puts {want:.4f} of its mass outside it" in note, note
-        assert "one-hot on the drafted token" in note and "In all p puts 1.0000 where q is 0" in note, note
+        # Where p's token lies inside the vocabulary, the rest of p where q is 0 is said, with why;
+        # where it lies outside, that mass is all of p's, already said: not said twice.
+        said = "one-hot on the drafted token" in note and "In all p puts 1.0000 where q is 0" in note
+        assert said == (want == 0.0), note
     assert any(pos.p_outside_vocab == 0.0 for pos in rejected)   # the case the page got wrong
 
 
