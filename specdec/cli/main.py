@@ -157,10 +157,7 @@ def run_generate(args) -> int:
     settings = settings.with_(gamma=pick.gamma) if pick is not None else settings   # none given: the measured best
     limits.check_prompt_tokens(len(pair.encode(args.prompt, settings.chat)[1]), limits.CLI)
     gen = speculative_generate(pair, args.prompt, settings)
-    s = settings.sampling
-    print(f"{pair.label}  [{describe_device(pair, count)}]  gamma={settings.gamma} T={s.temperature} top-k={s.top_k} "
-          f"top-p={s.top_p} seed={settings.seed} drafter={settings.drafter}"
-          + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
+    print(f"{pair.label}  [{describe_device(pair, count)}]  {settings_words(settings)}")
     print(pick.sentence()) if pick is not None else None
     print(run_text(gen, shown_prompt(gen), use_colour(args.color)))
     if args.compare_ar:
@@ -172,6 +169,13 @@ def run_generate(args) -> int:
             return fail(f"cannot write {args.json}: {err.strerror}")
         print(f"trace written to {args.json}")
     return 0
+
+
+def settings_words(settings) -> str:
+    """A run's settings on one line, as `generate` and `replay` head their output."""
+    s = settings.sampling
+    return (f"gamma={settings.gamma} T={s.temperature} top-k={s.top_k} top-p={s.top_p} seed={settings.seed} "
+            f"drafter={settings.drafter}" + ("  SKIP ADJUSTMENT (biased)" if settings.skip_adjustment else ""))
 
 
 def check_writable(path: str) -> None:

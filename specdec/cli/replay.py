@@ -19,12 +19,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def header(gen) -> str:
     """What ran: the models, the settings and the seed, as the trace records them."""
-    s, models = gen.settings, gen.models or {}
-    sampling = s.sampling
+    from .main import settings_words
+
+    models = gen.models or {}
     who = " + ".join(str(models[k]) for k in ("target", "draft") if models.get(k)) or "models not recorded"
-    return (f"replayed from a trace ({who}; no model runs)  gamma={s.gamma} T={sampling.temperature} "
-            f"top-k={sampling.top_k} top-p={sampling.top_p} seed={s.seed} drafter={s.drafter}"
-            + ("  SKIP ADJUSTMENT (biased)" if s.skip_adjustment else ""))
+    return f"replayed from a trace ({who}; no model runs)  {settings_words(gen.settings)}"
 
 
 def run(args) -> int:

@@ -41,8 +41,9 @@ class Answering:
     sampling: SamplingConfig
     seed: int
 
-    def shard_seed(self, k: int) -> int:
-        return self.seed * 1_000_003 + k
+    def shard_seed(self, split: str, k: int) -> int:
+        """Shard k's seed; the held-out split's apart from the training split's."""
+        return self.seed * 1_000_003 + k + (0 if split == "train" else 500_000)
 
 
 SAMPLINGS = {
@@ -184,7 +185,7 @@ def make_answers(model, tokenizer, humans: dict[str, list[str]], folder: Path, n
             break
         split, k, name = batch[0]
         parts = [kept[split][j * size:(j + 1) * size] for _, j, _ in batch]
-        seed = SAMPLINGS[name].shard_seed(k) + (0 if split == "train" else 500_000)
+        seed = SAMPLINGS[name].shard_seed(split, k)
         answers = answer_batch(model, [p for part in parts for _, p in part], SAMPLINGS[name].sampling, seed, eos,
                                max_new)
         tokens += sum(map(len, answers))

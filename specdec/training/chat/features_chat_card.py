@@ -29,11 +29,12 @@ def chat_ids(tokenizer) -> list[list[int]]:
     return [chat_prompt(tokenizer, p) for p in PROMPTS]
 
 
-def acceptance(pair, prompts: list[list[int]], temperature: float | SamplingConfig, gamma: int = 4, new: int = 64
+def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig, gamma: int = 4, new: int = 64
                ) -> dict:
     """Pooled α of the features drafter over the prompts (greedy: one seed; sampled: SEEDS), at a
     temperature (top-k and top-p off) or a whole sampling."""
-    sampling = temperature if isinstance(temperature, SamplingConfig) else SamplingConfig(temperature=temperature)
+    if not isinstance(sampling, SamplingConfig):
+        sampling = SamplingConfig(temperature=sampling)
     temperature = sampling.temperature
     settings = RunSettings(gamma=gamma, max_new_tokens=new, drafter="features", sampling=sampling)
     accepted = tested = drafted = 0
