@@ -157,6 +157,12 @@ def _run_view(v) -> None:
     table a first run's answer sat ~1,400 px under the Run button. When a run ends with
     its text out of view, the page scrolls to it once (app.js, `showAnswer`)."""
     v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
+    # The marked text strikes rejected drafts through where they were proposed: the answer itself,
+    # to read or copy, one click away.
+    with gr.Accordion("The answer as plain text (without the struck-through drafts)", open=False,
+                      elem_id="plain-text-accordion"):
+        v.plain_text = gr.Textbox("", show_label=False, lines=4, max_lines=20, interactive=False,
+                                  buttons=["copy"], elem_id="plain-text")
     # Labelled: a table of all seven fields ran past the page's edge at 800 px.
     gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
                 [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts",

@@ -172,7 +172,7 @@ def _number(text):
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
 STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
                 "end_table", "caption", "note"]
-MAIN_OUTPUTS = ["status", "text", "timeline", "metrics", "run_state", "round_slider", "export_file",
+MAIN_OUTPUTS = ["status", "text", "plain_text", "timeline", "metrics", "run_state", "round_slider", "export_file",
                 *STEP_OUTPUTS, "timeline_table", "time_plot", "title", "side_by_side", "speed_run", "sheet_file",
                 "link_box"]
 STEP_VIEW_OUTPUTS = ["text", "timeline", "round_slider", *STEP_OUTPUTS]

@@ -232,8 +232,8 @@ def slider(gen: Generation | None, value: int | None = None):
 def streamed(status: str, gen: Generation, timeline: bool = True) -> dict:
     """What changes while a run streams: the text, the numbers, and (when asked) the timeline; not
     the step viewer, nor the tables, which the finished run fills once."""
-    update = dict(status=status, text=charts.text_html(gen), metrics=charts.metrics_markdown(gen, running=True),
-                  run_state=gen)
+    update = dict(status=status, text=charts.text_html(gen), plain_text=gen.text,
+                  metrics=charts.metrics_markdown(gen, running=True), run_state=gen)
     if timeline:
         update.update(timeline=charts.timeline_figure(gen), round_slider=slider(gen))
     return update
@@ -256,7 +256,7 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
     when the comparison was timed in repeats (`measure.timed_repeats`)."""
     if round_index is None:
         round_index = first_interesting_round(gen)
-    return dict(status=status, text=charts.text_html(gen, round_index),
+    return dict(status=status, text=charts.text_html(gen, round_index), plain_text=gen.text,
                 timeline=charts.timeline_figure(gen, round_index),
                 metrics=charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups),
                 time_plot=charts.time_figure(timed or gen, ar),
