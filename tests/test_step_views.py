@@ -465,3 +465,14 @@ def test_the_answer_is_also_given_as_plain_text_without_the_struck_through_draft
     for view in (views.final_view(run), views.streamed("Round 3…", run, timeline=False)):
         assert view["plain_text"] == run.text and "<" not in view["plain_text"]
     assert "plain_text" in MAIN_OUTPUTS
+
+
+def test_the_api_returns_the_named_outputs_less_the_states_and_the_buttons():
+    """A client reads /generate's answer by name (`api_outputs`): Gradio's API leaves out states and
+    buttons (the step viewer's "next token outside the drafter's vocabulary", which a run shows or
+    hides), so the names must leave out the same, or every name after the button shifts."""
+    from specdec.app.page import layout
+    from specdec.app.server.api import MAIN_OUTPUTS, api_outputs
+
+    returns = layout.build_app().get_api_info()["named_endpoints"]["/generate"]["returns"]
+    assert "next_outside_btn" in MAIN_OUTPUTS and len(returns) == len(api_outputs(MAIN_OUTPUTS))

@@ -21,6 +21,7 @@ from ...trace.outcomes import Ending
 from ...trace.spine import Generation
 from . import charts, step_charts
 from .charts import sig3
+from .outside import outside_places
 
 
 def default_position(gen: Generation | None, round_index: int) -> int | None:
@@ -263,6 +264,7 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
                 run_state=gen, round_slider=slider(gen, round_index), **FILES_CLEARED,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
                 side_by_side=charts.side_by_side_html(None, None, ""),
+                next_outside_btn=gr.update(visible=bool(outside_places(gen))),   # only where there is one
                 speed_run=run_point((timed or gen).stats, gen.settings.gamma, ar.stats if ar is not None else None),
                 **step_view(gen, round_index, None))
 
