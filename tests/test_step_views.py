@@ -461,7 +461,7 @@ def test_the_answer_is_also_given_as_plain_text_without_the_struck_through_draft
     without the rejected drafts, and the run's outputs carry it."""
     from specdec.app.server.api import MAIN_OUTPUTS
 
-    assert _rejections(run) and "line-through" in charts.text_html(run)   # the control: the marked text strikes drafts through
+    assert _rejections(run) and "line-through" in charts.text_html(run)   # the control: drafts struck through
     for view in (views.final_view(run), views.streamed("Round 3…", run, timeline=False)):
         assert view["plain_text"] == run.text and "<" not in view["plain_text"]
     assert "plain_text" in MAIN_OUTPUTS

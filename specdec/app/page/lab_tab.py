@@ -16,8 +16,8 @@ import pandas as pd
 from ...core.checks import seed as seed_number
 from ...core.checks import whole_number
 from ...explain import lab
-from ...explain.taken import taken_rows
 from ...explain.looks import table_number, visible_token
+from ...explain.taken import taken_rows
 from ..server import limits
 from ..server.serving import CheckedNumber
 from ..shows import lab_charts
