@@ -22,6 +22,7 @@ from ...trace.spine import Generation
 from . import charts, step_charts
 from .charts import sig3
 from .outside import outside_places
+from .slides import for_slides
 
 
 def default_position(gen: Generation | None, round_index: int) -> int | None:
@@ -63,11 +64,11 @@ def step_view(gen: Generation | None, round_index, position) -> dict:
     n = len(gen.rounds[r].positions)
     pos = position if isinstance(position, int) and 0 <= position < n else default_position(gen, r)
     return dict(selection=(r, pos), position=gr.update(choices=position_choices(gen, r), value=pos),
-                pq_plot=step_charts.pq_figure(gen, r, pos),
+                pq_plot=for_slides(step_charts.pq_figure(gen, r, pos), gen, r, "p-and-q"),
                 pq_table=frame(step_charts.pq_rows(gen, r, pos), step_charts.PQ_HEADERS),
-                acc_plot=step_charts.acceptance_figure(gen, r, pos),
+                acc_plot=for_slides(step_charts.acceptance_figure(gen, r, pos), gen, r, "acceptance-test"),
                 acc_table=frame(step_charts.acceptance_rows(gen, r, pos), step_charts.ACCEPT_HEADERS),
-                end_plot=step_charts.end_figure(gen, r),
+                end_plot=for_slides(step_charts.end_figure(gen, r), gen, r, "end-of-round"),
                 end_table=frame(step_charts.end_rows(gen, r), step_charts.END_HEADERS),
                 caption=round_caption(gen, r, pos), note=gr.update(value=gen.notes.get(r, ""), interactive=True))
 
