@@ -466,3 +466,39 @@ def test_the_observed_tv_column_says_its_sampling_noise():
         assert headers[2].endswith(f"(noise ≈ {floor})"), headers
     exact = result.results[lab.Rule.EXACT].tv
     assert exact < 3 * float(floor)   # the exact rule's observed TV is that noise alone
+
+
+def test_the_skip_tv_of_a_runs_position_is_one_number_with_its_reason_on_both_tabs(bundled):
+    """The lab's skip TV (0.1848) and the Decode tab's (0.1917) for one position read as a
+    contradiction. They differ by a sum's cancellation, checked here: the Decode tab's is over the
+    model's full rows, the lab's over its rows, where the rest of the vocabulary is lumped into two
+    and |min(p, q) − β p| changes sign inside each. So the lab's is never larger, and the two tabs
+    say both numbers with that reason: the step viewer's note quotes the lab's figure exactly as a
+    lab run of the taken position gives it, and the lab's run of such a table says why the Decode
+    tab's can be larger. A position where the two agree says nothing more (the negative control)."""
+    from specdec import SamplingConfig, speculative_generate
+    from specdec.app.page import lab_tab
+    from specdec.app.shows.step_notes import bias_note
+    from specdec.explain.taken import lab_skip_tv
+
+    gen = speculative_generate(bundled, "To be, or not to be", RunSettings(
+        gamma=4, max_new_tokens=48, seed=0, sampling=SamplingConfig(temperature=1.0)))
+    places = lab.drafted_positions(gen)
+    figures = {(r, i): lab_skip_tv(gen, r, i) for r, i in places}
+    full = {(r, i): gen.rounds[r].positions[i].skip_tv for r, i in places}
+    table = 2 * lab.MAX_TOKENS * 5e-7   # what the table's six decimals can move it by, p's and q's values each
+    assert all(figures[k] <= full[k] + table for k in places)   # a cancellation only lowers it
+    apart = [k for k in places if f"{figures[k]:.4f}" != f"{full[k]:.4f}"]
+    same = [k for k in places if k not in apart]
+    assert apart and same
+    r, i = apart[0]
+    note = bias_note(gen, gen.rounds[r].positions[i])
+    assert f"{full[(r, i)]:.4f}" in note and f"the exactness lab shows {figures[(r, i)]:.4f}" in note, note
+    assert "lumps the rest of the vocabulary into two rows" in note
+    out = lab_tab.run_lab(lab_tab.take_from_run(gen, (r, i))["table"], 1000, 0)
+    skip = next(row for row in out["summary"].values.tolist() if row[0] == lab.RULE_NAMES[Rule.SKIP_ADJUSTMENT].long)
+    assert skip[1] == lab.closed_form_text(figures[(r, i)])
+    assert "the Decode tab's" in out["status"] and "lumped" in out["status"]
+    assert "exactness lab" not in bias_note(gen, gen.rounds[same[0][0]].positions[same[0][1]])
+    preset = lab_tab.run_lab(lab_tab.load_preset(lab_tab.DEFAULT_PRESET)["table"], 1000, 0)
+    assert "the Decode tab's" not in preset["status"]   # no lumped rows, nothing to explain

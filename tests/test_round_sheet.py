@@ -90,3 +90,56 @@ def test_the_sheet_draws_prints_and_saves_a_png_offline(run, browser, tmp_path):
     assert pdf.startswith(b"%PDF")
     assert errors == []
     context.close()
+
+
+def test_each_step_chart_saves_a_16_9_png_of_its_round_straight_from_the_page(run):
+    """Beside the sheet (for print), each of the step viewer's charts saves a 16:9 PNG for a slide
+    from the page itself: its figure's JSON, as the server sends it (Gradio's own encoding, and the
+    one a class shares), carries Plotly's config, whose camera button saves a 1600 x 900 PNG named
+    after the round; the browser draws it, so nothing is rendered on the server. The figure is the
+    step viewer's own otherwise."""
+    import plotly.graph_objects as go
+    from gradio.components import Plot
+
+    from specdec.app.server.encoded import plot_data
+    from specdec.app.shows import views
+
+    gen, r = run
+    view = views.step_view(gen, r, None)
+    stem = round_sheet.file_stem(gen, r)
+    for name, chart in (("pq_plot", "p-and-q"), ("acc_plot", "acceptance-test"), ("end_plot", "end-of-round")):
+        figure = view[name]
+        for sent in (Plot().postprocess(figure).plot, plot_data(figure).plot):
+            options = json.loads(sent)["config"]["toImageButtonOptions"]
+            assert options == dict(format="png", width=1600, height=900, scale=1, filename=f"{stem}-{chart}")
+        drawn = json.loads(figure.to_json())
+        assert {k: v for k, v in drawn.items() if k != "config"} == json.loads(go.Figure(figure).to_json())
+    assert "config" not in json.loads(views.final_view(gen)["timeline"].to_json())   # a run's chart, not a round's
+
+
+def test_a_step_charts_camera_button_saves_a_1600_by_900_png(run, browser, tmp_path):
+    """In Debian's chromium, offline: the p/q chart's JSON as the server sends it, drawn as the
+    page's Plotly draws a figure (data, layout and the config its JSON holds); its modebar's
+    camera button saves a PNG of 1600 x 900 pixels named after the round."""
+    from PIL import Image
+    from plotly.offline import get_plotlyjs
+
+    from specdec.app.server.encoded import plot_data
+    from specdec.app.shows import views
+
+    gen, r = run
+    sent = plot_data(views.step_view(gen, r, None)["pq_plot"]).plot.replace("</", "<\\/")
+    path = tmp_path / "chart.html"
+    path.write_text(f'<!doctype html><html><head><meta charset="utf-8"><script>{get_plotlyjs()}</script></head>'
+                    f'<body><div id="chart"></div><script>const f = {sent};'
+                    "Plotly.newPlot('chart', f.data, f.layout, f.config);</script></body></html>", encoding="utf-8")
+    context = browser.new_context(viewport={"width": 1000, "height": 800}, accept_downloads=True, offline=True)
+    page = context.new_page()
+    page.goto(path.as_uri(), wait_until="load")
+    page.locator("#chart").hover()
+    with page.expect_download(timeout=30_000) as download:
+        page.locator('.modebar-btn[data-title^="Download plot"]').first.click()
+    assert download.value.suggested_filename == f"{round_sheet.file_stem(gen, r)}-p-and-q.png"
+    image = Image.open(io.BytesIO(download.value.path().read_bytes()))
+    assert image.format == "PNG" and image.size == (1600, 900)
+    context.close()

@@ -452,3 +452,27 @@ def test_an_opened_round_carries_the_sliders_whole_state_not_its_value_alone(run
     for key in ("maximum", "interactive"):
         assert opened[key] == final[key], key
     assert opened["maximum"] == len(run.rounds) > 2 and opened["interactive"] is True
+
+
+def test_the_answer_is_also_given_as_plain_text_without_the_struck_through_drafts(run):
+    """The marked text strikes each rejected draft through where it was proposed, which makes the
+    answer hard to read: every view that writes the marked text (the finished run, each streamed
+    update, so an imported or a reloaded run too) writes the run's text as plain text beside it,
+    without the rejected drafts, and the run's outputs carry it."""
+    from specdec.app.server.api import MAIN_OUTPUTS
+
+    assert _rejections(run) and "line-through" in charts.text_html(run)   # the control: drafts struck through
+    for view in (views.final_view(run), views.streamed("Round 3…", run, timeline=False)):
+        assert view["plain_text"] == run.text and "<" not in view["plain_text"]
+    assert "plain_text" in MAIN_OUTPUTS
+
+
+def test_the_api_returns_the_named_outputs_less_the_states_and_the_buttons():
+    """A client reads /generate's answer by name (`api_outputs`): Gradio's API leaves out states and
+    buttons (the step viewer's "next token outside the drafter's vocabulary", which a run shows or
+    hides), so the names must leave out the same, or every name after the button shifts."""
+    from specdec.app.page import layout
+    from specdec.app.server.api import MAIN_OUTPUTS, api_outputs
+
+    returns = layout.build_app().get_api_info()["named_endpoints"]["/generate"]["returns"]
+    assert "next_outside_btn" in MAIN_OUTPUTS and len(returns) == len(api_outputs(MAIN_OUTPUTS))

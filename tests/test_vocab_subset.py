@@ -361,3 +361,30 @@ def test_a_position_with_no_shown_token_outside_the_subset_says_nothing_of_it():
     assert outside.outside_line(gen, pos).startswith(outside.MARK)   # the control: marked tokens are named
     pos.outside_ids = []
     assert outside.outside_line(gen, pos) == ""
+
+
+def test_next_outside_walks_the_rejected_positions_the_residual_filled_from_outside_the_subset():
+    """As "next rejection" does for rejected drafts, "next token outside the drafter's vocabulary"
+    opens, round after round (from the first again after the last), each rejected position whose
+    emitted token lies outside the subset: no draft could be it, the residual gave it. The button
+    shows only for a run that has one; a drafter reading every id has none (the negative control)."""
+    from specdec.app.page import jumps
+    from specdec.app.shows import outside, views
+
+    ids = [2, 7, 9]
+    pair = subset_pair(tiny_pair(vocab=16, seed=1), ids)
+    gen = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=24, drafter="features", seed=3,
+                                                         sampling=SamplingConfig(temperature=1.0)))
+    want = [(r.index, r.n_accepted) for r in gen.rounds
+            if r.n_accepted < len(r.positions) and r.end_token not in ids and r.emitted[-1:] == [r.end_token]]
+    assert outside.outside_places(gen) == want and len(want) >= 2, want
+    here, seen = want[-1][0] + 1, []
+    for _ in want:
+        shown = jumps.next_outside(gen, here)
+        here = shown["round_slider"]["value"]
+        seen.append(shown["selection"])
+    assert seen == want
+    assert views.final_view(gen)["next_outside_btn"]["visible"] is True
+    plain = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=8, drafter="ngram", seed=3))
+    assert outside.outside_places(plain) == [] and views.final_view(plain)["next_outside_btn"]["visible"] is False
+    assert jumps.next_outside(plain, 2)["selection"][0] == 1   # nothing to jump to: the round in view stays

@@ -11,13 +11,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import gradio as gr
-import numpy as np
 import pandas as pd
 
 from ...core.checks import seed as seed_number
 from ...core.checks import whole_number
 from ...explain import lab
 from ...explain.looks import table_number, visible_token
+from ...explain.taken import taken_rows
 from ..server import limits
 from ..server.serving import CheckedNumber
 from ..shows import lab_charts
@@ -131,9 +131,8 @@ def take_from_run(gen, selection) -> dict:
     r, i = selection if isinstance(selection, (tuple, list)) and len(selection) == 2 else (None, None)
     if (r, i) not in places:
         r, i = places[0]
-    tokens, p, q = lab.from_position(gen, r, i)
     # The rows as the table holds them, which the lab will read: its "summed to" is this note's sum.
-    p, q = (np.array([table_number(float(x)) for x in row]) for row in (p, q))
+    tokens, p, q = taken_rows(gen, r, i)
     pos = gen.rounds[r].positions[i]
     msg = (f"Taken from the last run: round {r + 1}, drafted position {i + 1} "
            f"(draft {visible_token(gen.token(pos.draft_token))!r}, {pos.status.value}, β = {pos.beta:.4f}). "
@@ -176,6 +175,16 @@ def off_one_note(p, q) -> str:
             "runs.")
 
 
+def lumped_note(tokens: list[str]) -> str:
+    """Beside the skip rule's TV of a run's position: why the Decode tab's, for the same position,
+    can be larger ('' for rows that lump nothing)."""
+    if not any(t in lab.TAIL_NAMES or t == lab.OTHER for t in tokens):
+        return ""
+    return (" The skip rule's TV here is over these rows, with the rest of the vocabulary lumped into two; the "
+            "Decode tab's, over the full vocabulary, can be larger: |min(p, q) − β p| changes sign inside a lumped "
+            "row, so summed first it partly cancels.")
+
+
 def run_lab(df, samples, seed) -> dict:
     try:
         tokens, p, q = parse_frame(df)
@@ -196,7 +205,7 @@ def run_lab(df, samples, seed) -> dict:
               f"gives exactly (the exact rule's is 0, as on the Decode tab; computed, it is {exact.bias:.1e}, "
               f"float rounding); the **observed** TV(empirical, p) adds the sampling error of {result.n:,} trials: "
               f"the exact rule's {exact.tv:.4f} is that error alone (an exact sampler's expected TV at this N: "
-              f"{floor:.4f})." + "".join(f"\n\nNote: {n}." for n in result.notes))
+              f"{floor:.4f})." + lumped_note(result.tokens) + "".join(f"\n\nNote: {n}." for n in result.notes))
     out = dict(status=status, table=_frame(result.tokens, result.p, result.q),
                summary=_table(lab.summary_table(result)))
     for name, (_, figure, table) in VIEWS.items():

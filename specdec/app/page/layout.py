@@ -25,7 +25,7 @@ from ..server.encoded import encoded
 from ..server.serving import DECODE
 from ..shows import charts, step_charts
 from ..shows.glossary import GLOSSARY
-from . import early, handlers
+from . import early, handlers, jumps
 from .lab_tab import build_lab_tab
 from .speed_tab import build_speed_tab
 
@@ -157,6 +157,12 @@ def _run_view(v) -> None:
     table a first run's answer sat ~1,400 px under the Run button. When a run ends with
     its text out of view, the page scrolls to it once (app.js, `showAnswer`)."""
     v.text = gr.HTML(charts.text_html(None), elem_id="token-text")
+    # The marked text strikes rejected drafts through where they were proposed: the answer itself,
+    # to read or copy, one click away.
+    with gr.Accordion("The answer as plain text (without the struck-through drafts)", open=False,
+                      elem_id="plain-text-accordion"):
+        v.plain_text = gr.Textbox("", show_label=False, lines=4, max_lines=20, interactive=False,
+                                  buttons=["copy"], elem_id="plain-text")
     # Labelled: a table of all seven fields ran past the page's edge at 800 px.
     gr.Examples([[getattr(ex, name) for name in EXAMPLE_FIELDS] for ex in EXAMPLES],
                 [getattr(v, name) for name in EXAMPLE_FIELDS], label="Example prompts",
@@ -192,6 +198,8 @@ def _step_viewer(v) -> None:
         v.round_slider = gr.Slider(1, 2, value=1, step=1, label="round", interactive=False, elem_id="round")
         v.next_btn = gr.Button("next round ▶", elem_id="next-round", size="sm")
         v.next_rejection_btn = gr.Button("next rejection ▶▶", elem_id="next-rejection", size="sm")
+        v.next_outside_btn = gr.Button("next token outside the drafter's vocabulary ▶▶", elem_id="next-outside",
+                                       size="sm", visible=False)   # a run with such a token shows it
     marks = ", ".join(f"{LOOKS[s].symbol} {s.value}" for s in Status)
     v.position = gr.Radio([], label=f"drafted position ({marks})", elem_id="position")
     with gr.Row():
@@ -337,6 +345,7 @@ def _wire_steps(v) -> None:
     for button, delta in ((v.prev_btn, -1), (v.next_btn, +1)):
         step(button.click, lambda g, r, delta=delta: handlers.step_by(g, r, delta), slider_in)
     step(v.next_rejection_btn.click, handlers.next_rejection, slider_in)
+    step(v.next_outside_btn.click, jumps.next_outside, slider_in)
     step(v.click_box.change, handlers.click_round, [v.run_state, v.click_box], trigger_mode="always_last")
     # always_last: a draft picked while the last pick is still being answered is shown after it
     # (Gradio's default for an input, "once", dropped it: the radio moved, the viewer did not).

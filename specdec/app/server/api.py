@@ -172,13 +172,14 @@ def _number(text):
 # Output names, in the order the API returns them (gradio_client gives a tuple in this order).
 STEP_OUTPUTS = ["selection", "position", "pq_plot", "pq_table", "acc_plot", "acc_table", "end_plot",
                 "end_table", "caption", "note"]
-MAIN_OUTPUTS = ["status", "text", "timeline", "metrics", "run_state", "round_slider", "export_file",
+MAIN_OUTPUTS = ["status", "text", "plain_text", "timeline", "metrics", "run_state", "round_slider", "export_file",
                 *STEP_OUTPUTS, "timeline_table", "time_plot", "title", "side_by_side", "speed_run", "sheet_file",
-                "link_box"]
+                "link_box", "next_outside_btn"]
 STEP_VIEW_OUTPUTS = ["text", "timeline", "round_slider", *STEP_OUTPUTS]
 STATES = ("run_state", "selection", "speed_run")   # per-visitor state: the API does not return these
+BUTTONS = ("next_outside_btn",)   # shown or hidden by a run: Gradio's API leaves buttons out too
 
 
 def api_outputs(names: list[str]) -> list[str]:
-    """The names of what an API call returns, in order (the outputs less the states)."""
-    return [n for n in names if n not in STATES]
+    """The names of what an API call returns, in order (the outputs less the states and buttons)."""
+    return [n for n in names if n not in STATES + BUTTONS]

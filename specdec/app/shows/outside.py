@@ -23,6 +23,16 @@ def outside_of(pos) -> set[int]:
     return set(pos.outside_ids or ())
 
 
+def outside_places(gen: Generation) -> list[tuple[int, int]]:
+    """(round, position), 0-based, of each rejected draft whose place the run filled with a token
+    outside the drafter's vocabulary: no draft could be it, only the residual (or p, when the
+    adjustment is skipped) gave it. Known where that token is among the position's stored ids, as
+    it is wherever it carried a fair share of p; empty for a drafter that reads every id."""
+    return [(r.index, r.n_accepted) for r in gen.rounds
+            if r.n_accepted < len(r.positions) and r.emitted[-1:] == [r.end_token]
+            and r.end_token in outside_of(r.positions[r.n_accepted])]
+
+
 def outside_line(gen: Generation, pos) -> str:
     """One plain-text line for the p/q chart: the shown tokens outside the drafter's vocabulary
     (the first `LISTED` named), p's mass on them, and p's mass outside in all (the tails'

@@ -4,6 +4,7 @@ the p-mass no draft can be (outside a drafter's vocabulary, or cut by sampling),
 from __future__ import annotations
 
 from ...explain.looks import prob_text
+from ...explain.taken import lab_skip_tv
 from ...trace.outcomes import Status
 from ...trace.spine import Generation
 
@@ -23,9 +24,20 @@ def bias_note(gen: Generation, pos) -> str:
                 "q equals p, or they share no token); the run is still biased at its other positions.")
     if gen.settings.skip_adjustment:
         return (f"Output here vs p: TV = {prob_text(pos.skip_tv)}, biased, because the adjustment was skipped "
-                "(closed form: min(p, q) + (1 − β) p).")
+                "(closed form: min(p, q) + (1 − β) p)." + lab_figure(gen, pos))
     return (f"Output here vs p: TV = 0 (the exact rule's output is p; closed form). Had the adjustment been "
-            f"skipped: TV = {pos.skip_tv:.4f}.")
+            f"skipped: TV = {pos.skip_tv:.4f}." + lab_figure(gen, pos))
+
+
+def lab_figure(gen: Generation, pos) -> str:
+    """Beside the skip rule's TV over the full vocabulary, the exactness lab's figure for the same
+    position where the two differ at four decimals, and why ('' where they agree)."""
+    place = next(((r, i) for r, rnd in enumerate(gen.rounds) for i, x in enumerate(rnd.positions) if x is pos), None)
+    lumped = None if place is None else lab_skip_tv(gen, *place)
+    if lumped is None or f"{lumped:.4f}" == f"{pos.skip_tv:.4f}":
+        return ""
+    return (f" That is over the full vocabulary; the exactness lab shows {lumped:.4f}: it lumps the rest of the "
+            "vocabulary into two rows, inside which |min(p, q) − β p| changes sign and partly cancels.")
 
 
 def unreachable_note(gen: Generation, pos) -> str:

@@ -21,6 +21,8 @@ from ...trace.outcomes import Ending
 from ...trace.spine import Generation
 from . import charts, step_charts
 from .charts import sig3
+from .outside import outside_places
+from .slides import for_slides
 
 
 def default_position(gen: Generation | None, round_index: int) -> int | None:
@@ -62,11 +64,11 @@ def step_view(gen: Generation | None, round_index, position) -> dict:
     n = len(gen.rounds[r].positions)
     pos = position if isinstance(position, int) and 0 <= position < n else default_position(gen, r)
     return dict(selection=(r, pos), position=gr.update(choices=position_choices(gen, r), value=pos),
-                pq_plot=step_charts.pq_figure(gen, r, pos),
+                pq_plot=for_slides(step_charts.pq_figure(gen, r, pos), gen, r, "p-and-q"),
                 pq_table=frame(step_charts.pq_rows(gen, r, pos), step_charts.PQ_HEADERS),
-                acc_plot=step_charts.acceptance_figure(gen, r, pos),
+                acc_plot=for_slides(step_charts.acceptance_figure(gen, r, pos), gen, r, "acceptance-test"),
                 acc_table=frame(step_charts.acceptance_rows(gen, r, pos), step_charts.ACCEPT_HEADERS),
-                end_plot=step_charts.end_figure(gen, r),
+                end_plot=for_slides(step_charts.end_figure(gen, r), gen, r, "end-of-round"),
                 end_table=frame(step_charts.end_rows(gen, r), step_charts.END_HEADERS),
                 caption=round_caption(gen, r, pos), note=gr.update(value=gen.notes.get(r, ""), interactive=True))
 
@@ -232,8 +234,8 @@ def slider(gen: Generation | None, value: int | None = None):
 def streamed(status: str, gen: Generation, timeline: bool = True) -> dict:
     """What changes while a run streams: the text, the numbers, and (when asked) the timeline; not
     the step viewer, nor the tables, which the finished run fills once."""
-    update = dict(status=status, text=charts.text_html(gen), metrics=charts.metrics_markdown(gen, running=True),
-                  run_state=gen)
+    update = dict(status=status, text=charts.text_html(gen), plain_text=gen.text,
+                  metrics=charts.metrics_markdown(gen, running=True), run_state=gen)
     if timeline:
         update.update(timeline=charts.timeline_figure(gen), round_slider=slider(gen))
     return update
@@ -256,13 +258,14 @@ def final_view(gen: Generation, ar: Generation | None = None, status: str = "",
     when the comparison was timed in repeats (`measure.timed_repeats`)."""
     if round_index is None:
         round_index = first_interesting_round(gen)
-    return dict(status=status, text=charts.text_html(gen, round_index),
+    return dict(status=status, text=charts.text_html(gen, round_index), plain_text=gen.text,
                 timeline=charts.timeline_figure(gen, round_index),
                 metrics=charts.metrics_markdown(gen, ar, timed=timed, speedups=speedups),
                 time_plot=charts.time_figure(timed or gen, ar),
                 run_state=gen, round_slider=slider(gen, round_index), **FILES_CLEARED,
                 timeline_table=frame(charts.timeline_rows(gen), charts.TIMELINE_HEADERS), title=gen.title,
                 side_by_side=charts.side_by_side_html(None, None, ""),
+                next_outside_btn=gr.update(visible=bool(outside_places(gen))),   # only where there is one
                 speed_run=run_point((timed or gen).stats, gen.settings.gamma, ar.stats if ar is not None else None),
                 **step_view(gen, round_index, None))
 
