@@ -343,3 +343,18 @@ def test_a_profile_of_another_machine_picked_by_hand_is_said_so_without_denying_
     another machine's, and does not claim this pair has no profile here (it has)."""
     out = speed_tab.explore(None, "H100, eager, fp32", 4, 0.65, None, PROFILES, pair="bundled", device="cpu")
     assert "⚠" in out["note"] and "one NVIDIA H100" in out["note"] and "no profile is committed" not in out["note"]
+
+
+def test_the_every_profile_chart_marks_the_chosen_profile_as_the_rates_chart_does():
+    """The chart of every measured profile at one γ drew the profile picked in the dropdown like any
+    other: it is drawn thicker (a cue that is not colour), on top, and its legend entry says so; the
+    tab passes it the dropdown's profile."""
+    profiles, _ = speed_tab.all_profiles(None)
+    chosen = profiles[2].name
+    fig = speed_charts.compare_figure(profiles, 4, 0.7, None, chosen=chosen)
+    curves = [t for t in fig.data if (t.meta or {}).get("profile")]
+    marked = [t for t in curves if speed_charts.CHOSEN_MARK in t.name]
+    assert [t.meta["profile"] for t in marked] == [chosen] and curves[-1] is marked[0]
+    assert marked[0].line.width > max(t.line.width for t in curves if t is not marked[0])
+    out = speed_tab.explore(None, chosen, 4, 0.7, None, PROFILES)
+    assert [t.meta["profile"] for t in out["compare"].data if speed_charts.CHOSEN_MARK in (t.name or "")] == [chosen]

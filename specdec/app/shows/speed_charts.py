@@ -29,6 +29,7 @@ GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69
 # by colour-blind readers, and from these), as many as there are committed profiles.
 PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")] + [
     "#332288", "#882255", "#44AA99", "#999933", "#CC6677"]   # Tol's indigo, wine, teal, olive and rose
+CHOSEN_MARK = "◀ chosen"   # the legend entry of the profile the controls above are set to
 RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
 
 
@@ -128,14 +129,17 @@ def _run_point(fig: go.Figure, point: RunPoint, profile: CostProfile) -> int:
 
 
 def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_if: tuple[CostProfile, float] | None,
-                   point: RunPoint | None = None) -> go.Figure:
+                   point: RunPoint | None = None, chosen: str | None = None) -> go.Figure:
     """One γ, every profile: where and when each was measured in its legend entry; the what-if
-    curve (a profile with another c) dashed."""
+    curve (a profile with another c) dashed. The `chosen` profile is drawn as in `rates_figure`:
+    thicker (a cue besides colour), last (on top), its legend entry marked."""
     fig = go.Figure()
     colours = profile_colours(profiles)
-    for prof in profiles:
-        name = f"{prof.name} ({prof.when}): c = {prof.c:.3f}, v = {prof.verify_nearest(gamma)[0]:.2f}"
-        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, colours[prof.name], "solid", 2))
+    for prof in sorted(profiles, key=lambda p: p.name == chosen):   # the chosen one last
+        mark = f" {CHOSEN_MARK}" if prof.name == chosen else ""
+        name = f"{prof.name} ({prof.when}): c = {prof.c:.3f}, v = {prof.verify_nearest(gamma)[0]:.2f}{mark}"
+        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, colours[prof.name], "solid",
+                                   4.5 if prof.name == chosen else 2))
     entries = len(profiles)
     if what_if is not None:
         prof, c = what_if
@@ -157,7 +161,6 @@ def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_i
 # (`profile_markers`): two profiles whose lines coincide (two GPUs of one speed) still both show.
 PROFILE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "star", "pentagon",
                    "hexagon", "triangle-left", "triangle-right", "hourglass", "bowtie", "cross", "x")
-CHOSEN_MARK = "◀ chosen"   # the legend entry of the profile the controls above are set to
 
 
 def profile_markers(index: int) -> dict:
