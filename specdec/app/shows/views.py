@@ -16,7 +16,7 @@ import pandas as pd
 from ...core.registry import find
 from ...decoding.loop import STOPPED
 from ...explain.looks import LOOKS, PALETTE, prob_text, stop_text, token_label, token_text
-from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
+from ...explain.speed import expected_tokens_per_round, retimed_words, run_point, speedup, tokens_in
 from ...trace.outcomes import Ending
 from ...trace.spine import Generation
 from . import charts, step_charts
@@ -289,10 +289,11 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
         return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s; {why}."
                 f"{result_line(gen)}{told}")
     t = (timed or gen).stats
+    again = f" {retimed_words(s, t)}".rstrip()   # said beside the numbers where the re-timing was not faster
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds; {why}: {t.wall_seconds:.2f} s timed again "
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
             f"streaming to the page). Autoregressive: {tokens_in(ar.stats)}{other_length(gen, ar)} → speedup in tokens "
-            f"per second {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+            f"per second {speedup(t, ar.stats):.2f}×.{again}{result_line(gen)}{told}")
 
 
 def other_length(gen: Generation, ar: Generation) -> str:
