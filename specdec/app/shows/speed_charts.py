@@ -250,8 +250,15 @@ def log_ticks(low: float, high: float) -> list[float]:
 # Where, when and how each was measured is in the chosen profile's note, the compare chart's legend
 # and the note under this table (its name says the engine): text columns for them pushed c, v, the
 # speedup and best γ past the panel's right edge at 800 px.
-PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α", "best γ at α"]
-PROFILE_WIDTHS = ["28%", "11%", "11%", "9%", "11%", "13%", "17%"]
+PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α",
+                   "predicted tok/s at α", "best γ at α"]
+PROFILE_WIDTHS = ["18%", "11%", "11%", "9%", "10%", "13%", "14%", "14%"]
+
+
+def rate_words(tokens_per_second: float) -> str:
+    """A rate as the table shows it: whole tokens from 100 a second, else one decimal (a CPU's few
+    tokens a second keep a digit that says something)."""
+    return f"{tokens_per_second:.0f}" if tokens_per_second >= 100 else f"{tokens_per_second:.1f}"
 
 
 def best_gamma(profile: CostProfile, gamma: int, alpha: float) -> tuple[float, int, bool]:
@@ -265,15 +272,18 @@ def best_gamma(profile: CostProfile, gamma: int, alpha: float) -> tuple[float, i
 
 
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
-    """Each profile's costs and what they give at (α, γ), and its best γ at α; a v taken from the
-    nearest measured width is starred, as its curve is in the charts (`UNMEASURED`)."""
+    """Each profile's costs and what they give at (α, γ): the speedup, and the tokens a second it
+    predicts (the target alone's rate times that speedup, as the tokens-per-second chart draws it);
+    and its best γ at α. A v taken from the nearest measured width is starred, as its curve is in
+    the charts (`UNMEASURED`)."""
     rows = []
     for prof in profiles:
         v, measured = prof.verify_nearest(gamma)
+        at = curve(alpha, gamma, prof.c, v)
         speed, best, best_measured = best_gamma(prof, gamma, alpha)
         star, best_star = ("" if measured else " *"), ("" if best_measured else " *")
         rows.append([prof.name, round(prof.target_step_ms, 3), round(prof.draft_step_ms, 3), round(prof.c, 3),
-                     f"{v:.2f}{star}", f"{curve(alpha, gamma, prof.c, v):.2f}×",
+                     f"{v:.2f}{star}", f"{at:.2f}×", rate_words(1000 / prof.target_step_ms * at),
                      f"γ = {best}: {speed:.2f}×{best_star}"])
     return rows
 
