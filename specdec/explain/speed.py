@@ -48,9 +48,9 @@ def retimed_words(streamed: Stats, timed: Stats) -> str:
     if per_token[0] < per_token[1]:
         return ""
     return (f"Timed again unstreamed, the run was not faster than while streaming ({per_token[0]:.1f} against "
-            f"{per_token[1]:.1f} ms a token): drawing the page cost less than this machine's speed moved: it was "
-            f"busier during the re-timing, or at {timed.new_tokens} tokens the gap is noise. The speedup still uses "
-            "the re-timing, where both sides were timed alike, interleaved.")
+            f"{per_token[1]:.1f} ms a token), so drawing the page cost less here than this machine's speed varies: "
+            f"it was busier during the re-timing, or at {timed.new_tokens} tokens the gap is noise. The speedup still "
+            "uses the re-timing, where both sides were timed alike, interleaved.")
 
 
 def lengths_differ(run_ids: list[int], run_stop: str, alone_ids: list[int], alone_stop: str) -> str:
