@@ -41,6 +41,8 @@ def test_a_re_timing_slower_than_the_streamed_run_is_said_so_and_not_blamed_on_s
     for shown in (views.done_status(streamed, ar, faster), charts.metrics_markdown(streamed, ar, timed=faster)):
         assert "not faster" not in shown
     assert "shares the CPU with drawing the page" in charts.metrics_markdown(streamed, ar, timed=faster)
+    for shown in (views.done_status(streamed, ar), charts.metrics_markdown(streamed, ar)):   # not timed again
+        assert "not faster" not in shown
 
 
 def test_the_comparison_s_length_is_estimated_from_the_run_and_the_target_step(pair_of_runs):

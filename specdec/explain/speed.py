@@ -45,7 +45,7 @@ def retimed_words(streamed: Stats, timed: Stats) -> str:
     drawing the page slows the streamed run; a re-timing that came out slower shows that cost was
     smaller here than how much this machine's speed moved, and the page must not claim it."""
     per_token = [1000 * s.wall_seconds / max(s.new_tokens, 1) for s in (timed, streamed)]
-    if per_token[0] < per_token[1]:
+    if timed is streamed or per_token[0] < per_token[1]:   # a run not timed again, or timed faster
         return ""
     return (f"Timed again unstreamed, the run was not faster than while streaming ({per_token[0]:.1f} against "
             f"{per_token[1]:.1f} ms a token), so drawing the page cost less here than this machine's speed varies: "
