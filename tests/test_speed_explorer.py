@@ -280,10 +280,11 @@ def test_the_profile_tables_best_gamma_is_never_slower_than_the_figure_beside_it
     mark that never breaks over lines ("(nearest)" broke as "neare st" at 800 px)."""
     profiles, _ = speed_tab.all_profiles(None, PROFILES)
     alpha = 0.65
+    at, best_at = speed_charts.PROFILE_HEADERS.index("speedup at α"), speed_charts.PROFILE_HEADERS.index("best γ at α")
     for row in speed_charts.profile_rows(profiles, gamma, alpha):
-        shown, best = float(row[5].rstrip("×")), float(row[6].split(": ")[1].split("×")[0])
+        shown, best = float(row[at].rstrip("×")), float(row[best_at].split(": ")[1].split("×")[0])
         assert best >= shown, row
-        assert "nearest" not in row[4] and "nearest" not in row[6], row
+        assert "nearest" not in row[4] and "nearest" not in row[best_at], row
     card = next(p for p in profiles if p.name == speed_tab.CARD_PROFILE)   # widths 1 and 5 only
     row = next(r for r in speed_charts.profile_rows(profiles, gamma, alpha) if r[0] == card.name)
     assert row[4].endswith(" *") == (card.verify(gamma) is None), row
@@ -343,3 +344,37 @@ def test_a_profile_of_another_machine_picked_by_hand_is_said_so_without_denying_
     another machine's, and does not claim this pair has no profile here (it has)."""
     out = speed_tab.explore(None, "H100, eager, fp32", 4, 0.65, None, PROFILES, pair="bundled", device="cpu")
     assert "⚠" in out["note"] and "one NVIDIA H100" in out["note"] and "no profile is committed" not in out["note"]
+
+
+def test_the_every_profile_chart_marks_the_chosen_profile_as_the_rates_chart_does():
+    """The chart of every measured profile at one γ drew the profile picked in the dropdown like any
+    other: it is drawn thicker (a cue that is not colour), on top, and its legend entry says so; the
+    tab passes it the dropdown's profile."""
+    profiles, _ = speed_tab.all_profiles(None)
+    chosen = profiles[2].name
+    fig = speed_charts.compare_figure(profiles, 4, 0.7, None, chosen=chosen)
+    curves = [t for t in fig.data if (t.meta or {}).get("profile")]
+    marked = [t for t in curves if speed_charts.CHOSEN_MARK in t.name]
+    assert [t.meta["profile"] for t in marked] == [chosen] and curves[-1] is marked[0]
+    assert marked[0].line.width > max(t.line.width for t in curves if t is not marked[0])
+    out = speed_tab.explore(None, chosen, 4, 0.7, None, PROFILES)
+    assert [t.meta["profile"] for t in out["compare"].data if speed_charts.CHOSEN_MARK in (t.name or "")] == [chosen]
+
+
+def test_the_profile_table_gives_each_profile_s_predicted_tokens_per_second_as_the_rates_chart_draws_them():
+    """Each row's tokens per second at (α, γ): the profile's target-alone rate (one token a target
+    step) times its speedup there, named as a prediction in its header, the value the tokens-per-
+    second chart's solid line has at that α; the column widths still add up to the panel."""
+    profiles, _ = speed_tab.all_profiles(None, PROFILES)
+    gamma, alpha = 4, 0.7
+    column = speed_charts.PROFILE_HEADERS.index("predicted tok/s at α")
+    fig = speed_charts.rates_figure(profiles, gamma, alpha)
+    at = speed_charts.ALPHAS.index(alpha)
+    drawn = {t.meta["profile"]: t.y[at] for t in fig.data if (t.meta or {}).get("role") == "speculative"}
+    for prof, row in zip(profiles, speed_charts.profile_rows(profiles, gamma, alpha)):
+        v, _ = prof.verify_nearest(gamma)
+        rate = 1000 / prof.target_step_ms * closed_form(alpha, gamma, prof.c, v)
+        assert float(row[column]) == pytest.approx(rate, rel=6e-3, abs=0.06), row
+        assert float(row[column]) == pytest.approx(drawn[prof.name], rel=6e-3, abs=0.06), row
+    assert len(speed_charts.PROFILE_WIDTHS) == len(speed_charts.PROFILE_HEADERS)
+    assert sum(float(w.rstrip("%")) for w in speed_charts.PROFILE_WIDTHS) == 100

@@ -155,7 +155,7 @@ class Repeats:
 
 
 def timed_repeats(pair, prompt, settings: RunSettings, repeats: int = 3, stop=None,
-                  warmup_tokens: int = 8) -> Repeats:
+                  warmup_tokens: int = 8, on_repeat=None) -> Repeats:
     """The run and the target alone, each timed `repeats` times, interleaved as the bench does.
 
     Both contenders are warmed up first (a few tokens each: a GPU's first forwards pay for CUDA
@@ -163,15 +163,17 @@ def timed_repeats(pair, prompt, settings: RunSettings, repeats: int = 3, stop=No
     (A B, B A, A B, ...), so drift on a shared machine falls on both sides alike. The same seed
     gives the same tokens, so every run of a contender does the same work. One pair of runs is
     noise: the same settings gave 1.19x and then 1.05x on this machine; the repeats'
-    speedups say how far apart runs fall. Every timing waits for the device.
+    speedups say how far apart runs fall. Every timing waits for the device. `on_repeat(k)`, if
+    given, is called as the k-th repeat ends (a page shows the comparison's progress).
     """
     if repeats < 2:
         raise ValueError(f"repeats must be at least 2 (one pair of runs has no spread), got {repeats}")
     with run_threads(threads_for_model(pair.target)):   # one thread count for every run of the comparison
-        return _timed_repeats(pair, prompt, settings, repeats, stop, warmup_tokens)
+        return _timed_repeats(pair, prompt, settings, repeats, stop, warmup_tokens, on_repeat or (lambda _k: None))
 
 
-def _timed_repeats(pair, prompt, settings: RunSettings, repeats: int, stop, warmup_tokens: int) -> Repeats:
+def _timed_repeats(pair, prompt, settings: RunSettings, repeats: int, stop, warmup_tokens: int,
+                   on_repeat) -> Repeats:
     short = settings.with_(max_new_tokens=min(warmup_tokens, settings.max_new_tokens))
     speculative_generate(pair, prompt, short, stop=stop)
     autoregressive_generate(pair, prompt, short, stop=stop)
@@ -183,10 +185,26 @@ def _timed_repeats(pair, prompt, settings: RunSettings, repeats: int, stop, warm
         else:
             ars.append(autoregressive_generate(pair, prompt, settings, stop=stop))
             specs.append(speculative_generate(pair, prompt, settings, stop=stop))
+        on_repeat(i + 1)
     speedups = tuple(speedup(s.stats, a.stats) for s, a in zip(specs, ars))
     mean_timings(*(g.stats for g in specs))
     mean_timings(*(g.stats for g in ars))
     return Repeats(specs[-1], ars[-1], speedups)
+
+
+def comparison_seconds(run, target_step_ms: float | None, repeats: int, warmup_tokens: int = 8) -> float:
+    """About how long `timed_repeats` takes for a run whose stats (`run`) are known: each repeat runs
+    it again (about its own wall time) and the target alone (its tokens times one target step),
+    after a warm-up of `warmup_tokens` of each. Without a measured step, one of the run's verifies
+    stands in for it (a forward a few tokens wide: a little longer, so the estimate errs long)."""
+    n = max(run.new_tokens, 1)
+    one = run.wall_seconds + n * step_or_verify_ms(run, target_step_ms) / 1000
+    return one * (repeats + min(warmup_tokens, n) / n)
+
+
+def step_or_verify_ms(run, target_step_ms: float | None) -> float:
+    """`target_step_ms`, or where it is not known, the mean verify of the run whose stats are `run`."""
+    return target_step_ms or 1000 * run.verify_seconds / max(run.target_forwards, 1)
 
 
 def compare_with_target(pair, prompt, settings: RunSettings, stop=None, warmup_tokens: int = 8):

@@ -39,6 +39,20 @@ def tokens_in(s: Stats, digits: int = 2) -> str:
     return f"{s.new_tokens} tokens in {s.wall_seconds:.{digits}f} s{each}"
 
 
+def retimed_words(streamed: Stats, timed: Stats) -> str:
+    """Where the run timed again, unstreamed, was not faster a token than the streamed run, a plain
+    sentence saying so and why that can be ('' where it was faster). The re-timing is there because
+    drawing the page slows the streamed run; a re-timing that came out slower shows that cost was
+    smaller here than how much this machine's speed moved, and the page must not claim it."""
+    per_token = [1000 * s.wall_seconds / max(s.new_tokens, 1) for s in (timed, streamed)]
+    if timed is streamed or per_token[0] < per_token[1]:   # a run not timed again, or timed faster
+        return ""
+    return (f"Timed again unstreamed, the run was not faster than while streaming ({per_token[0]:.1f} against "
+            f"{per_token[1]:.1f} ms a token), so drawing the page cost less here than this machine's speed varies: "
+            f"it was busier during the re-timing, or at {timed.new_tokens} tokens the gap is noise. The speedup still "
+            "uses the re-timing, where both sides were timed alike, interleaved.")
+
+
 def lengths_differ(run_ids: list[int], run_stop: str, alone_ids: list[int], alone_stop: str) -> str:
     """Why the target alone, run with the same settings and seed, made another number of tokens than
     the speculative run, in words ('' where both made as many): both sample p, but the drafts use up

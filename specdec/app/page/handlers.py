@@ -26,6 +26,7 @@ from ..server.once import Once
 from ..server.pairs import get_pair, is_loaded, ready
 from ..shows import charts, messages, round_sheet, views
 from ..shows.messages import error, user_message
+from .comparison import timed_against_target
 from .pair_words import changes_line, follow_gamma, follow_sampling, sampling_line
 
 # ---------------------------------------------------------------- a run
@@ -90,9 +91,7 @@ def _run_generation(*values, stops: list | None = None):
         gen, cached, earlier = yield from _stream(prompt, preset, settings, stop, request.fresh is True)
         timed = ar = None
         if request.compare_ar and not stop.is_set():
-            yield dict(status=f"Timing the run again, unstreamed, and the target alone ({runs.COMPARE_REPEATS} "
-                              "interleaved repeats)…", metrics=charts.metrics_markdown(gen, running=True))
-            repeats = _checked(runs.timed_comparison, prompt, preset, settings, stop)
+            repeats = yield from timed_against_target(gen, prompt, preset, settings, stop)
             timed, ar = repeats.spec, repeats.ar
             _refuse_if_timed_out(ar)
             if stop.is_set():   # the visitor stopped it: no comparison to show

@@ -178,11 +178,12 @@ def explore(point: RunPoint | None, name, gamma, alpha, c, path: Path = PROFILES
     alpha = _number(alpha, DEFAULT_ALPHA, 0.0, 1.0)
     c = chosen.c if chosen is not None and c is None else _number(c, chosen.c if chosen else 0.1, 0.0, 2.0)
     what_if = (chosen, c) if chosen is not None and abs(c - chosen.c) > 5e-4 else None
-    return dict(profile=gr.update(choices=[p.name for p in profiles], value=chosen.name if chosen else None),
+    named = chosen.name if chosen else None
+    return dict(profile=gr.update(choices=[p.name for p in profiles], value=named),
                 gamma=gamma, alpha=round(alpha, 3), c=round(c, 3),
                 curves=speed_charts.curves_figure(chosen, gamma, alpha, None if what_if is None else c, point),
-                compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point),
-                rates=speed_charts.rates_figure(profiles, gamma, alpha, point, chosen.name if chosen else None),
+                compare=speed_charts.compare_figure(profiles, gamma, alpha, what_if, point, named),
+                rates=speed_charts.rates_figure(profiles, gamma, alpha, point, named),
                 table=pd.DataFrame(speed_charts.profile_rows(profiles, gamma, alpha),
                                    columns=speed_charts.PROFILE_HEADERS),
                 costs=costs_markdown(profiles, point),

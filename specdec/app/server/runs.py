@@ -13,7 +13,9 @@ forwards, and the target-alone baseline stops the same way.
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import queue
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -158,17 +160,50 @@ def _take_off(flight, prompt: str, preset: str, settings: RunSettings) -> None:
 COMPARE_REPEATS = 3   # interleaved repeats of the run and the target alone: a spread, as the bench shows
 
 
+@dataclass(frozen=True)
+class Repeated:
+    done: int                 # repeats of a timed comparison finished so far
+
+
 @gpu
-def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: StopSignal) -> Repeats:
+def timed_comparison(prompt: str, preset: str, settings: RunSettings, stop: StopSignal):
     """The speculative run again, unstreamed (the same seed gives the same tokens), and the target
     alone, timed fairly (`measure.timed_repeats`: both warmed up, then COMPARE_REPEATS interleaved
     repeats, on the same engine, each timing waiting for the device), with no page being redrawn
-    meanwhile. The streamed run is not timed fairly: the page's figures are built while it decodes."""
+    meanwhile. The streamed run is not timed fairly: the page's figures are built while it decodes.
+    Yields Repeated as each repeat ends, then the `Repeats`. Timed in a thread of its own: the thread
+    count a comparison holds is the calling thread's, and a generator's steps may each run in
+    another of the server's threads."""
+    out: queue.Queue = queue.Queue()
+
+    def work():
+        try:
+            out.put(_timed(prompt, preset, settings, stop, lambda k: out.put(Repeated(k))))
+        except Exception as err:   # raised again below, in the caller's thread
+            out.put(RunFailed(err))
+
+    # In a copy of the request's context: a waiting visitor's notice (`_notice`) reaches their page.
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True, name="specdec-compare").start()
+    while not isinstance(message := out.get(), Repeats):
+        if isinstance(message, RunFailed):
+            raise message.error
+        yield message
+    yield message
+
+
+def _timed(prompt: str, preset: str, settings: RunSettings, stop: StopSignal, on_repeat) -> Repeats:
     pair = get_pair(preset)
     with _unstreamed_turn(pair, stop):
-        repeats = timed_repeats(pair, prompt, settings, repeats=COMPARE_REPEATS, stop=stop)
+        repeats = timed_repeats(pair, prompt, settings, repeats=COMPARE_REPEATS, stop=stop, on_repeat=on_repeat)
         remeasure_if_drifted(pair, preset, settings.drafter, repeats.ar)
         return repeats
+
+
+def target_step_here(preset: str, drafter: str) -> float | None:
+    """The target step (ms) measured on this machine for a loaded pair (`calibrate`), None if none is."""
+    pair = get_pair(preset)
+    profile = calibrate.stored(preset, drafter, str(pair.device).split(":")[0], str(pair.dtype).replace("torch.", ""))
+    return profile.target_step_ms if profile is not None else None
 
 
 def remeasure_if_drifted(pair, preset: str, drafter: str, alone: Generation) -> None:

@@ -29,6 +29,7 @@ GAMMA_STYLE = {g: (c, d) for g, c, d in zip(GAMMAS, ("#56B4E9", "#009E73", "#E69
 # by colour-blind readers, and from these), as many as there are committed profiles.
 PROFILE_COLOURS = [PALETTE[k] for k in ("blue", "green", "purple", "sky", "grey", "yellow")] + [
     "#332288", "#882255", "#44AA99", "#999933", "#CC6677"]   # Tol's indigo, wine, teal, olive and rose
+CHOSEN_MARK = "◀ chosen"   # the legend entry of the profile the controls above are set to
 RUN_COLOURS = {"this run (whole loop)": PALETTE["vermillion"], "this run (forwards only)": PALETTE["orange"]}
 
 
@@ -128,14 +129,17 @@ def _run_point(fig: go.Figure, point: RunPoint, profile: CostProfile) -> int:
 
 
 def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_if: tuple[CostProfile, float] | None,
-                   point: RunPoint | None = None) -> go.Figure:
+                   point: RunPoint | None = None, chosen: str | None = None) -> go.Figure:
     """One γ, every profile: where and when each was measured in its legend entry; the what-if
-    curve (a profile with another c) dashed."""
+    curve (a profile with another c) dashed. The `chosen` profile is drawn as in `rates_figure`:
+    thicker (a cue besides colour), last (on top), its legend entry marked."""
     fig = go.Figure()
     colours = profile_colours(profiles)
-    for prof in profiles:
-        name = f"{prof.name} ({prof.when}): c = {prof.c:.3f}, v = {prof.verify_nearest(gamma)[0]:.2f}"
-        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, colours[prof.name], "solid", 2))
+    for prof in sorted(profiles, key=lambda p: p.name == chosen):   # the chosen one last
+        mark = f" {CHOSEN_MARK}" if prof.name == chosen else ""
+        name = f"{prof.name} ({prof.when}): c = {prof.c:.3f}, v = {prof.verify_nearest(gamma)[0]:.2f}{mark}"
+        fig.add_trace(_curve_trace(prof, gamma, prof.c, name, colours[prof.name], "solid",
+                                   4.5 if prof.name == chosen else 2))
     entries = len(profiles)
     if what_if is not None:
         prof, c = what_if
@@ -157,7 +161,6 @@ def compare_figure(profiles: list[CostProfile], gamma: int, alpha: float, what_i
 # (`profile_markers`): two profiles whose lines coincide (two GPUs of one speed) still both show.
 PROFILE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "star", "pentagon",
                    "hexagon", "triangle-left", "triangle-right", "hourglass", "bowtie", "cross", "x")
-CHOSEN_MARK = "◀ chosen"   # the legend entry of the profile the controls above are set to
 
 
 def profile_markers(index: int) -> dict:
@@ -247,8 +250,15 @@ def log_ticks(low: float, high: float) -> list[float]:
 # Where, when and how each was measured is in the chosen profile's note, the compare chart's legend
 # and the note under this table (its name says the engine): text columns for them pushed c, v, the
 # speedup and best γ past the panel's right edge at 800 px.
-PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α", "best γ at α"]
-PROFILE_WIDTHS = ["28%", "11%", "11%", "9%", "11%", "13%", "17%"]
+PROFILE_HEADERS = ["profile", "target step ms", "draft step ms", "c", "v(γ)", "speedup at α",
+                   "predicted tok/s at α", "best γ at α"]
+PROFILE_WIDTHS = ["18%", "11%", "11%", "9%", "10%", "13%", "14%", "14%"]
+
+
+def rate_words(tokens_per_second: float) -> str:
+    """A rate as the table shows it: whole tokens from 100 a second, else one decimal (a CPU's few
+    tokens a second keep a digit that says something)."""
+    return f"{tokens_per_second:.0f}" if tokens_per_second >= 100 else f"{tokens_per_second:.1f}"
 
 
 def best_gamma(profile: CostProfile, gamma: int, alpha: float) -> tuple[float, int, bool]:
@@ -262,15 +272,18 @@ def best_gamma(profile: CostProfile, gamma: int, alpha: float) -> tuple[float, i
 
 
 def profile_rows(profiles: list[CostProfile], gamma: int, alpha: float) -> list[list]:
-    """Each profile's costs and what they give at (α, γ), and its best γ at α; a v taken from the
-    nearest measured width is starred, as its curve is in the charts (`UNMEASURED`)."""
+    """Each profile's costs and what they give at (α, γ): the speedup, and the tokens a second it
+    predicts (the target alone's rate times that speedup, as the tokens-per-second chart draws it);
+    and its best γ at α. A v taken from the nearest measured width is starred, as its curve is in
+    the charts (`UNMEASURED`)."""
     rows = []
     for prof in profiles:
         v, measured = prof.verify_nearest(gamma)
+        at = curve(alpha, gamma, prof.c, v)
         speed, best, best_measured = best_gamma(prof, gamma, alpha)
         star, best_star = ("" if measured else " *"), ("" if best_measured else " *")
         rows.append([prof.name, round(prof.target_step_ms, 3), round(prof.draft_step_ms, 3), round(prof.c, 3),
-                     f"{v:.2f}{star}", f"{curve(alpha, gamma, prof.c, v):.2f}×",
+                     f"{v:.2f}{star}", f"{at:.2f}×", rate_words(1000 / prof.target_step_ms * at),
                      f"γ = {best}: {speed:.2f}×{best_star}"])
     return rows
 

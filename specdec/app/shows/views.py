@@ -16,7 +16,8 @@ import pandas as pd
 from ...core.registry import find
 from ...decoding.loop import STOPPED
 from ...explain.looks import LOOKS, PALETTE, prob_text, stop_text, token_label, token_text
-from ...explain.speed import expected_tokens_per_round, run_point, speedup, tokens_in
+from ...explain.measure import comparison_seconds, step_or_verify_ms
+from ...explain.speed import expected_tokens_per_round, retimed_words, run_point, speedup, tokens_in
 from ...trace.outcomes import Ending
 from ...trace.spine import Generation
 from . import charts, step_charts
@@ -292,10 +293,26 @@ def done_status(gen: Generation, ar: Generation | None, timed: Generation | None
         return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds, {s.wall_seconds:.2f} s; {why}."
                 f"{result_line(gen)}{told}")
     t = (timed or gen).stats
+    again = f" {retimed_words(s, t)}".rstrip()   # said beside the numbers where the re-timing was not faster
     return (f"{head}: {s.new_tokens} tokens in {s.rounds} rounds; {why}: {t.wall_seconds:.2f} s timed again "
             f"unstreamed, {1000 * t.wall_seconds / max(t.new_tokens, 1):.1f} ms a token ({s.wall_seconds:.2f} s while "
             f"streaming to the page). Autoregressive: {tokens_in(ar.stats)}{other_length(gen, ar)} → speedup in tokens "
-            f"per second {speedup(t, ar.stats):.2f}×.{result_line(gen)}{told}")
+            f"per second {speedup(t, ar.stats):.2f}×.{again}{result_line(gen)}{told}")
+
+
+def comparison_status(gen: Generation, target_step_ms: float | None, repeats: int, done: int = 0) -> str:
+    """The status line while a run is timed against the target alone: before it starts, about how
+    long it will take and why (`measure.comparison_seconds`); then the repeats done and about how
+    long is left, so a long comparison on a slow machine does not look stuck."""
+    head = f"Timing the run again, unstreamed, and the target alone ({repeats} interleaved repeats)"
+    if done:
+        left = comparison_seconds(gen.stats, target_step_ms, repeats - done, warmup_tokens=0)
+        return f"{head}: repeat {done} of {repeats} done, about {max(1, round(left))} s left…"
+    whole = comparison_seconds(gen.stats, target_step_ms, repeats)
+    step = (f"{step_or_verify_ms(gen.stats, target_step_ms):.1f} ms, "
+            + ("a target step measured here" if target_step_ms else "this run's mean verify standing in for a step"))
+    return (f"{head}: about {max(1, round(whole))} s, each repeat this run again ({gen.stats.wall_seconds:.1f} s "
+            f"as it just took) and the target alone ({gen.stats.new_tokens} tokens × {step})…")
 
 
 def other_length(gen: Generation, ar: Generation) -> str:
