@@ -270,6 +270,12 @@ def test_coverage_and_card_of_a_chat_drafter():
               "train_minutes": 1.0, "threads": 1, "after": {"beta at T=1 step 1": 0.4}}
     text = fcc.card(record, {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
     assert "0.500 (10 tested)" in text and "beta at T=1 step 1 0.400" in text
+    own = {**row, "temperature": 0.2, "sampling": "the pair's own", "alpha_gamma": 4, "gamma": 2, "alpha": 0.6,
+           "timed_tokens_per_target_forward": 1.75, "verify_ms": 24.0}
+    both = fcc.card(record, {"acceptance": [row, own], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
+    assert "| greedy | 0.500 (10 tested) | 4 | 1.50 | 0.100 | 1.50 |" in both   # a row without a sampling: by T
+    assert "| the pair's own | 0.600 (10 tested) | 2 | 1.75 | 0.100 | 1.20 |" in both   # its γ, the timed runs' rate
+    assert "α at γ = 4;" in both
     assert "a target step took 20 ms there and a verify of γ + 1 = 5 tokens 30 ms (1.5 steps" in text
     assert "heavily shared 2-core machine" in text   # trained on the CPU (no device in the record)
     gpu = fcc.card({**record, "device": "NVIDIA H200", "pool": {"batch": 1024}, "pool_seconds": 92.0},

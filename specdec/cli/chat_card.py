@@ -1,9 +1,10 @@
 """`specdec chat-card`: measure the features drafter shipped for SmolLM2-135M-Instruct on this CPU and write its card
 (README.md beside its weights, in assets/models/SmolLM2-135M-Instruct-features).
 
-α at greedy and T = 1, c and the speedup over the target alone on one torch thread
-(`training.chat.features_chat_card.measure_chat`), and the p-mass its vocabulary subset holds on a
-held-out pool the target draws here (its own questions and answers, seeded apart from training's).
+α greedy, at the pair's own sampling and at T = 1, c, and the speedup over the target alone at the γ
+the pair picks here, in the pair's own precision and threads (`training.chat.features_chat_card.
+measure_chat`); and the p-mass its vocabulary subset holds on a held-out pool the target draws here
+(its own questions and answers, seeded apart from training's).
 
     specdec chat-card [--questions 16] [--timed 8]
 """
@@ -24,6 +25,19 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="write the card again from the folder's measures.json (no measuring)")
 
 
+def picker(pair):
+    """The γ a run of the real pair starts with here, by sampling (`explain.gamma.gamma_for`: this
+    machine's costs and the card's α at the nearest temperature); None where nothing is measured."""
+    from ..explain.gamma import gamma_for
+
+    device, dtype = str(pair.device).split(":")[0], str(pair.dtype).replace("torch.", "")
+
+    def picked(sampling):
+        pick = gamma_for("smollm2-135m", "features", sampling.temperature, device, dtype)
+        return pick.gamma if pick is not None else None
+    return picked
+
+
 def run(args) -> int:
     """Measure (or read the saved measures), then write README.md and measures.json beside the weights."""
     whole_number(args.questions, "--questions", 1)
@@ -42,7 +56,7 @@ def run(args) -> int:
         saved = json.loads((folder / "measures.json").read_text())
         measures, cover = saved["measures"], saved["coverage"]
     else:
-        measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed)
+        measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed, picked=picker(pair))
         print(json.dumps(measures, indent=1), flush=True)
         pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
         cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)

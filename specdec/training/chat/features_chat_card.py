@@ -1,5 +1,5 @@
 """The card of a features drafter trained for a real chat target (`features_chat`): measured, never
-typed by hand. α at γ = 4 (greedy and T = 1) on hand-written chat prompts the training never saw,
+typed by hand. α at γ = 4 (greedy, the pair's own sampling, T = 1) on hand-written chat prompts the training never saw,
 the drafting cost c against a target step, the speedup over the target alone, and the p-mass the
 drafter's vocabulary subset holds where the target answers.
 
@@ -50,31 +50,53 @@ def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig,
             "draft_ms_per_draft": 1000 * seconds / max(drafted, 1)}
 
 
-def measure_chat(pair, prompts: list[list[int]], gamma: int = 4, timed: int | None = None) -> dict:
-    """α and c at greedy and T = 1 on one torch thread, and the speedup over the target alone (each
-    prompt's pair of runs warmed up and timed A B B A: `measure.compare_with_target`). A target step
-    is the target-alone runs' time per token; a verify, the speculative runs' time per target forward.
-    `timed`: how many of the prompts are timed (all by default; fewer on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        rows = [acceptance(pair, prompts, t, gamma) for t in (0.0, 1.0)]
-        for r in rows:
-            settings = RunSettings(gamma=gamma, max_new_tokens=64, drafter="features",
-                                   sampling=SamplingConfig(temperature=r["temperature"]))
+def card_samplings(pair) -> dict[str, SamplingConfig]:
+    """What the card measures, by name: greedy, the pair's own sampling (what its page, CLI and API
+    start with), and T = 1 (top-k and top-p off: the full distribution)."""
+    return {"greedy": SamplingConfig(temperature=0.0), "the pair's own": pair_sampling(pair),
+            "T = 1": SamplingConfig(temperature=1.0)}
+
+
+def pair_sampling(pair) -> SamplingConfig:
+    from ...models.pair import PRESETS
+
+    preset = next((p for p in PRESETS.values() if p.source is not None and p.label == pair.label), None)
+    return preset.sampling if preset is not None else SamplingConfig(temperature=1.0)
+
+
+def measure_chat(pair, prompts: list[list[int]], gamma: int = 4, timed: int | None = None,
+                 picked=lambda sampling: None) -> dict:
+    """α at `gamma` for each of `card_samplings`, in the threads a run of the pair takes here
+    (`core.threads`: the cores free when it starts), then the speedup over the target alone at the γ
+    the pair picks for that sampling (`picked(sampling)`, None: `gamma`), each prompt's pair of runs
+    warmed up and timed A B B A (`measure.compare_with_target`). A target step is the target-alone
+    runs' time per token; a verify, the speculative runs' time per target forward. `timed`: how many
+    of the prompts are timed (all by default; fewer on a loaded machine)."""
+    from ...core.threads import run_threads, threads_for_model
+
+    with run_threads(threads_for_model(pair.target)) as threads:
+        rows = []
+        for name, sampling in card_samplings(pair).items():
+            r = acceptance(pair, prompts, sampling, gamma) | {"sampling": name, "alpha_gamma": gamma}
+            r["gamma"] = picked(sampling) or gamma
+            settings = RunSettings(gamma=r["gamma"], max_new_tokens=64, drafter="features", sampling=sampling)
             runs = [measure.compare_with_target(pair, ids, settings) for ids in prompts[:timed]]
-            r["measured_speedup"] = statistics.mean(speedup(a.stats, b.stats) for a, b in runs)
-            r["target_step_ms"] = 1000 * sum(b.stats.wall_seconds for _, b in runs) / sum(
-                b.stats.new_tokens for _, b in runs)
-            r["verify_ms"] = 1000 * sum(a.stats.verify_seconds for a, _ in runs) / sum(
-                a.stats.target_forwards for a, _ in runs)
-            r["c"] = r["draft_ms_per_draft"] / r["target_step_ms"]
-            r["predicted_speedup"] = predicted_speedup(r["tokens_per_target_forward"], gamma, r["c"],
-                                                       r["verify_ms"] / r["target_step_ms"], 1.0)
-    finally:
-        torch.set_num_threads(threads)
-    return {"acceptance": rows, "timed_prompts": len(prompts[:timed]),
-            "machine": f"{platform.processor() or platform.machine()}, 1 torch thread"}
+            rows.append(r | timed_row(runs, r["draft_ms_per_draft"], r["gamma"]))
+    dtype = str(pair.dtype).replace("torch.", "")
+    return {"acceptance": rows, "timed_prompts": len(prompts[:timed]), "dtype": dtype, "threads": threads,
+            "machine": f"{platform.processor() or platform.machine()}, {threads} torch thread(s), {dtype}"}
+
+
+def timed_row(runs, draft_ms: float, gamma: int) -> dict:
+    """The measured and predicted speedups of (speculative, target alone) run pairs at `gamma`, and
+    the costs the prediction reads (tokens per target forward from the timed runs themselves)."""
+    step = 1000 * sum(b.stats.wall_seconds for _, b in runs) / sum(b.stats.new_tokens for _, b in runs)
+    verify = 1000 * sum(a.stats.verify_seconds for a, _ in runs) / sum(a.stats.target_forwards for a, _ in runs)
+    per_forward = sum(a.stats.new_tokens for a, _ in runs) / sum(a.stats.target_forwards for a, _ in runs)
+    c = draft_ms / step
+    return {"measured_speedup": statistics.mean(speedup(a.stats, b.stats) for a, b in runs),
+            "target_step_ms": step, "verify_ms": verify, "c": c, "timed_tokens_per_target_forward": per_forward,
+            "predicted_speedup": predicted_speedup(per_forward, gamma, c, verify / step, 1.0)}
 
 
 @torch.no_grad()
@@ -90,19 +112,30 @@ def coverage(target, pool: dict, ids: torch.Tensor) -> dict:
             "argmax_inside": float(torch.isin(pool["top"][m], ids).float().mean()), "positions": int(m.sum())}
 
 
+def _sampling_words(row: dict) -> str:
+    """A card row's sampling, in words (rows measured before the pair's own sampling had one: by T)."""
+    if "sampling" in row:
+        return row["sampling"]
+    return "greedy" if row["temperature"] == 0 else f"T = {row['temperature']:g}"
+
+
+def _alpha_gamma(measures: dict) -> int:
+    rows = measures["acceptance"]
+    return rows[0].get("alpha_gamma", rows[0]["gamma"])
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
 def _steps(measures: dict) -> str:
     """What a target step and a verify cost where the speedups were measured (they set the speedup
-    as much as α does, and differ from machine to machine)."""
-    rows = measures["acceptance"]
-    step = sum(r["target_step_ms"] for r in rows) / len(rows)
-    verify = sum(r["verify_ms"] for r in rows) / len(rows)
+    as much as α does, and differ from machine to machine): the first row's (greedy)."""
+    row = measures["acceptance"][0]
+    step, verify = row["target_step_ms"], row["verify_ms"]
     bound = ": on this CPU a verify is bound by arithmetic, not only by reading the weights"
     why = bound if verify > 1.5 * step else ""
-    return (f"a target step took {step:.0f} ms there and a verify of γ + 1 = {rows[0]['gamma'] + 1} tokens "
+    return (f"a target step took {step:.0f} ms there and a verify of γ + 1 = {row['gamma'] + 1} tokens "
             f"{verify:.0f} ms ({verify / step:.1f} steps{why}).")
 
 
@@ -146,8 +179,9 @@ def _data_text(record: dict) -> str:
 def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str) -> str:
     """The drafter's README.md from its training record, its measures and its subset's coverage."""
     cfg = record["config"]
-    rows = "".join(f"| {'greedy' if r['temperature'] == 0 else 'T = 1'} | {r['alpha']:.3f} ({r['tested']} tested) | "
-                   f"{r['tokens_per_target_forward']:.2f} | {r['c']:.3f} | {r['predicted_speedup']:.2f}x | "
+    rows = "".join(f"| {_sampling_words(r)} | {r['alpha']:.3f} ({r['tested']} tested) | {r['gamma']} | "
+                   f"{r.get('timed_tokens_per_target_forward', r['tokens_per_target_forward']):.2f} | {r['c']:.3f} | "
+                   f"{r['verify_ms'] / r['target_step_ms']:.2f} | {r['predicted_speedup']:.2f}x | "
                    f"{r['measured_speedup']:.2f}x |\n" for r in measures["acceptance"])
     last = record["after"]
     betas = ", ".join(f"{k} {v:.3f}" for k, v in last.items() if k.startswith(("beta", "greedy", "subset")))
@@ -180,10 +214,13 @@ Mean p-mass inside: {_pct(cover['mean_mass'])} (median {_pct(cover['median_mass'
 argmax lies inside at {_pct(cover['argmax_inside'])} of {cover['positions']:,} positions. α cannot exceed the mass
 q can reach.
 
-## As a drafter (γ = 4, 64 new tokens, {len(PROMPTS)} hand-written chat prompts, {measures['timed_prompts']} timed)
+## As a drafter (64 new tokens, {len(PROMPTS)} hand-written chat prompts, {measures['timed_prompts']} timed)
 
-| T | α | tokens per target forward | c | predicted speedup | measured speedup |
-|---|---:|---:|---:|---:|---:|
+α at γ = {_alpha_gamma(measures)}; the speedups at the γ the pair picks for that sampling on this machine
+(the page's and the CLI's start), with the tokens each target forward gave in the timed runs.
+
+| sampling | α | γ | tokens per target forward | c | verify ÷ step | predicted speedup | measured speedup |
+|---|---:|---:|---:|---:|---:|---:|---:|
 {rows}
 Measured on {measures['machine']}: {_steps(measures)}
 """
