@@ -66,10 +66,13 @@ def test_alpha_comes_from_the_card_at_the_nearest_measured_temperature():
     folder = features_folder_of("SmolLM2-135M-Instruct")
     rows = json.loads((folder / "measures.json").read_text())["measures"]["acceptance"]
     by_t = {r["temperature"]: r["alpha"] for r in rows}
-    alpha, said = card_alpha(folder, 0.2)
-    assert alpha == by_t[0.0] and said == "its card, greedy; this run samples at T = 0.2"
+    assert sorted(by_t) == [0.0, 0.2, 1.0]   # greedy, the pair's own sampling, T = 1
+    alpha, said = card_alpha(folder, 0.05)
+    assert alpha == by_t[0.0] and said == "its card, greedy; this run samples at T = 0.05"
+    assert card_alpha(folder, 0.5) == (by_t[0.2], "its card, T = 0.2; this run samples at T = 0.5")
     assert card_alpha(folder, 0.9) == (by_t[1.0], "its card, T = 1; this run samples at T = 0.9")
     assert card_alpha(folder, 0.0) == (by_t[0.0], "its card, greedy")
+    assert card_alpha(folder, 0.2) == (by_t[0.2], "its card, T = 0.2")
 
 
 @pytest.fixture

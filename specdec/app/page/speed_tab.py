@@ -99,7 +99,8 @@ def real_features_card_profile(path: Path = REAL_FEATURES_MEASURES) -> CostProfi
         return CostProfile(
             name=f"this CPU, SmolLM2-135M-Instruct's features drafter (its card: α {row['alpha']:.2f} at T = 1)",
             where=f"the project's dev machine ({data.get('machine', 'one torch thread')})",
-            when="with that drafter's card", device="cpu", dtype=data.get("dtype", "float32"), engine="eager", pair=SMOLLM2_135M.key,
+            when="with that drafter's card", device="cpu", dtype=data.get("dtype", "float32"), engine="eager",
+            pair=SMOLLM2_135M.key,
             target_step_ms=row["target_step_ms"], draft_step_ms=row["draft_ms_per_draft"],
             verify_ms_by_width={row["gamma"] + 1: row["verify_ms"]},
             source=(f"its card ({path.parent.name}/{path.name}): the target's step and verify over "
