@@ -58,6 +58,7 @@ def card_samplings(pair) -> dict[str, SamplingConfig]:
 
 
 def pair_sampling(pair) -> SamplingConfig:
+    """The sampling a run of `pair` starts with (its real-model preset's), T = 1 where no preset names it."""
     from ...models.pair import PRESETS
 
     preset = next((p for p in PRESETS.values() if p.source is not None and p.label == pair.label), None)
