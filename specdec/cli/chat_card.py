@@ -25,6 +25,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="write the card again from the folder's measures.json (no measuring)")
 
 
+PRESET = "smollm2-135m"   # the real pair whose shipped drafter the card describes
+
+
 def picker(pair):
     """The γ a run of the real pair starts with here, by sampling (`explain.gamma.gamma_for`: this
     machine's costs and the card's α at the nearest temperature); None where nothing is measured."""
@@ -33,7 +36,7 @@ def picker(pair):
     device, dtype = str(pair.device).split(":")[0], str(pair.dtype).replace("torch.", "")
 
     def picked(sampling):
-        pick = gamma_for("smollm2-135m", "features", sampling.temperature, device, dtype)
+        pick = gamma_for(PRESET, "features", sampling.temperature, device, dtype)
         return pick.gamma if pick is not None else None
     return picked
 
@@ -43,20 +46,21 @@ def run(args) -> int:
     whole_number(args.questions, "--questions", 1)
     whole_number(args.timed, "--timed", 1)
     from ..drafting import features as fx
-    from ..models.pair import load_pair
+    from ..models.pair import PRESETS, load_pair
     from ..training.chat import features_chat_card as fcc
     from ..training.chat.chat_pool import draw_chat_pool
     from ..training.chat.features_chat import USES
 
     t0 = time.perf_counter()
-    pair = load_pair(preset="smollm2-135m", drafter="features")
+    pair = load_pair(preset=PRESET, drafter="features")
     folder = fx.weights_folder(pair)
     record = json.loads((folder / "training.json").read_text())
     if args.from_measures:
         saved = json.loads((folder / "measures.json").read_text())
         measures, cover = saved["measures"], saved["coverage"]
     else:
-        measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), timed=args.timed, picked=picker(pair))
+        measures = fcc.measure_chat(pair, fcc.chat_ids(pair.tokenizer), PRESETS[PRESET].sampling, timed=args.timed,
+                                    picked=picker(pair))
         print(json.dumps(measures, indent=1), flush=True)
         pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
         cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)

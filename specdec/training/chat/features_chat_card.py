@@ -50,24 +50,15 @@ def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig,
             "draft_ms_per_draft": 1000 * seconds / max(drafted, 1)}
 
 
-def card_samplings(pair) -> dict[str, SamplingConfig]:
-    """What the card measures, by name: greedy, the pair's own sampling (what its page, CLI and API
+def card_samplings(own: SamplingConfig) -> dict[str, SamplingConfig]:
+    """What the card measures, by name: greedy, the pair's `own` sampling (what its page, CLI and API
     start with), and T = 1 (top-k and top-p off: the full distribution)."""
-    return {"greedy": SamplingConfig(temperature=0.0), "the pair's own": pair_sampling(pair),
-            "T = 1": SamplingConfig(temperature=1.0)}
+    return {"greedy": SamplingConfig(temperature=0.0), "the pair's own": own, "T = 1": SamplingConfig(temperature=1.0)}
 
 
-def pair_sampling(pair) -> SamplingConfig:
-    """The sampling a run of `pair` starts with (its real-model preset's), T = 1 where no preset names it."""
-    from ...models.pair import PRESETS
-
-    preset = next((p for p in PRESETS.values() if p.source is not None and p.label == pair.label), None)
-    return preset.sampling if preset is not None else SamplingConfig(temperature=1.0)
-
-
-def measure_chat(pair, prompts: list[list[int]], gamma: int = 4, timed: int | None = None,
+def measure_chat(pair, prompts: list[list[int]], own: SamplingConfig, gamma: int = 4, timed: int | None = None,
                  picked=lambda sampling: None) -> dict:
-    """α at `gamma` for each of `card_samplings`, in the threads a run of the pair takes here
+    """α at `gamma` for each of `card_samplings(own)`, in the threads a run of the pair takes here
     (`core.threads`: the cores free when it starts), then the speedup over the target alone at the γ
     the pair picks for that sampling (`picked(sampling)`, None: `gamma`), each prompt's pair of runs
     warmed up and timed A B B A (`measure.compare_with_target`). A target step is the target-alone
@@ -77,7 +68,7 @@ def measure_chat(pair, prompts: list[list[int]], gamma: int = 4, timed: int | No
 
     with run_threads(threads_for_model(pair.target)) as threads:
         rows = []
-        for name, sampling in card_samplings(pair).items():
+        for name, sampling in card_samplings(own).items():
             r = acceptance(pair, prompts, sampling, gamma) | {"sampling": name, "alpha_gamma": gamma}
             r["gamma"] = picked(sampling) or gamma
             settings = RunSettings(gamma=r["gamma"], max_new_tokens=64, drafter="features", sampling=sampling)
