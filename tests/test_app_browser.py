@@ -142,8 +142,11 @@ def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool 
         set_number(page, "max-new", max_new)
     if skip:
         page.locator("#skip-adjustment input[type=checkbox]").check()
+    shown = page.evaluate("() => window.specdecStepsShown || 0")
     page.locator("#run").click()
     wait_done(page)
+    # The step charts follow "Done", one event each; then the page counts one more step view shown.
+    page.wait_for_function("(n) => (window.specdecStepsShown || 0) > n", arg=shown, timeout=30_000)
     wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
 
 

@@ -6,7 +6,8 @@ A real server (`python app.py` of a checkout, on a free loopback port) and Debia
 - page ÷ decoder: a click on Run until the finished run is shown (the status says Done and the
   browser has painted the next frame), against the library's traced run of the same settings and
   seed, timed in this process, the same minute, on the same machine. Each timed run has a seed of
-  its own, so no cache can answer it: the page decodes every one.
+  its own, so no cache can answer it: the page decodes every one. Beside it, the same until the
+  step viewer's charts, which follow "Done" one event each, are drawn too.
 - the longest freeze: the longest task on the page's main thread while a run streams and ends,
   and when a round opens (Chromium's `longtask` entries).
 - a class: 30 visitors sending the same request at once, the slowest against one visitor alone;
@@ -67,26 +68,40 @@ try { new PerformanceObserver((list) => { for (const e of list.getEntries())
       .observe({type: 'longtask', buffered: true}); } catch (e) {}
 """
 
-# Click Run; resolve with [t0, ms] from the click until the status says Done (after it has said
+# Click Run; resolve with [t0, ms, silent] from the click until the status says Done (after it has said
 # something else: the previous run's Done does not count) and the page has settled: three frames in
 # a row, each within 50 ms of the last (Plotly draws synchronously: a chart being drawn delays the frame).
+# It also watches the step charts, which come after "Done" (`DRAWN_AFTER`), and `silent`: the longest
+# the status line said the same thing between the click and "Done", in ms.
+STEP_CHARTS = ("pq-chart", "accept-chart", "end-chart")
+
 CLICK_TO_DONE = """
 () => new Promise((resolve) => {
+  const STEP_CHARTS = """ + str(list(STEP_CHARTS)) + """;
   const box = document.querySelector('#run-status');
   const status = box.querySelector('[data-testid="markdown"], .prose') || box;   // not the progress overlay
   const t0 = performance.now();
   let started = false;
+  // The step charts come after "Done", one event each: the last change to any of them, for "all drawn".
+  window.__lastStepChart = t0;
+  const charts = new MutationObserver(() => { window.__lastStepChart = performance.now(); });
+  for (const id of STEP_CHARTS) charts.observe(document.getElementById(id), {childList: true, subtree: true});
+  window.__stepCharts = charts;
   const done = () => /^\\s*(Done|Stopped)/.test(status.innerText);
   const settle = () => {
     let last = performance.now(), calm = 0, since = last;
     const frame = (now) => {
       if (now - last < 50) { calm += 1; } else { calm = 0; since = now; }
       last = now;
-      if (calm >= 3) resolve([t0, since - t0]); else requestAnimationFrame(frame);
+      if (calm >= 3) resolve([t0, since - t0, silent]); else requestAnimationFrame(frame);
     };
     requestAnimationFrame(frame);
   };
+  // The longest the status line went unchanged between the click and "Done".
+  let said = status.innerText, saidAt = t0, silent = 0;
   const watch = new MutationObserver(() => {
+    const now = performance.now(), text = status.innerText;
+    if (text !== said) { silent = Math.max(silent, now - saidAt); said = text; saidAt = now; }
     if (!done()) { started = true; return; }
     if (started) { watch.disconnect(); settle(); }
   });
@@ -180,8 +195,10 @@ IDLE = """() => { const s = document.querySelector('#run-status');
   return s && [...s.querySelectorAll('.wrap')].every(w => w.classList.contains('hide')); }"""
 
 
-def page_run(page, tokens: int, seed: int) -> tuple[float, float]:
-    """(seconds from the click to the finished run shown, the longest main-thread task in seconds)."""
+def page_run(page, tokens: int, seed: int) -> tuple[float, float, float, float]:
+    """(seconds from the click to the finished run shown, the longest main-thread task in seconds,
+    seconds from the click until the step charts are drawn too, the longest the status line said
+    the same thing before "Done", in seconds)."""
     page.wait_for_function(IDLE, timeout=600_000)
     set_number(page, "max-new", tokens)
     set_number(page, "seed", seed)
@@ -189,10 +206,18 @@ def page_run(page, tokens: int, seed: int) -> tuple[float, float]:
     shown = [page.locator(f"#{i} input[type=number]").first.input_value() for i in ("max-new", "seed")]
     if shown != [str(tokens), str(seed)]:
         raise RuntimeError(f"the page holds max-new {shown[0]} and seed {shown[1]}, not {tokens} and {seed}")
-    t0, ms = page.evaluate(CLICK_TO_DONE)
+    t0, ms, silent = page.evaluate(CLICK_TO_DONE)
+    page.wait_for_timeout(DRAWN_AFTER)
+    drawn = max(ms, page.evaluate("(t0) => { window.__stepCharts.disconnect(); return window.__lastStepChart - t0; }",
+                                  t0))
     longest = page.evaluate("(t0) => Math.max(0, ...window.__longtasks.filter(([s, d]) => s + d >= t0)"
                             ".map(([s, d]) => d))", t0)
-    return ms / 1000, longest / 1000
+    return ms / 1000, longest / 1000, drawn / 1000, silent / 1000
+
+
+# Milliseconds after "Done" that the last step chart may still change (drawn, then Gradio's resize of
+# it 100 ms later): the step charts' events come after the run's, one at a time.
+DRAWN_AFTER = 1500
 
 
 def browser_figures(url: str, sizes: list[int], repeats: int, seed: int, runs: dict | None = None) -> dict:
@@ -215,7 +240,7 @@ def browser_figures(url: str, sizes: list[int], repeats: int, seed: int, runs: d
             page_run(page, 8, seed + 999)   # untimed: the first render loads Plotly
             for tokens in sizes:
                 runs = [page_run(page, tokens, seed + tokens + k) for k in range(repeats)]
-                out[tokens] = ([r[0] for r in runs], [r[1] for r in runs])
+                out[tokens] = tuple([r[k] for r in runs] for k in range(4))
             out["rounds"] = rounds_opened(page, ROUNDS_OPENED)
         finally:
             browser.close()
@@ -391,10 +416,14 @@ def run(args) -> int:
 def print_page(sizes: list[int], page: dict, decoder: dict) -> None:
     for tokens in sizes:
         p, d = statistics.median(page[tokens][0]), statistics.median(decoder[tokens])
+        a = statistics.median(page[tokens][2])
         print(f"  {tokens:>4} tokens: page {p:6.2f} s, decoder {d:6.3f} s → page ÷ decoder {p / d:5.1f}  "
-              f"(page runs: {', '.join(f'{x:.2f}' for x in page[tokens][0])} s)")
+              f"(page runs: {', '.join(f'{x:.2f}' for x in page[tokens][0])} s); "
+              f"the step charts drawn too: {a:.2f} s, ÷ decoder {a / d:.1f}")
     longest = max(x for tokens in sizes for x in page[tokens][1])
     print(f"  longest main-thread task while a run streams and ends: {longest:.2f} s", flush=True)
+    silent = max(x for tokens in sizes for x in page[tokens][3])
+    print(f"  longest the status line went unchanged between the click and Done: {silent:.2f} s", flush=True)
     print(f"  longest main-thread task when a round opens ('next round', {len(page['rounds'])} times): "
           f"{max(page['rounds']):.2f} s", flush=True)
 

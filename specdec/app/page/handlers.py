@@ -58,6 +58,11 @@ def hold_figures(update: dict) -> dict:
     return dict(out, held={name: update[name] for name in HELD if name in update})
 
 
+def holds_figures(update: dict) -> bool:
+    """Whether `update` carries step figures to hold (a finished run's; a streamed one has none)."""
+    return any(name in update for name in HELD)
+
+
 def without_text_and_timeline(update: dict) -> dict:
     """A step's update for the page, less the text and the timeline: a step changes only which round
     they mark, and the page moves the marks itself (app.js, `specdecMarkRound`). Sent again, they

@@ -99,6 +99,7 @@ def _controls(v) -> None:
                                  label="Drafter", elem_id="drafter")
             with gr.Row():
                 v.run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                v.api_run_btn = gr.Button("Run (API)", visible=False)   # the API's /generate
                 v.api_step_btn = gr.Button("Show step (API)", visible=False)   # the API's /show_step
                 v.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", size="sm")
                 v.skip_adjustment = gr.Checkbox(
@@ -270,6 +271,11 @@ def _wire_run(demo: gr.Blocks, v) -> None:
         for update in handlers.run_generation(*values[:-1], stops=values[-1]):
             yield _named(v, encoded(update))   # a class's shared figures, encoded once
 
+    def run_on_page(*values):   # the page's Run: the finished run's step figures held for the events after it
+        for update in handlers.run_generation(*values[:-1], stops=values[-1]):
+            update = encoded(update)
+            yield _named(v, handlers.hold_figures(update) if handlers.holds_figures(update) else update)
+
     # The API names /generate's parameters after the function's: the controls' names, not param_0..
     # (`client.predict(prompt=..., seed=..., api_name="/generate")`).
     run.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -280,10 +286,18 @@ def _wire_run(demo: gr.Blocks, v) -> None:
             yield _named(v, encoded(update))
 
     controls, main_out = _all(v, RunRequest.names()), _all(v, MAIN_OUTPUTS)
+    page_out = _all(v, [*(name for name in MAIN_OUTPUTS if name not in handlers.HELD), "held"])
     run_event = dict(inputs=[*controls, v.stops], show_progress="full",
                      show_progress_on=[v.status], concurrency_id=DECODE)   # how many at once: serving.configure
-    ran = [v.run_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate"),
-           v.prompt.submit(fn=run, outputs=main_out, **run_event, api_name=False),
+    # On the page, "Done" comes with the text, the timeline and the numbers, and the step figures
+    # follow one event each (`_with_held_parts`): drawn in the same update, they held the browser's
+    # main thread for 0.5-0.65 s after the last token of a 64-token run (Chromium's long tasks), and
+    # "Done" waited for them. The API's /generate (a hidden button's event) answers with everything.
+    on_page = [v.run_btn.click(fn=run_on_page, outputs=page_out, **run_event, api_name=False),
+               v.prompt.submit(fn=run_on_page, outputs=page_out, **run_event, api_name=False)]
+    for event in on_page:
+        _with_held_parts(v, event)
+    ran = [*on_page, v.api_run_btn.click(fn=run, outputs=main_out, **run_event, api_name="generate"),
            demo.load(follow_link, [v.stops], [*controls, v.sampling_note, *main_out], api_name=False,
                      show_progress_on=[v.status])]
     restore.keep_links(v, runs=ran)   # the run's link, for the address bar
@@ -310,11 +324,17 @@ def _wire_run(demo: gr.Blocks, v) -> None:
 
 def _with_held_parts(v, event):
     """After `event`, the held step figures (`handlers.HELD_PARTS`), one event each: a browser
-    task each."""
+    task each; then `window.specdecStepsShown` counts one more (`STEPS_SHOWN`)."""
     for part, names in enumerate(handlers.HELD_PARTS):
         event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
                               _all(v, names), api_name=False, **QUIET)
-    return event
+    return event.then(None, None, None, js=STEPS_SHOWN, api_name=False, **QUIET)
+
+
+# Counts the step views shown in full, their last figure drawn (after the frame that draws it): a
+# browser (a test, the page benchmark) waits for the count to move past what it read before a click.
+STEPS_SHOWN = ("() => new Promise((done) => requestAnimationFrame(() => {"
+               " window.specdecStepsShown = (window.specdecStepsShown || 0) + 1; done(); }))")
 
 
 # The round in view is marked in the text and on the timeline by the page itself (app.js,

@@ -265,5 +265,9 @@ def configure(demo: gr.Blocks, housekeeping_thread: bool = True) -> gr.Blocks:
 def launch_options() -> dict:
     """Keyword arguments for `demo.launch()` that the limits set."""
     # Gradio's 40 worker threads, plus one for each request that may wait in the line of decodes.
+    # No run history: Gradio's would keep every run's outputs (its charts, hundreds of KB) in the
+    # visitor's localStorage, re-read and re-written whole on each update of a run (Chromium's
+    # profile of a 64-token run: about 100 ms of the final update's 500 ms task). A run is kept by
+    # its link and its trace file instead.
     return dict(max_file_size=limits.MAX_UPLOAD_BYTES, state_session_capacity=limits.MAX_SESSIONS,
-                max_threads=40 + limits.QUEUE_SIZE)
+                max_threads=40 + limits.QUEUE_SIZE, run_history=False)
