@@ -102,6 +102,9 @@ def _run_generation(*values, stops: list | None = None):
             if stop.is_set():   # the visitor stopped it: no comparison to show
                 timed = ar = None
     if ar is None:   # the same finished run for a class: its view is built once (`_shared_view`)
+        # Said at once: the view and its drawing take 0.1-0.3 s after up to a streaming interval
+        # of silence, and the status line should never sit unchanged for half a second.
+        yield dict(status=f"Decoded {gen.stats.new_tokens} tokens · drawing the finished run…")
         yield _shared_view(gen, views.done_status(gen, None, cached=cached, earlier=earlier))
     else:
         yield views.final_view(gen, ar, status=views.done_status(gen, ar, timed, cached=cached, earlier=earlier),
