@@ -104,3 +104,60 @@ def test_top_ids_negative_control_a_key_with_too_coarse_an_id_term_breaks_the_ti
     want = torch.sort(x, dim=1, descending=True, stable=True).indices[:, :20]
     assert torch.equal(torch.sort(tie_free_key(x, 36), dim=1, descending=True).indices[:, :20], want)
     assert not torch.equal(torch.sort(tie_free_key(x, 20), dim=1, descending=True).indices[:, :20], want)
+
+
+def _one_hot_round(gen: torch.Generator, g: int, vocab: int, hot_low: bool) -> tuple:
+    """A greedy round's rows: p, q and the end row one-hot (`hot_low`: the hot ids among the lowest
+    few, where the zeros' top ids are), accepted drafts equal to p's, a rejection's end row p's."""
+    def one_hot(k, high):
+        return torch.nn.functional.one_hot(torch.randint(0, high, (k,), generator=gen), vocab).float()
+
+    high = 3 if hot_low else vocab
+    p, q = one_hot(g + 1, high), one_hot(g, high)
+    n_accepted = int(torch.randint(0, g + 1, (1,), generator=gen))
+    q[:n_accepted] = p[:n_accepted]
+    end = p[n_accepted].clone()
+    drafts = q.argmax(1) if g else torch.zeros(0, dtype=torch.long)
+    return p, q, drafts, end, torch.tensor(n_accepted), end.argmax()
+
+
+def test_the_eager_summary_of_greedy_rows_equals_the_full_one_bit_for_bit():
+    """`round_summary_here` reduces one-hot rows on the few columns that can matter; its summary
+    must be `round_summary`'s to the bit (ids, flags, values, every float64 sum), with and without a
+    vocabulary subset, hot ids anywhere or among the lowest ids, g 0 to 5; rows that are not
+    one-hot (dense, or two nonzeros in a row) take the full reduction."""
+    from specdec.trace.reduction import SPARSE_FROM, _one_nonzero_each, round_summary_here
+
+    gen = torch.Generator().manual_seed(3)
+    vocab, n = SPARSE_FROM + 904, 20
+    for trial in range(48):
+        g = trial % 6
+        rows = _one_hot_round(gen, g, vocab, hot_low=trial % 4 == 1)
+        outside = None if trial % 3 == 0 else (torch.rand(vocab, generator=gen) < 0.5).float()
+        full, here = round_summary(*rows, n, outside), round_summary_here(*rows, n, outside)
+        assert torch.equal(full.view(torch.int64), here.view(torch.int64)), trial
+    p, q, drafts, end, at, token = _one_hot_round(gen, 3, vocab, hot_low=False)
+    q[1, 7] = 1e-30   # a second nonzero, too small to move a float32 sum: still not one-hot
+    assert not _one_nonzero_each(q) and _one_nonzero_each(p)
+    args = (p, q, drafts, end, at, token, n)
+    assert torch.equal(round_summary_here(*args), round_summary(*args))
+    dense = torch.softmax(torch.randn(4, vocab, generator=gen), 1)
+    assert not _one_nonzero_each(dense)
+
+
+def test_the_eager_summary_negative_control_columns_without_the_lowest_ids_give_other_top_ids():
+    """The kept columns must hold the lowest ids (a one-hot row's other top ids are zeros, by id):
+    without them the reduced summary's candidate ids differ from the full one's."""
+    from specdec.trace import reduction
+
+    gen = torch.Generator().manual_seed(4)
+    rows = _one_hot_round(gen, 2, reduction.SPARSE_FROM + 904, hot_low=False)
+    full = reduction.round_summary(*rows, 20)
+    keep = reduction._columns
+    try:
+        reduction._columns = lambda hot, drafts, token, k, vocab: torch.unique(
+            torch.cat([hot, drafts.reshape(-1), token.reshape(1), torch.arange(vocab - k - 8, vocab)]))
+        here = reduction.round_summary_here(*rows, 20)
+    finally:
+        reduction._columns = keep
+    assert not torch.equal(full, here)

@@ -3,7 +3,8 @@
 What the trace keeps of a round's p and q rows (the top ids of each row with their values, the
 tail split by the sign of p - q, beta and the skip bias, the residual's mass) is computed by
 `reduction.round_summary`: on the device inside the engine's verify step, or here on the eager
-decoder's rows; either way a round waits as `Pending`, a summary of O(g x TOP_N) numbers on the
+decoder's rows (`round_summary_here`: the same numbers, faster on greedy rows); either way a round
+waits as `Pending`, a summary of O(g x TOP_N) numbers on the
 host. A run that nobody streams records them in batches; a streamed run records each round as it
 ends (the page shows it at once). A batch is also cut at `BATCH_BYTES`, so memory stays bounded.
 """
@@ -19,7 +20,7 @@ import torch
 from ..core.sampling import Rule
 from . import spine as tr
 from .outcomes import Ending, status_at
-from .reduction import Rows, parse, round_summary
+from .reduction import Rows, parse, round_summary_here
 from .spine import TOP_N, Position, Round, order_kept
 
 BATCH_BYTES = 32 << 20   # summaries kept on the host before a batch is recorded
@@ -50,8 +51,8 @@ class Pending:
             dev = step.p.device
             ints = (torch.tensor(x, dtype=torch.long, device=dev)
                     for x in (step.drafts, step.n_accepted, step.end_token))
-            summary = round_summary(step.p.float(), step.q.float(), next(ints), v.end_dist.float(), *ints, TOP_N,
-                                    outside)
+            summary = round_summary_here(step.p.float(), step.q.float(), next(ints), v.end_dist.float(), *ints, TOP_N,
+                                         outside)
         return cls(index, start, list(step.drafts), summary.cpu().numpy(), step.vocab, step.u.tolist(),
                    step.n_accepted, step.end_token, list(emitted), step.seconds)
 
