@@ -274,7 +274,7 @@ def test_help_shows_every_default_and_version_answers():
     text = " ".join(r.stdout.split())   # argparse wraps lines
     # Sampling defaults to the preset's own: SmolLM2-135M-Instruct's authors' T 0.2, top-k 50, top-p 0.9.
     # γ too: the usual 4, or the one a pair's measured costs pick (test_gamma checks the words).
-    for option, default in (("--gamma", "per pair; 4, smollm2-135m 1 on a CPU"), ("--max-new-tokens", 64),
+    for option, default in (("--gamma", "per pair; 4, smollm2-135m 2 on a CPU"), ("--max-new-tokens", 64),
                             ("--seed", 0),
                             ("--temperature", "per pair; 1, smollm2-135m 0.2"),
                             ("--top-k", "per pair; 0, smollm2-135m 50"),

@@ -236,7 +236,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
 DEFAULT_GAMMA = 4   # where no measured pick applies (`explain.gamma`)
 # The measured picks, for --help (which loads no torch, so it cannot ask `explain.gamma`;
 # test_gamma checks this against it).
-MEASURED_GAMMAS = "smollm2-135m 1 on a CPU"
+MEASURED_GAMMAS = "smollm2-135m 2 on a CPU"
 DRAFT_ONLY_TIME = "about 40 minutes on 2 cores: 16 sampling the target, 23 training"
 
 
