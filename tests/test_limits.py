@@ -390,7 +390,8 @@ def test_configure_sets_the_queue_the_decode_group_and_the_file_sweep(monkeypatc
     assert any(t[1] == "unload" for f in demo.fns.values() for t in f.targets)   # pages closing release state
     assert serving.launch_options() == dict(max_file_size=limits.MAX_UPLOAD_BYTES,
                                             state_session_capacity=limits.MAX_SESSIONS,
-                                            max_threads=40 + limits.QUEUE_SIZE)
+                                            max_threads=40 + limits.QUEUE_SIZE,
+                                            run_history=False)   # no run's outputs kept in the browser
 
 
 def test_the_queue_looks_for_work_briskly_only_while_requests_come():

@@ -242,8 +242,8 @@ def timeline_rows(gen: Generation | None) -> list[list]:
     for ev in events(gen):
         if ev.position is not None:
             drafts.setdefault(ev.round, []).append(LOOKS[ev.outcome].symbol + token_label(gen, ev.token))
-    return [[r.index + 1, len(r.positions), r.n_accepted, " ".join(drafts.get(r.index, [])),
-             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", token_label(gen, r.end_token),
+    return [[r.index + 1, len(r.positions), r.n_accepted, breakable(" ".join(drafts.get(r.index, []))),
+             f"{LOOKS[r.ending].symbol} {LOOKS[r.ending].label}", breakable(token_label(gen, r.end_token)),
              breakable(visible_token("".join(token_text(gen, t) for t in r.emitted))), round(r.draft_seconds, 4),
              round(r.verify_seconds, 4)]
             for r in gen.rounds]
@@ -254,7 +254,8 @@ ZERO_WIDTH_SPACE = "\u200b"
 
 def breakable(shown: str) -> str:
     """A text with its spaces shown as marks (␣ ↵ ⇥), breakable after each mark as after a space: a
-    round's text has no real space left, and a narrow column broke it inside a word ("d/ru")."""
+    round's text has no real space left, and a narrow column broke it inside a word ("d/ru"; a
+    draft "✗␣translated" at 800 px)."""
     for mark in "␣↵⇥":
         shown = shown.replace(mark, mark + ZERO_WIDTH_SPACE)
     return shown
