@@ -15,7 +15,6 @@ a row is O(V log V), over ten times a topk on the key at these vocabularies.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +33,7 @@ def candidates(vocab: int, n: int) -> int:
     return 2 * min(n, vocab) + 1
 
 
-def top_ids(x: torch.Tensor, k: int, x64: torch.Tensor | None = None) -> torch.Tensor:
+def top_ids(x: torch.Tensor, k: int) -> torch.Tensor:
     """[R, k] ids of each row's k largest values of x ([R, V], values >= 0), by the tie rule.
 
     The key is x * (1 - id * 2^-s) in float64, with s = 25 + ceil(log2 V) (at most 51): distinct
@@ -43,44 +42,24 @@ def top_ids(x: torch.Tensor, k: int, x64: torch.Tensor | None = None) -> torch.T
     float64 roundings' worth, so the lower id comes first. Zeros get -(id + 1) * 2^-900 instead:
     below every positive key (the smallest float32 is 2^-149) and ordered by id, and far below half
     an ulp of any positive key, so adding it to all entries leaves those unchanged. Shapes depend
-    on (R, V, k) only, so a captured graph can run it. `x64`: x in float64 where the caller has it.
+    on (R, V, k) only, so a captured graph can run it.
     """
     v = x.shape[1]
     s = 25 + max(1, (v - 1).bit_length())
     if s > 51:
         raise ValueError(f"top_ids: a vocabulary of {v} exceeds 2^26 ids")
-    return torch.topk(tie_free_key(x, s, x64), k, dim=1).indices
+    return torch.topk(tie_free_key(x, s), k, dim=1).indices
 
 
-def tie_free_key(x: torch.Tensor, s: int, x64: torch.Tensor | None = None) -> torch.Tensor:
+def tie_free_key(x: torch.Tensor, s: int) -> torch.Tensor:
     """x * (1 - id * 2^-s) - (id + 1) * 2^-900, in float64 (see `top_ids` for why s matters)."""
-    scale, shift = _key_terms(x.shape[1], s, x.device)
-    return (x.double() if x64 is None else x64).mul(scale).add_(shift)
-
-
-def _key_terms(v: int, s: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(1 - id * 2^-s, -(id + 1) * 2^-900) over the ids, float64. Kept on a CPU, where making them
-    was a tenth of a round's summary (a real vocabulary of 49,152 ids); made afresh on a GPU, so a
-    captured graph never reads a tensor made outside it."""
-    if device.type == "cpu":
-        return _cpu_key_terms(v, s)
-    return _make_key_terms(v, s, device)
-
-
-def _make_key_terms(v: int, s: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.arange(v, device=device, dtype=torch.float64)
-    return ids.mul(-(2.0 ** -s)).add_(1), ids.add(1).mul_(-(2.0 ** -900))
-
-
-@functools.lru_cache(maxsize=4)
-def _cpu_key_terms(v: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return _make_key_terms(v, s, "cpu")
+    ids = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
+    return x.double().mul_(ids.mul(-(2.0 ** -s)).add_(1)).add_(ids.add(1).mul_(-(2.0 ** -900)))
 
 
 def _summarize(rows: list[torch.Tensor], p: torch.Tensor, q: torch.Tensor, extra: torch.Tensor,
                n: int) -> torch.Tensor:
-    """[R, W] float64 for rows [R, V]: candidates from rows[0] and rows[1], ordered by the tie rule.
-    """
+    """[R, W] float64 for rows [R, V]: candidates from rows[0] and rows[1], ordered by the tie rule."""
     k = min(n, p.shape[1])
     tops = [top_ids(x, k) for x in rows[:2]]
     extra = extra.reshape(-1, 1).long()

@@ -53,14 +53,12 @@ HELD = tuple(name for part in HELD_PARTS for name in part)
 
 
 def hold_figures(update: dict) -> dict:
-    """`update` with its `HELD` outputs moved into the `held` state, for `release_held`."""
+    """`update` with its `HELD` outputs moved into the `held` state, for `release_held`; an update
+    without them (a run's streamed progress) as it is, the held state untouched."""
+    if not any(name in update for name in HELD):
+        return update
     out = {name: value for name, value in update.items() if name not in HELD}
     return dict(out, held={name: update[name] for name in HELD if name in update})
-
-
-def holds_figures(update: dict) -> bool:
-    """Whether `update` carries step figures to hold (a finished run's; a streamed one has none)."""
-    return any(name in update for name in HELD)
 
 
 def without_text_and_timeline(update: dict) -> dict:

@@ -273,8 +273,7 @@ def _wire_run(demo: gr.Blocks, v) -> None:
 
     def run_on_page(*values):   # the page's Run: the finished run's step figures held for the events after it
         for update in handlers.run_generation(*values[:-1], stops=values[-1]):
-            update = encoded(update)
-            yield _named(v, handlers.hold_figures(update) if handlers.holds_figures(update) else update)
+            yield _named(v, handlers.hold_figures(encoded(update)))
 
     # The API names /generate's parameters after the function's: the controls' names, not param_0..
     # (`client.predict(prompt=..., seed=..., api_name="/generate")`).
