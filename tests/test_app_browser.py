@@ -51,6 +51,27 @@ def wait_ended(page, said: str) -> None:
                            arg=said, timeout=RUN_TIMEOUT)
 
 
+def steps_shown(page) -> int:
+    """How many step views the page has shown in full (`window.specdecStepsShown`): read before a
+    click, then `wait_steps_shown`."""
+    return page.evaluate("() => window.specdecStepsShown || 0")
+
+
+def wait_steps_shown(page, before: int) -> None:
+    """Until the page has shown one more step view than `before`: the step figures follow "Done"
+    (and a new round's caption), one event each, and the page counts one more once the last is
+    drawn (specdec/app/page/layout.py, `STEPS_SHOWN`)."""
+    page.wait_for_function("(n) => (window.specdecStepsShown || 0) > n", arg=before, timeout=RUN_TIMEOUT)
+
+
+def click_run(page) -> None:
+    """Click Run, then wait until the run is done and its step view drawn."""
+    shown = steps_shown(page)
+    page.locator("#run").click()
+    wait_done(page)
+    wait_steps_shown(page, shown)
+
+
 def wait_done(page) -> None:
     """Until the run has ended (`wait_ended`) with its own "Done:" or "Imported", not the bare
     "Done" that Gradio's progress tracker shows there when any event on it completes (the page's
@@ -142,11 +163,7 @@ def run(page, prompt: str | None = None, max_new: int | None = None, skip: bool 
         set_number(page, "max-new", max_new)
     if skip:
         page.locator("#skip-adjustment input[type=checkbox]").check()
-    shown = page.evaluate("() => window.specdecStepsShown || 0")
-    page.locator("#run").click()
-    wait_done(page)
-    # The step charts follow "Done", one event each; then the page counts one more step view shown.
-    page.wait_for_function("(n) => (window.specdecStepsShown || 0) > n", arg=shown, timeout=30_000)
+    click_run(page)
     wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
 
 
@@ -268,6 +285,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     page.evaluate(ANNOUNCEMENTS)
     settle(page)   # a fresh page busy drawing when Run is clicked reads the whole stream at once, late
     page.evaluate(WATCH_STREAM)
+    shown = steps_shown(page)
     page.locator("#run").click()
     wait_done(page)
     # While it streamed, the text and the timeline were already there (the progress on the status line).
@@ -279,7 +297,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     # What a screen reader hears when the run ends: a word, not Gradio's missing key "common.complete".
     page.wait_for_function("() => window.__said.includes('Done')", timeout=10_000)
     assert not [t for t in page.evaluate("() => window.__said") if "common." in t]
-    wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
+    wait_steps_shown(page, shown)   # the step figures follow "Done", one event each
     # The text: every generated token is a marked span, with a legend.
     kinds = page.eval_on_selector_all("#token-text .tok[data-round]", "els => els.map(e => e.dataset.kind)")
     assert kinds and set(kinds) <= {"accepted", "rejected", "residual", "bonus", "plain"}

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from specdec.bench.app_client import app_client
-from test_app_browser import still_shot
+from test_app_browser import steps_shown, still_shot, wait_steps_shown
 
 TIMEOUT = 120_000   # ms: the CPU is shared
 RULES = ["exact", "skip_adjustment", "accept_all", "greedy_match"]
@@ -77,8 +77,10 @@ def test_lab_preset_run_and_take_from_decode_run(page, screenshots):
 
     # A real run in the Decode tab, then take p and q from its step viewer's position.
     page.get_by_role("tab", name="Decode").click()
+    before = steps_shown(page)
     page.locator("#run").click()
     page.wait_for_function("() => /Done/.test(document.querySelector('#run-status').innerText)", timeout=TIMEOUT)
+    wait_steps_shown(page, before)   # the step figures follow "Done", one event each
     open_lab(page)
     page.locator("#lab-from-run").click()
     page.wait_for_function("() => document.querySelector('#lab-status').innerText.includes('Taken from the last run')",

@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 import layout_check
+from test_app_browser import steps_shown, wait_steps_shown
 
 RUN_TIMEOUT = 180_000   # ms: the CPU is shared
 
@@ -66,8 +67,10 @@ def cut_at_right(page, root: str) -> list[str]:
 def default_run_with_comparison(page) -> None:
     page.wait_for_selector("#run")
     page.locator("#compare-ar input[type=checkbox]").check()
+    shown = steps_shown(page)
     page.locator("#run").click()
     page.wait_for_function("() => /Done/.test(document.querySelector('#run-status').innerText)", timeout=RUN_TIMEOUT)
+    wait_steps_shown(page, shown)   # its figures follow "Done", one event each
     page.wait_for_function("""() => ['pq-chart', 'accept-chart', 'end-chart', 'time-chart'].every(id => {
         const gd = document.querySelector('#' + id + ' .js-plotly-plot');
         return gd && gd.data && gd.data.length >= 2; })""", timeout=RUN_TIMEOUT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 import paint_check
+from test_app_browser import click_run, steps_shown, wait_steps_shown
 from test_layout_browser import RUN_TIMEOUT, WIDTHS, cut_at_right
 
 VIEW = """() => ({slider: Number(document.querySelector('#round input[type=number]').value),
@@ -22,11 +23,7 @@ VIEW = """() => ({slider: Number(document.querySelector('#round input[type=numbe
 
 def default_run(page) -> None:
     page.wait_for_selector("#run")
-    page.locator("#run").click()
-    page.wait_for_function("() => /Done/.test(document.querySelector('#run-status').innerText)", timeout=RUN_TIMEOUT)
-    page.wait_for_function("""() => ['pq-chart', 'accept-chart', 'end-chart'].every(id => {
-        const gd = document.querySelector('#' + id + ' .js-plotly-plot');
-        return gd && gd.data && gd.data.length >= 2; })""", timeout=RUN_TIMEOUT)
+    click_run(page)
     page.wait_for_timeout(1500)   # the address bar takes the run's link (app.js), the charts are re-pointed
 
 
@@ -46,11 +43,12 @@ def test_a_new_visitor_s_first_run_paints_every_view(page, width):
     cell.focus()
     assert page.evaluate("() => document.activeElement.classList.contains('beta-cell')")
     want = int(cell.get_attribute("data-round")) + 1
+    shown = steps_shown(page)
     page.keyboard.press("Enter")
     page.wait_for_function("(r) => Number(document.querySelector('#round input[type=number]').value) === r"
                            " && document.querySelector('#round-caption').innerText.startsWith(`Round ${r} of`)",
                            arg=want, timeout=RUN_TIMEOUT)
-    page.wait_for_timeout(1500)   # the step figures follow, one event each
+    wait_steps_shown(page, shown)   # the step figures follow the caption, one event each
     for chart in ("#pq-chart", "#end-chart"):   # the log scale keeps its bars inside the plot
         page.locator(f"{chart} .updatemenu-button").nth(1).click()
     page.wait_for_timeout(1000)

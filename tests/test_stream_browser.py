@@ -10,6 +10,7 @@ import json
 from specdec import RunSettings, speculative_generate
 from test_app_browser import (
     RUN_TIMEOUT,
+    click_run,
     export_trace,
     imported_on_a_fresh_page,
     plot_data,
@@ -53,8 +54,7 @@ def test_a_streamed_run_ends_on_the_same_page_as_the_run_itself(page, visitors, 
     set_number(page, "seed", SEED)
     settle(page)   # a fresh page busy drawing when Run is clicked may read the whole stream at once
     page.evaluate(WATCH_STATUS)
-    page.locator("#run").click()
-    wait_done(page)
+    click_run(page)   # and its step view drawn: its figures follow "Done"
     wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
     streamed = page_state(page)
     statuses = page.evaluate("() => window.__statuses")
