@@ -101,3 +101,15 @@ def test_the_gamma_sentence_stays_beside_the_controls():
     pick = gamma_for(REAL, "features", PRESETS[REAL].sampling.temperature, device, own_dtype(REAL, device))
     assert pick is not None and pick.sentence() in handlers.sampling_line(REAL)
     assert "picked for this pair" not in handlers.sampling_line("bundled")
+
+
+def test_the_gamma_sentence_follows_the_drafter():
+    """The pick is its drafter's: the real pair's n-gram drafter has no card of its α, so the line beside
+    the controls says that no γ is picked for it and no speed predicted, and quotes no other drafter's
+    pick (it did: an n-gram example showed the features drafter's "γ 2 picked for this pair and
+    drafter" beside γ 4)."""
+    features, ngram = handlers.sampling_line(REAL, "features"), handlers.sampling_line(REAL, "ngram")
+    assert "picked for this pair and drafter" in features and features == handlers.sampling_line(REAL)
+    assert "picked" not in ngram.replace("no γ is picked", "") and "α 0." not in ngram
+    assert "The n-gram drafter has no card of its α here" in ngram and "compare with autoregressive" in ngram
+    assert handlers.sampling_line("bundled", "ngram") == handlers.sampling_line("bundled")   # nothing measured

@@ -190,8 +190,12 @@ def explain(spec: Stats, ar: Stats, gamma: int | None = None, speedups: tuple[fl
                 "(smaller c) or a higher α would help.")
     elif forwards > 1 > predicted:
         tail = " The forwards alone would win; the work around them is what loses."
-    else:
-        tail = " Run-to-run timing noise explains the rest (compare the gap with the repeats' spread)."
+    else:   # the whole-loop costs are this run's own: measured / predicted = gave / tokens exactly (`run_point`)
+        short = (f" Its rounds drafted {spec.drafted / spec.rounds:.2f} tokens each, not γ = {g}: its drafter proposed "
+                 "fewer (n-gram lookup drafts only where the text repeats itself), or the run's end cut them."
+                 if spec.drafted < g * spec.rounds else "")
+        tail = (f" The gap is all in the tokens a round gave, {gave:.2f} where α predicts {tokens:.2f}: the costs are "
+                "this run's own, and α's formula counts γ drafts a round, each passing with the one rate α." + short)
     return SpeedStory(measured, predicted, forwards, tokens, g, draft_steps, verify_steps, other_share, head + tail)
 
 

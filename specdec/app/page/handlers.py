@@ -230,7 +230,7 @@ def open_link(request: gr.Request, stops: list | None = None):
     if "gamma" not in fields:   # nor γ: the one its pair's measured costs pick, as picking the pair gives
         request = request.with_(gamma=follow_gamma(request.preset, request.drafter, None, request.temperature)[0])
     # The form shows the run the link makes, every control.
-    form = dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset))
+    form = dict(dataclasses.asdict(request), sampling_note=sampling_line(request.preset, request.drafter))
     offered = offered_drafters(request.preset)
     if request.drafter in offered:   # with only the pair's own drafters (one it lacks: Run says so)
         form["drafter"] = drafter_update(offered, request.drafter)
@@ -257,10 +257,12 @@ def opening_pair() -> dict:
         return dict(status=f"{PRESETS[key].label} is being fetched and loaded on this server; the bundled pair "
                            "serves until it is ready (then pick it under Model pair, or reload the page).")
     own, pair = pair_sampling(key), get_pair(key)
-    gamma, said = follow_gamma(key, drafter_for(pair), None, own.temperature, *pair_device(pair))
-    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter_for(pair)),
-                temperature=own.temperature, top_k=own.top_k, top_p=own.top_p, sampling_note=sampling_line(key),
-                gamma=gamma, **({"status": f"Press **Run**. {said}"} if said else {}))
+    drafter = drafter_for(pair)
+    gamma, said = follow_gamma(key, drafter, None, own.temperature, *pair_device(pair))
+    return dict(preset=key, prompt=default_prompt(key), drafter=drafter_update(drafters_for(pair), drafter),
+                temperature=own.temperature, top_k=own.top_k, top_p=own.top_p,
+                sampling_note=sampling_line(key, drafter), gamma=gamma,
+                **({"status": f"Press **Run**. {said}"} if said else {}))
 
 
 def fit_link(fields: dict) -> tuple[dict, str]:
@@ -394,8 +396,8 @@ def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=N
         said = changes_line(preset, drafter, keep, prompt, new_prompt) + sampling_said + gamma_said
         if preset.hub and hub_out_of_reach(*[n for n in (preset.target, preset.draft) if n]):
             said = failed_status(messages.hub_out_of_reach(preset.label))   # said now, not first at Run
-        return (drafter_update(offered, keep), new_prompt, said or gr.skip(), *sampling, sampling_line(preset_key),
-                new_gamma)
+        return (drafter_update(offered, keep), new_prompt, said or gr.skip(), *sampling,
+                sampling_line(preset_key, keep), new_gamma)
     try:
         pair = ready(preset_key, lambda fraction, words: progress(fraction, desc=words))
     except ModelLoadError as err:
@@ -405,7 +407,7 @@ def pick_pair(preset_key, drafter, prompt, temperature=None, top_k=None, top_p=N
     loaded = (f"{preset.label} is loaded: drafters {', '.join(drafters_for(pair))}. "
               + changes_line(preset, drafter, now, prompt, new_prompt) + sampling_said + gamma_said)
     return (drafter_update(drafters_for(pair), now), new_prompt, loaded + chat_template_line(pair, new_prompt),
-            *sampling, sampling_line(preset_key), new_gamma)
+            *sampling, sampling_line(preset_key, now), new_gamma)
 
 
 def offered_drafters(preset_key: str) -> list[str]:

@@ -312,8 +312,10 @@ def _wire_run(demo: gr.Blocks, v) -> None:
                 api_name=False, queue=False, trigger_mode="always_last", **QUIET)
     for event in (v.preset.change, v.prompt.change, demo.load):
         event(**room)
-    # The line on where the sampling comes from follows the pair however it changes (an example too).
-    v.preset.change(handlers.sampling_line, [v.preset], [v.sampling_note], api_name=False, queue=False, **QUIET)
+    # The line on where the sampling comes from, and the γ picked for the drafter, follows the pair and
+    # the drafter however they change (an example too).
+    for event in (v.preset.change, v.drafter.change):
+        event(handlers.sampling_line, [v.preset, v.drafter], [v.sampling_note], api_name=False, queue=False, **QUIET)
     # Picking a real model this machine lacks fetches it (SPECDEC_FETCH) with a progress bar, then
     # loads it; the drafter and the prompt follow the pair.
     v.preset.input(handlers.pick_pair, [v.preset, v.drafter, v.prompt, v.temperature, v.top_k, v.top_p, v.gamma],

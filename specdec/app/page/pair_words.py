@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ...core.registry import kinds, labels
+from ...core.registry import FEATURES, find, kinds, labels
 from ...core.settings import RunSettings
 from ...explain.gamma import gamma_for
 from ...models.pair import PRESETS, pair_sampling, pick_device
@@ -55,27 +55,37 @@ def described(values) -> str:
     return f"T = {t:g}, top-k {k}, top-p {p:g}"
 
 
-def sampling_line(preset_key) -> str:
+def sampling_line(preset_key, drafter=None) -> str:
     """The short line beside the sampling controls: where a pair's sampling comes from, and the γ its
-    measured costs pick (`gamma_line`)."""
+    measured costs pick for `drafter` (`gamma_line`)."""
     preset = PRESETS.get(preset_key)
     if preset is None or not preset.sampling_from:
         return ("Sampling: T = 1, top-k 0, top-p 1, the full distribution, where the residual shows best; "
-                "change freely." + gamma_line(preset_key))
+                "change freely." + gamma_line(preset_key, drafter))
     return (f"Sampling: {preset.sampling_from} — change freely; T = 1, top-k 0, top-p 1 shows the residual best."
-            + gamma_line(preset_key))
+            + gamma_line(preset_key, drafter))
 
 
-def gamma_line(preset_key) -> str:
-    """Why γ starts where it does for a pair, at its own sampling with its features drafter (' ' and
-    the pick's sentence; '' where nothing was measured): kept beside the controls, where a run does
-    not write over it, as it does over the status line that says it when the pair is picked."""
+def gamma_line(preset_key, drafter=None) -> str:
+    """Why γ starts where it does for a pair and `drafter` (None: its features drafter), at its own
+    sampling (' ' and the pick's sentence; '' where nothing was measured for the pair): kept beside
+    the controls, where a run does not write over it, as it does over the status line that says it
+    when the pair is picked. A drafter without a card of its α (n-gram lookup) gets no pick and no
+    prediction: the line says so rather than quote another drafter's."""
     preset = PRESETS.get(preset_key)
     if preset is None:
         return ""
     device = pick_device()[0]
-    pick = gamma_for(preset_key, "features", preset.sampling.temperature, device, own_dtype(preset_key, device))
-    return "" if pick is None else " " + pick.sentence()
+    temperature, dtype = preset.sampling.temperature, own_dtype(preset_key, device)
+    pick = gamma_for(preset_key, drafter or FEATURES.name, temperature, device, dtype)
+    if pick is not None:
+        return " " + pick.sentence()
+    kind = find(drafter)
+    if kind is None or kind.gamma_from_card or all(gamma_for(preset_key, k.name, temperature, device, dtype) is None
+                                                   for k in kinds() if k.gamma_from_card):
+        return ""   # nothing measured for this pair
+    return (f" The {kind.word} drafter has no card of its α here: no γ is picked for it and no speed is predicted "
+            "before a run (tick “compare with autoregressive” to measure one).")
 
 
 def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = None, dtype: str | None = None
