@@ -1,5 +1,6 @@
-"""The costs measured here (`explain.calibrate.costs_by_width`): another process on the cores only adds
-time to the forwards it preempts, so each width's ratio to a step comes from the least disturbed ones."""
+"""The costs measured here (`explain.calibrate.loop_costs`): a round's whole loop at each γ, as a
+compared run's own costs are, so that γ c + v is the time a round took; and robust to another process
+on the cores, which only adds time to the rounds it preempts."""
 
 from __future__ import annotations
 
@@ -7,32 +8,39 @@ import statistics
 
 import pytest
 
-from specdec.explain.calibrate import costs_by_width
+from specdec.explain.calibrate import loop_costs
 
-# A quiet machine's forwards (ms), 7 a width, as the real pair's bfloat16 engine ran them on one thread.
-QUIET = {1: [55.1, 55.4, 55.9, 56.2, 56.0, 55.6, 55.3], 2: [53.4, 53.9, 54.1, 53.6, 53.8, 54.4, 53.5],
-         6: [61.2, 61.9, 61.5, 62.3, 61.7, 61.4, 61.8]}
-
-
-def disturbed(times: dict[int, list[float]]) -> dict[int, list[float]]:
-    """The same forwards, all but one a width preempted by another process for 20-60 ms: the one left
-    whole is the quiet machine's fastest of that width (and where it falls in the run differs by width)."""
-    out = {}
-    for w, ts in times.items():
-        keep = ts.index(min(ts))
-        out[w] = [t if i == keep else t + 20 + 40 * ((i * 7 + w * 3) % 5) / 4 for i, t in enumerate(ts)]
-    return out
+# A quiet machine's timings (ms): the target alone's ms a token in two passes, full rounds at γ 2 and
+# γ 4 (the real pair's bfloat16 engine on two threads ran about these), and the runs' ms a draft.
+STEPS = [41.4, 41.6]
+ROUNDS = {2: [53.1, 53.6, 52.9, 53.4, 54.0, 53.2, 53.8, 53.5, 52.8, 53.3, 53.7],
+          4: [60.2, 60.9, 61.4, 60.5, 60.8, 61.1, 60.3]}
+DRAFTS = [3.2, 3.3, 3.1, 3.2]
+ROUNDING = 1e-9   # ms: a median of the inputs, less a product of two of them (float64)
 
 
-def test_a_widths_ratio_to_a_step_survives_other_processes():
-    quiet, loaded = costs_by_width(QUIET), costs_by_width(disturbed(QUIET))
-    for w in QUIET:
-        # the ratio of the fastest forwards: as quiet, to the rounding of the inputs (0.1 ms in 53 ms)
-        assert loaded[w] / loaded[1] == pytest.approx(quiet[w] / quiet[1], rel=2 * 0.1 / 53)
-    assert loaded[1] == statistics.median(disturbed(QUIET)[1])   # the level: the step a run meets now
+def test_a_round_at_gamma_costs_gamma_draft_steps_and_one_verify_as_measured():
+    step, draft, verify = loop_costs(STEPS, ROUNDS, DRAFTS)
+    assert step == statistics.median(STEPS) and verify[1] == step   # width 1: one step
+    assert draft == statistics.median(DRAFTS)
+    for g, ms in ROUNDS.items():
+        assert g * draft + verify[g + 1] == pytest.approx(statistics.median(ms), abs=ROUNDING)
+    assert set(verify) == {1, 3, 5}   # only the widths measured: an unmeasured γ is not guessed
 
 
-def test_negative_control_the_medians_of_the_same_forwards_misorder_the_widths():
-    medians = {w: statistics.median(ts) for w, ts in disturbed(QUIET).items()}
-    quiet = {w: statistics.median(ts) for w, ts in QUIET.items()}
-    assert any(abs(medians[w] / medians[1] - quiet[w] / quiet[1]) > 0.05 for w in QUIET)
+def preempted(rounds: dict[int, list[float]]) -> dict[int, list[float]]:
+    """The same rounds with a third of them (not the same places at each γ) preempted by another
+    process for 20 to 60 ms."""
+    return {g: [t + (20 + 10 * (i % 5) if (i + g) % 3 == 0 else 0) for i, t in enumerate(ts)]
+            for g, ts in rounds.items()}
+
+
+def test_a_third_of_the_rounds_preempted_moves_a_cost_less_than_the_quiet_spread():
+    quiet, loaded = loop_costs(STEPS, ROUNDS, DRAFTS)[2], loop_costs(STEPS, preempted(ROUNDS), DRAFTS)[2]
+    for g, ms in ROUNDS.items():
+        assert abs(loaded[g + 1] - quiet[g + 1]) <= max(ms) - min(ms)
+
+
+def test_negative_control_means_of_the_same_rounds_move_with_the_preemption():
+    for g, ms in ROUNDS.items():
+        assert statistics.mean(preempted(ROUNDS)[g]) - statistics.mean(ms) > max(ms) - min(ms)

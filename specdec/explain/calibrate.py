@@ -4,11 +4,12 @@ The γ a run starts with and the speed the page predicts follow from two costs: 
 verify over γ + 1 tokens, both in target steps. They depend on the processor, the precision and
 the threads (a verify over 2 tokens cost 1.6 steps in float32 on one CPU and 1.08 on another), so
 a profile committed from another machine can mislead. `profile_here` measures them once on this
-machine, in the pair's precision and the threads a run takes now (a few seconds: a step and every
-verify width, then a short speculative run for the drafter's cost per draft), keeps the profile in
-memory and in the user's cache (`here.json` beside the converted models), and reads it back while
-the machine, torch, the precision and the thread count are the same and it is under a week old.
-`drifted` drops it when a run's own forwards no longer match it, so the next run measures again.
+machine, in the pair's precision and the threads a run takes now (several seconds: short runs of
+the target alone and of speculation at each γ, whose whole loop, sampling and bookkeeping with the
+forwards, is what a compared run measures), keeps the profile in memory and in the user's cache
+(`here.json` beside the converted models), and reads it back while the machine, torch, the
+precision and the thread count are the same and it is under a week old. `drifted` drops it when a
+compared run's target steps no longer match it, so the next run measures again.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import torch
 
 from ..core.settings import RunSettings
 from ..core.threads import run_threads, threads_for_model
-from ..decoding.loop import speculative_generate
+from ..decoding.loop import autoregressive_generate, speculative_generate
 from ..models import realmodel
-from .measure import CostMeter, prompts_for
+from ..models.pair import pair_sampling
+from .measure import prompts_for
 from .speed import CostProfile, profile_from_dict
 
-__all__ = ["WIDTHS", "FILE", "profile_here", "stored", "drifted", "machine_key", "costs_by_width"]
+__all__ = ["WIDTHS", "FILE", "profile_here", "stored", "drifted", "machine_key", "loop_costs"]
 
 WIDTHS = tuple(range(1, 8))   # a step, and verifies for γ 1..6
 FILE = "here.json"
@@ -99,42 +101,60 @@ def stored(pair_key: str, drafter: str, device: str, dtype: str, threads: int | 
         return None
 
 
-def _draft_ms(pair, drafter: str, prompt: str) -> float:
-    """The drafter's time per draft, from a short speculative run (its forwards and its sampling)."""
-    gen = speculative_generate(pair, prompt, RunSettings(gamma=4, max_new_tokens=24, drafter=drafter), trace=False)
-    return 1000 * gen.stats.draft_seconds / max(gen.stats.draft_forwards, 1)
+def loop_costs(steps: list[float], rounds: dict[int, list[float]], drafts: list[float]) -> tuple[float, float, dict]:
+    """(target step, draft step, {width: verify}) in ms, from timed runs: `steps`, the target alone's
+    ms a token; `rounds[γ]`, speculation's ms a round at γ, one for each full round; `drafts`, the
+    runs' ms a draft. The costs of a round's whole loop (its forwards, sampling, bookkeeping and
+    trace), as a compared run's own "whole loop" costs are (`speed.run_point`): γ c + v is a round
+    at γ, in target steps. Medians: another process on the cores adds time to the forwards it
+    preempts and not to all alike (the medians of 5 forwards a width, under two busy processes, put
+    a verify over 6 tokens at 0.79 steps); many rounds a γ outvote a few preempted ones."""
+    step, draft = statistics.median(steps), statistics.median(drafts)
+    return step, draft, {1: step, **{g + 1: statistics.median(rounds[g]) - g * draft for g in sorted(rounds)}}
 
 
-def costs_by_width(times: dict[int, list[float]]) -> dict[int, float]:
-    """Each width's cost in ms from its timed forwards (`times[1]`: the one-token steps): the median
-    step, the level a run meets now, times the width's ratio to a step between their fastest forwards.
-    Another process on the cores only adds time to a forward it preempts, and not to all alike: with
-    two busy processes beside a one-thread run, the medians of 5 forwards a width came out in no order
-    (a verify over 6 tokens at 0.79 steps). The fastest forwards are the least disturbed."""
-    step = statistics.median(times[1])
-    fastest_step = min(times[1])
-    return {w: step * min(ts) / fastest_step for w, ts in times.items()}
+def _full_rounds(gen) -> tuple[list[float], float]:
+    """A traced speculative run's ms for each full round past the first (which also reads the prompt;
+    a round cut short by the run's end costs less), each with its share of the work between rounds;
+    and its ms a draft."""
+    rounds = gen.rounds[1:]
+    full = [r for r in rounds if r.gamma == gen.settings.gamma]
+    between = gen.stats.wall_seconds - sum(r.draft_seconds + r.verify_seconds for r in gen.rounds)
+    share = between / len(gen.rounds)
+    drafted = sum(r.gamma for r in rounds)
+    return ([1000 * (r.draft_seconds + r.verify_seconds + share) for r in full],
+            1000 * sum(r.draft_seconds for r in rounds) / max(drafted, 1))
 
 
-def measure(pair, pair_key: str, drafter: str, threads: int, steps: int = 7) -> dict:
-    """The profile's JSON object, measured now with `threads` torch threads."""
-    prompt = prompts_for(pair)[0]
+def measure(pair, pair_key: str, drafter: str, threads: int, tokens: int = 16, passes: int = 2) -> dict:
+    """The profile's JSON object, measured now with `threads` torch threads: the target alone (`tokens`
+    new tokens less 1, so that reading the prompt drops out) and a traced speculative run at each γ
+    the widths cover, at the pair's own sampling, in `passes` passes (the second in reverse order)."""
+    prompt = prompts_for(pair)[-1]   # a long answer: the first question's ends at its end token after 10 tokens
+    settings = RunSettings(max_new_tokens=tokens, sampling=pair_sampling(pair_key), drafter=drafter)
+    gammas = [w - 1 for w in WIDTHS if w > 1]
+    steps, rounds, drafts = [], {g: [] for g in gammas}, []
     with run_threads(threads):
-        meter = CostMeter(pair, pair.encode(prompt)[1], list(WIDTHS))
-        for i in range(2 + steps):   # 2 untimed: the first fills the caches with the prompt
-            meter.step(timed=i >= 2)
-        draft_ms = _draft_ms(pair, drafter, prompt)
-    verify_ms = costs_by_width({w: meter.times[w] for w in WIDTHS})
+        speculative_generate(pair, prompt, settings.with_(gamma=gammas[-1]), trace=False)   # untimed: warms up
+        for k in range(passes):
+            for g in (gammas if k % 2 == 0 else gammas[::-1]):
+                each, per_draft = _full_rounds(speculative_generate(pair, prompt, settings.with_(gamma=g)))
+                rounds[g] += each
+                drafts.append(per_draft)
+            whole, first = (autoregressive_generate(pair, prompt, settings.with_(max_new_tokens=n)).stats
+                            for n in (tokens, 1))
+            if whole.new_tokens > 1:
+                steps.append(1000 * (whole.wall_seconds - first.wall_seconds) / (whole.new_tokens - 1))
+    step, draft, verify_ms = loop_costs(steps, {g: ms for g, ms in rounds.items() if ms}, drafts)
     d = pair.describe()
     count = f"{threads} torch thread{'s' if threads > 1 else ''}"
     where = f"this machine ({platform.machine()}, {count})"
     return {"name": f"here: {d['target']}, {drafter} drafter, {d['dtype']}, {count}",
             "where": where, "when": time.strftime("%Y-%m-%d %H:%M"), "device": d["device"], "dtype": d["dtype"],
-            "engine": d["engine"], "target_step_ms": round(verify_ms[1], 4),
-            "draft_step_ms": round(draft_ms, 4),
+            "engine": d["engine"], "target_step_ms": round(step, 4), "draft_step_ms": round(draft, 4),
             "verify_ms_by_width": {str(w): round(ms, 4) for w, ms in verify_ms.items()},
-            "source": f"measured on this machine at load ({steps} timed forwards a width: the median step,"
-                      " each width's ratio to it from their fastest)",
+            "source": f"measured on this machine at load: runs of {tokens} tokens at its own sampling, the target "
+                      f"alone and each γ, the fastest of {passes}; a round's whole loop, as a compared run's",
             "pair": pair_key, "drafter": drafter, "threads": threads, "machine": machine_key(),
             "measured_at": time.time()}
 
