@@ -31,5 +31,6 @@ def measure_here(pair, preset: str, drafter: str) -> None:
     kind = find(drafter)
     if PRESETS.get(preset) and PRESETS[preset].source and kind and kind.gamma_from_card and pair.device == "cpu":
         if calibrate.stored(preset, drafter, "cpu", str(pair.dtype).replace("torch.", "")) is None:
-            print("measuring what this model costs a round on this machine (about ten seconds, once)", file=sys.stderr)
+            print("measuring what this model costs a round on this machine (about fifteen seconds, once)",
+                  file=sys.stderr)
         calibrate.profile_here(pair, preset, drafter)

@@ -113,6 +113,24 @@ def loop_costs(steps: list[float], rounds: dict[int, list[float]], drafts: list[
     return step, draft, {1: step, **{g + 1: statistics.median(rounds[g]) - g * draft for g in sorted(rounds)}}
 
 
+class _StepClock:
+    """Passed to a run of the target alone as its `stop`: the decoder checks it before every forward,
+    so the times it was checked at split the run into its steps (forward, probabilities, the draw);
+    the first, which also reads the prompt, is left out."""
+
+    reason = None
+
+    def __init__(self):
+        self.at: list[float] = []
+
+    def is_set(self) -> bool:
+        self.at.append(time.perf_counter())
+        return False
+
+    def steps_ms(self) -> list[float]:
+        return [1000 * (b - a) for a, b in zip(self.at[1:], self.at[2:])]
+
+
 def _full_rounds(gen) -> tuple[list[float], float]:
     """A traced speculative run's ms for each full round past the first (which also reads the prompt;
     a round cut short by the run's end costs less), each with its share of the work between rounds;
@@ -126,10 +144,11 @@ def _full_rounds(gen) -> tuple[list[float], float]:
             1000 * sum(r.draft_seconds for r in rounds) / max(drafted, 1))
 
 
-def measure(pair, pair_key: str, drafter: str, threads: int, tokens: int = 16, passes: int = 2) -> dict:
-    """The profile's JSON object, measured now with `threads` torch threads: the target alone (`tokens`
-    new tokens less 1, so that reading the prompt drops out) and a traced speculative run at each γ
-    the widths cover, at the pair's own sampling, in `passes` passes (the second in reverse order)."""
+def measure(pair, pair_key: str, drafter: str, threads: int, tokens: int = 16, passes: int = 2,
+            alone_tokens: int = 8) -> dict:
+    """The profile's JSON object, measured now with `threads` torch threads: a traced speculative run
+    of `tokens` tokens at each γ the widths cover, each followed by the target alone for
+    `alone_tokens`, at the pair's own sampling, in `passes` passes (the second in reverse order)."""
     prompt = prompts_for(pair)[-1]   # a long answer: the first question's ends at its end token after 10 tokens
     settings = RunSettings(max_new_tokens=tokens, sampling=pair_sampling(pair_key), drafter=drafter)
     gammas = [w - 1 for w in WIDTHS if w > 1]
@@ -141,10 +160,9 @@ def measure(pair, pair_key: str, drafter: str, threads: int, tokens: int = 16, p
                 each, per_draft = _full_rounds(speculative_generate(pair, prompt, settings.with_(gamma=g)))
                 rounds[g] += each
                 drafts.append(per_draft)
-            whole, first = (autoregressive_generate(pair, prompt, settings.with_(max_new_tokens=n)).stats
-                            for n in (tokens, 1))
-            if whole.new_tokens > 1:
-                steps.append(1000 * (whole.wall_seconds - first.wall_seconds) / (whole.new_tokens - 1))
+                clock = _StepClock()   # and steps of the target alone beside each, timed in the same minute
+                autoregressive_generate(pair, prompt, settings.with_(max_new_tokens=alone_tokens), stop=clock)
+                steps += clock.steps_ms()
     step, draft, verify_ms = loop_costs(steps, {g: ms for g, ms in rounds.items() if ms}, drafts)
     d = pair.describe()
     count = f"{threads} torch thread{'s' if threads > 1 else ''}"
@@ -153,8 +171,9 @@ def measure(pair, pair_key: str, drafter: str, threads: int, tokens: int = 16, p
             "where": where, "when": time.strftime("%Y-%m-%d %H:%M"), "device": d["device"], "dtype": d["dtype"],
             "engine": d["engine"], "target_step_ms": round(step, 4), "draft_step_ms": round(draft, 4),
             "verify_ms_by_width": {str(w): round(ms, 4) for w, ms in verify_ms.items()},
-            "source": f"measured on this machine at load: runs of {tokens} tokens at its own sampling, the target "
-                      f"alone and each γ, the fastest of {passes}; a round's whole loop, as a compared run's",
+            "source": f"measured on this machine at load: runs of {tokens} tokens at each γ and of the target alone "
+                      f"beside them, at its own sampling, {passes} passes, medians; a round's whole loop, as a "
+                      "compared run's",
             "pair": pair_key, "drafter": drafter, "threads": threads, "machine": machine_key(),
             "measured_at": time.time()}
 

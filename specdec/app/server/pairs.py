@@ -55,14 +55,14 @@ def get_pair(key: str = BUNDLED, progress: realmodel.Progress | None = None) -> 
 
 
 def _measure_costs(pair: ModelPair, key: str, progress) -> None:
-    """A real model's costs measured on this machine once (`explain.calibrate`: about ten seconds, then
-    kept in the user's cache): the γ a run starts with and the page's predictions read them."""
+    """A real model's costs measured on this machine once (`explain.calibrate`: about fifteen seconds,
+    then kept in the user's cache): the γ a run starts with and the page's predictions read them."""
     if PRESETS[key].source is None or not str(pair.device).startswith("cpu"):
         return
     picked = [d for d in drafters_for(pair) if kind_of(d).gamma_from_card]   # whose γ a profile picks
     if picked:
         if progress is not None:
-            progress(1.0, "measuring what its rounds cost on this machine (about ten seconds, once)")
+            progress(1.0, "measuring what its rounds cost on this machine (about fifteen seconds, once)")
         for drafter in picked:
             calibrate.profile_here(pair, key, drafter)
 
