@@ -44,3 +44,26 @@ def test_a_third_of_the_rounds_preempted_moves_a_cost_less_than_the_quiet_spread
 def test_negative_control_means_of_the_same_rounds_move_with_the_preemption():
     for g, ms in ROUNDS.items():
         assert statistics.mean(preempted(ROUNDS)[g]) - statistics.mean(ms) > max(ms) - min(ms)
+
+
+def test_a_compared_runs_rounds_drop_the_profile_only_past_the_drift_in_target_steps(tmp_path):
+    """The profile says a round at γ 2 costs 2 c + v target steps; a compared run whose round cost
+    within `DRIFT` of that keeps it, one past it drops it (from the cache file too). Slower in ms alike
+    on both sides (a browser on the same cores) is no drift: only the steps count."""
+    import json
+
+    from specdec.explain import calibrate
+    from specdec.explain.speed import profile_from_dict
+
+    row = {"name": "here: a test pair", "where": "this machine", "when": "now", "device": "cpu",
+           "dtype": "bfloat16", "engine": "eager", "target_step_ms": 42.0, "draft_step_ms": 3.36,
+           "verify_ms_by_width": {"1": 42.0, "3": 46.2}, "source": "a test", "machine": calibrate.machine_key()}
+    store = tmp_path / calibrate.FILE
+    store.write_text(json.dumps([row]))
+    profile = profile_from_dict(row)
+    expected = 2 * 3.36 / 42.0 + 46.2 / 42.0   # 1.26 steps
+    inside, outside = expected * (1 + 0.9 * calibrate.DRIFT), expected * (1 + 1.1 * calibrate.DRIFT)
+    assert not calibrate.drifted(profile, 3, outside, root=tmp_path)   # a width it never measured: no verdict
+    assert not calibrate.drifted(profile, 2, inside, root=tmp_path) and json.loads(store.read_text()) == [row]
+    assert not calibrate.drifted(profile, 2, expected / (1 + 0.9 * calibrate.DRIFT), root=tmp_path)
+    assert calibrate.drifted(profile, 2, outside, root=tmp_path) and json.loads(store.read_text()) == []

@@ -37,7 +37,7 @@ __all__ = ["WIDTHS", "FILE", "profile_here", "stored", "drifted", "machine_key",
 WIDTHS = tuple(range(1, 8))   # a step, and verifies for γ 1..6
 FILE = "here.json"
 MAX_AGE_DAYS = 7
-DRIFT = 0.30                   # a run's step this far from the profile's (either way) drops the profile
+DRIFT = 0.15                   # a compared run's round this far from the profile's (either way) drops it
 STORE: Path | None = None     # where the profiles are kept, when not the user's cache (the tests' own folder)
 _memory: dict[tuple, dict] = {}
 _lock = threading.Lock()
@@ -195,10 +195,15 @@ def profile_here(pair, pair_key: str, drafter: str, root=None) -> CostProfile:
     return profile_from_dict(row)
 
 
-def drifted(profile: CostProfile, step_ms: float, root=None) -> bool:
-    """Whether a run's measured target step (ms) is more than `DRIFT` away from `profile`'s; if so the
-    profile is dropped (memory and cache), and the next `profile_here` measures again."""
-    if profile.target_step_ms <= 0 or abs(step_ms / profile.target_step_ms - 1) <= DRIFT:
+def drifted(profile: CostProfile, gamma: int, round_steps: float, root=None) -> bool:
+    """Whether a compared run's round at `gamma` (its whole loop in target steps, γ c + v, as
+    `speed.run_point` counts it) is more than `DRIFT` away from what `profile` says; if so the profile
+    is dropped (memory and cache), and the next `profile_here` measures again. In target steps, not
+    ms: a browser drawing on the same cores slows the run and the target alone alike, and the
+    prediction reads only the ratio."""
+    v = profile.verify(gamma)
+    expected = gamma * profile.c + v if v is not None else 0.0
+    if expected <= 0 or abs(round_steps / expected - 1) <= DRIFT:
         return False
     with _lock:
         for key, row in list(_memory.items()):
@@ -209,4 +214,3 @@ def drifted(profile: CostProfile, step_ms: float, root=None) -> bool:
         if len(kept) != len(rows):
             _write(kept, root)
     return True
-

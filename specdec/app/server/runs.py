@@ -28,6 +28,7 @@ from ...decoding.loop import STOPPED, TIME_LIMIT, StopSignal, autoregressive_gen
 from ...drafting.drafters import drafters_for
 from ...explain import calibrate
 from ...explain.measure import Repeats, timed_repeats
+from ...explain.speed import run_point
 from ...trace.spine import Generation
 from . import device_queue, flights, limits, workers
 from .api import DEFAULT_PROMPT
@@ -195,8 +196,11 @@ def _timed(prompt: str, preset: str, settings: RunSettings, stop: StopSignal, on
     pair = get_pair(preset)
     with _unstreamed_turn(pair, stop):
         repeats = timed_repeats(pair, prompt, settings, repeats=COMPARE_REPEATS, stop=stop, on_repeat=on_repeat)
-        remeasure_if_drifted(pair, preset, settings.drafter, repeats.ar)
+        remeasure_if_drifted(pair, preset, settings.drafter, repeats)
         return repeats
+
+
+DRIFT_ROUNDS = 16   # a compared run this long or longer can say its rounds drifted (the page's 64 tokens: ~40)
 
 
 def target_step_here(preset: str, drafter: str) -> float | None:
@@ -206,15 +210,18 @@ def target_step_here(preset: str, drafter: str) -> float | None:
     return profile.target_step_ms if profile is not None else None
 
 
-def remeasure_if_drifted(pair, preset: str, drafter: str, alone: Generation) -> None:
-    """Where the target alone's steps in a compared run have moved away from the costs measured here
+def remeasure_if_drifted(pair, preset: str, drafter: str, repeats: Repeats) -> None:
+    """Where a compared run's rounds, in target steps, have moved away from the costs measured here
     (`calibrate.DRIFT`), those costs are measured again now, so the next run's γ pick and prediction
-    read this machine as it is."""
-    s, threads = alone.stats, alone.models.get("threads")
+    read this machine as it is. A run of fewer than `DRIFT_ROUNDS` rounds says too little to judge."""
+    spec, alone = repeats.spec, repeats.ar
+    threads, gamma = alone.models.get("threads"), spec.settings.gamma
     profile = calibrate.stored(preset, drafter, str(pair.device).split(":")[0], str(pair.dtype).replace("torch.", ""),
                                threads) if threads else None
-    if profile is not None and s.target_forwards and s.stopped in ("max_new_tokens", "eos"):
-        if calibrate.drifted(profile, 1000 * s.verify_seconds / s.target_forwards):
+    ended = all(g.stats.stopped in ("max_new_tokens", "eos") for g in (spec, alone))
+    whole = run_point(spec.stats, gamma, alone.stats).whole_loop
+    if profile is not None and ended and whole is not None and spec.stats.rounds >= DRIFT_ROUNDS:
+        if calibrate.drifted(profile, gamma, gamma * whole.c + whole.verify(gamma)):
             calibrate.profile_here(pair, preset, drafter)
 
 
