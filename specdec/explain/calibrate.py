@@ -106,9 +106,8 @@ def loop_costs(steps: list[float], rounds: dict[int, list[float]], drafts: list[
     ms a token; `rounds[γ]`, speculation's ms a round at γ, one for each full round; `drafts`, the
     runs' ms a draft. The costs of a round's whole loop (its forwards, sampling, bookkeeping and
     trace), as a compared run's own "whole loop" costs are (`speed.run_point`): γ c + v is a round
-    at γ, in target steps. Medians: another process on the cores adds time to the forwards it
-    preempts and not to all alike (the medians of 5 forwards a width, under two busy processes, put
-    a verify over 6 tokens at 0.79 steps); many rounds a γ outvote a few preempted ones."""
+    at γ, in target steps. Medians: another process on the cores adds time to the rounds it
+    preempts and not to all alike, and many rounds a γ outvote a few preempted ones."""
     step, draft = statistics.median(steps), statistics.median(drafts)
     return step, draft, {1: step, **{g + 1: statistics.median(rounds[g]) - g * draft for g in sorted(rounds)}}
 
@@ -149,7 +148,7 @@ def measure(pair, pair_key: str, drafter: str, threads: int, tokens: int = 16, p
     """The profile's JSON object, measured now with `threads` torch threads: a traced speculative run
     of `tokens` tokens at each γ the widths cover, each followed by the target alone for
     `alone_tokens`, at the pair's own sampling, in `passes` passes (the second in reverse order)."""
-    prompt = prompts_for(pair)[-1]   # a long answer: the first question's ends at its end token after 10 tokens
+    prompt = prompts_for(pair)[-1]   # a long answer: a run that ends at its end token has fewer full rounds
     settings = RunSettings(max_new_tokens=tokens, sampling=pair_sampling(pair_key), drafter=drafter)
     gammas = [w - 1 for w in WIDTHS if w > 1]
     steps, rounds, drafts = [], {g: [] for g in gammas}, []
