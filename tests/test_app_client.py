@@ -210,3 +210,43 @@ def test_every_example_runs(example, request, monkeypatch):
     gen = outputs[-1]["run_state"]
     assert gen.settings.drafter == example.drafter and gen.prompt == example.prompt
     assert gen.settings.sampling.temperature == example.temperature and gen.settings.gamma == example.gamma
+
+
+# ---------------------------------------------------------------- one call after another
+
+READER_LATE_S = 2.0   # far beyond the job thread's 50 ms poll plus a submit's round trip
+
+
+def _reader_reads_the_close_late(monkeypatch):
+    """Delay the client's reader thread as a busy machine can: it reads the server's close of the
+    event stream READER_LATE_S late, after the call's result is back. Only the reader's parse of
+    that one message is slowed; the server is the real one."""
+    import time
+    import types
+
+    import gradio_client.client as gc_client
+
+    def loads(text, *args, **kwargs):
+        message = json.loads(text, *args, **kwargs)
+        if isinstance(message, dict) and message.get("msg") == "close_stream":
+            time.sleep(READER_LATE_S)
+        return message
+
+    monkeypatch.setattr(gc_client, "json", types.SimpleNamespace(loads=loads, dumps=json.dumps))
+
+
+def test_a_call_right_after_another_is_not_cancelled_when_the_reader_is_late(app_url, monkeypatch):
+    """app_client waits for the previous call's stream to close (specdec/bench/app_client.py says
+    why). Negative control: gradio_client's own Client, with the same late reader, has its second
+    call cancelled."""
+    import concurrent.futures
+
+    _reader_reads_the_close_late(monkeypatch)
+    ours = app_client(app_url)
+    first, second = generate(ours, max_new_tokens=4), generate(ours, max_new_tokens=4)
+    assert first["status"].startswith("Done: 4 tokens") and second["status"].startswith("Done: 4 tokens")
+    assert second["text"] == first["text"]   # the same request (seed 3), the same run
+    stock = gradio_client.Client(app_url, verbose=False, ssl_verify=False)
+    generate(stock, max_new_tokens=4)
+    with pytest.raises(concurrent.futures.CancelledError):
+        generate(stock, max_new_tokens=4)
