@@ -597,3 +597,31 @@ def test_whitespace_tokens_are_visible_and_labels_are_not_double_escaped(page):
     labels = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot text'))
         .map(t => t.textContent)""")
     assert not [t for t in labels if "&amp;" in t or "&quot;" in t or "&lt;" in t], labels[:20]
+
+
+# The speed explorer's curves as the page drew them: a number that changes at each drawing.
+CURVES_DRAWN = """() => { const gd = document.querySelector('#speed-curves .js-plotly-plot');
+  if (!gd || !gd.data) return 0;
+  if (gd.data !== window.__curvesData) {
+    window.__curvesData = gd.data; window.__curvesDrawn = (window.__curvesDrawn || 0) + 1; }
+  return window.__curvesDrawn; }"""
+
+
+def test_the_speed_explorer_is_drawn_when_its_tab_opens_not_at_every_run(page):
+    """A run's end drew the explorer's three charts in its hidden tab (once the tab had been opened;
+    and it cost the server 0.1-0.25 s either way) on the cores that draw the run's own step charts:
+    a run ended while the Decode tab is in view leaves the explorer as it was, and opening its tab
+    draws it with that run."""
+    page.get_by_role("tab", name="Speed explorer").click()   # drawn once, so its charts are on the page
+    page.wait_for_function(f"() => ({CURVES_DRAWN})() > 0", timeout=RUN_TIMEOUT)
+    page.get_by_role("tab", name="Decode").click()
+    before = page.evaluate(CURVES_DRAWN)
+    run(page, max_new=16)
+    page.wait_for_timeout(2000)   # a change event's drawing comes within a few hundred ms of "Done"
+    assert page.evaluate(CURVES_DRAWN) == before
+    page.get_by_role("tab", name="Speed explorer").click()
+    page.wait_for_function(f"(n) => ({CURVES_DRAWN})() > n", arg=before, timeout=RUN_TIMEOUT)
+    alpha = page.locator("#metrics").inner_text().split("acceptance rate α")[1].split()[0]
+    page.wait_for_function("(said) => document.querySelector('#speed-note').innerText.includes(said)",
+                           arg=f"This run: γ = 4, α = {alpha} from", timeout=RUN_TIMEOUT)
+    page.get_by_role("tab", name="Decode").click()

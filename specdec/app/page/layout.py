@@ -27,7 +27,7 @@ from ..shows import charts, step_charts
 from ..shows.glossary import GLOSSARY
 from . import early, handlers, jumps
 from .lab_tab import build_lab_tab
-from .speed_tab import build_speed_tab
+from .speed_tab import build_speed_tab, hidden_by
 
 __all__ = ["build_app", "launch_kwargs"]
 
@@ -50,19 +50,20 @@ def build_app() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Accordion("Glossary: γ, α, β, TV, c, v", open=False, elem_id="glossary"):   # from every tab
             gr.Markdown(GLOSSARY, latex_delimiters=[])
-        with gr.Tab("Decode"):
+        with gr.Tab("Decode") as decode_tab:
             _controls(v)
             _run_view(v)
             _step_viewer(v)
             _traces(v)
-        with gr.Tab("Exactness lab"):
+        with gr.Tab("Exactness lab") as lab_tab:
             build_lab_tab(v.run_state, v.selection, also_from=[v.send_to_lab])
         with gr.Tab("Speed explorer") as speed_tab:
-            build_speed_tab(v.speed_run, speed_tab, v.preset)
-        with gr.Tab("How it works"):
+            speed_open = build_speed_tab(v.speed_run, speed_tab, v.preset)
+        with gr.Tab("How it works") as how_tab:
             gr.Markdown((STATIC / "how_it_works.md").read_text(encoding="utf-8"),
                         latex_delimiters=[{"left": "$$", "right": "$$", "display": True},
                                           {"left": "$", "right": "$", "display": False}])
+        hidden_by((decode_tab, lab_tab, how_tab), speed_open)
         _wire_run(demo, v)
         _wire_steps(v)
         _wire_traces(v)
@@ -324,12 +325,25 @@ def _wire_run(demo: gr.Blocks, v) -> None:
 
 
 def _with_held_parts(v, event):
-    """After `event`, the held step figures (`handlers.HELD_PARTS`), one event each: a browser
-    task each; then `window.specdecStepsShown` counts one more (`STEPS_SHOWN`)."""
+    """After `event`, once the browser is idle (`IDLE_FIRST`), the held step figures
+    (`handlers.HELD_PARTS`), one event each: a browser task each; then `window.specdecStepsShown`
+    counts one more (`STEPS_SHOWN`)."""
+    event = event.success(None, None, None, js=IDLE_FIRST, api_name=False, **QUIET)
     for part, names in enumerate(handlers.HELD_PARTS):
         event = event.success(lambda held, part=part: _named(v, handlers.release_held(held, part)), [v.held],
                               _all(v, names), api_name=False, **QUIET)
     return event.then(None, None, None, js=STEPS_SHOWN, api_name=False, **QUIET)
+
+
+# The held figures wait until the browser has drawn what the event before them showed (a run's
+# "Done" with its text, timeline and numbers; a step's caption and marks) and is idle: asked at
+# once, the first figure came back while "Done" was still being drawn (Plotly fits a redrawn chart
+# again 100 ms later) and held the main thread in the same stretch. At most IDLE_WAIT_MS; where a
+# browser has no requestIdleCallback, two frames.
+IDLE_WAIT_MS = 400
+IDLE_FIRST = ("() => new Promise((go) => window.requestIdleCallback"
+              f" ? window.requestIdleCallback(() => go(), {{timeout: {IDLE_WAIT_MS}}})"
+              " : requestAnimationFrame(() => requestAnimationFrame(() => go())))")
 
 
 # Counts the step views shown in full, their last figure drawn (after the frame that draws it): a

@@ -293,9 +293,11 @@ def note_markdown(point: RunPoint | None, chosen: CostProfile | None, what_if, p
     return "\n\n".join(lines)
 
 
-def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> None:
+def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> gr.State:
     """Lay out the explorer inside the caller's current container (the app's "Speed explorer" tab);
-    before a run of its own it opens on a profile of the pair in `preset` on this kind of device."""
+    before a run of its own it opens on a profile of the pair in `preset` on this kind of device.
+    Returns the state that says whether the tab is in view: the caller's other tabs set it False
+    when selected (`hidden_by`), and a run that ends meanwhile is drawn when this tab opens."""
     device = pick_device()[0]
     v = SimpleNamespace()   # every component an output name refers to
     gr.Markdown(INTRO, elem_id="speed-intro", latex_delimiters=[])
@@ -319,6 +321,10 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> No
     # What the controls are set to, kept on the server: a run that ends while this tab is hidden,
     # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
     v.chosen = gr.State(None)
+    # Whether this tab is in view. Why: a run's end changes `speed_run`, and drawing the explorer
+    # then cost the server 0.1-0.25 s and the browser three charts in a hidden tab, on the same
+    # cores as the run's own step charts; opening the tab draws it (`tab.select`).
+    v.open = gr.State(False)
     outputs = [getattr(v, n) for n in [*OUTPUTS, "chosen"]]
 
     def shown(point, chosen: dict, pair) -> dict:
@@ -341,12 +347,23 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> No
         return shown(point, {**(chosen or {"run": point_key(point, pair)}), "name": name, "gamma": gamma,
                              "alpha": alpha, "c": None}, pair)
 
+    def on_run(point, chosen, pair, open_):   # a run ended, or another pair was picked
+        return on_show(point, chosen, pair) if open_ else gr.skip()
+
     quiet = dict(api_name=False, show_progress="hidden")
-    speed_run.change(on_show, [speed_run, v.chosen, preset], outputs, **quiet)
-    tab.select(on_show, [speed_run, v.chosen, preset], outputs, **quiet)
+    speed_run.change(on_run, [speed_run, v.chosen, preset, v.open], outputs, **quiet)
+    tab.select(lambda *args: {**on_show(*args), v.open: True}, [speed_run, v.chosen, preset], [*outputs, v.open],
+               **quiet)
     v.profile.input(on_profile, [speed_run, v.chosen, preset, v.profile, v.gamma, v.alpha], outputs, **quiet)
     for slider in (v.gamma, v.alpha, v.c):
         slider.release(on_control, [speed_run, v.chosen, preset, v.profile, v.gamma, v.alpha, v.c], outputs, **quiet)
+    return v.open
+
+
+def hidden_by(tabs, open_: gr.State) -> None:
+    """Selecting any of `tabs` puts the speed explorer out of view (`build_speed_tab`)."""
+    for other in tabs:
+        other.select(lambda: False, None, open_, queue=False, api_name=False, show_progress="hidden")
 
 
 def point_key(point: RunPoint | None, pair: str | None = None) -> str:
