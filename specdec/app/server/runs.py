@@ -254,10 +254,12 @@ def _notice(device):
 
 def warm_up(pair) -> None:
     """Run both decoders once on a loaded pair (a few tokens): the first request then pays no
-    one-time start-up cost, so its timings, and the speedup the page shows, are fair. Then the
-    worker processes start (`workers`, on a CPU), in the background."""
+    one-time start-up cost, so its timings, and the speedup the page shows, are fair. Then what
+    start-up made is left out of later garbage collections (`device_queue.freeze_start_up`), and
+    the worker processes start (`workers`, on a CPU), in the background."""
     with device_queue.turn(pair.device):
         for drafter in drafters_for(pair):
             speculative_generate(pair, DEFAULT_PROMPT, RunSettings(gamma=4, max_new_tokens=8, drafter=drafter))
         autoregressive_generate(pair, DEFAULT_PROMPT, RunSettings(max_new_tokens=8))
+    device_queue.freeze_start_up()
     workers.start(pair)
