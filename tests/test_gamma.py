@@ -127,6 +127,36 @@ def test_picking_a_pair_moves_gamma_to_its_pick_and_back_but_keeps_a_gamma_the_v
     assert follow_gamma(REAL, "features", 4, 0.2, "cuda") == (4, "")              # nothing measured there
 
 
+def test_a_gamma_the_page_picked_follows_the_next_pair_after_the_visitor_moved_the_temperature(tmp_path, monkeypatch):
+    """The real pair picked at its own sampling (T 0.2) gets γ 2 from its card's α there; the visitor
+    moves T to 1, where its α picks γ 1; back on the bundled pair, γ 2 is still the page's pick, not
+    the visitor's: it returns to the usual 4. (It was kept "as you set it": the rule looked for the
+    page's picks at the current T only. A test on the real pair met it with costs measured under load.)"""
+    import specdec.explain.gamma as gamma_module
+    from specdec.app.page.pair_words import follow_gamma
+    from specdec.models.pair import PRESETS
+
+    folder = features_folder_of(PRESETS[REAL].target)
+    low, high = card_alpha(folder, 1.0)[0], card_alpha(folder, 0.2)[0]
+    assert low < high   # the card: α falls from T 0.2 to T 1, so the best γ can fall with it
+    # Costs where γ 2 ties γ 1 (within TIE, the smaller kept) halfway between the two α: v over 3
+    # tokens from speedup(α, 2) (1 − TIE) = speedup(α, 1), at c 0.05 and v over 2 tokens 1.0.
+    c, mid = 0.05, (low + high) / 2
+    v3 = (1 - TIE) * (1 + mid + mid ** 2) * (c + 1.0) / (1 + mid) - 2 * c
+    entry = {"name": "knife-edge", "where": "this CPU", "when": "2026-11-28", "device": "cpu", "dtype": "float32",
+             "engine": "eager", "target_step_ms": STEP, "draft_step_ms": c * STEP,
+             "verify_ms_by_width": {"1": STEP, "2": STEP, "3": v3 * STEP}, "source": "a test",
+             "pair": REAL, "drafter": "features"}
+    path = tmp_path / "cost-profiles.json"
+    path.write_text(json.dumps([entry]))
+    monkeypatch.setattr(gamma_module, "PROFILES", path)
+    assert [gamma_for(REAL, "features", t, "cpu").gamma for t in (0.2, 1.0)] == [2, 1]
+    value, said = follow_gamma(REAL, "features", 4, 0.2, "cpu", "float32")   # picked at its own sampling
+    assert value == 2 and said.startswith("γ: 4 → 2. ")
+    value, said = follow_gamma("bundled", "model", 2, 1.0, "cpu")   # T moved to 1, then the bundled pair
+    assert value == 4 and said == "γ: 2 → 4. ", said
+
+
 def test_a_compared_run_is_told_what_each_gamma_would_have_given_at_its_alpha(profiles, monkeypatch):
     import specdec.explain.gamma as gamma_module
     from specdec.explain.gamma import run_gamma_sentence

@@ -97,9 +97,12 @@ def follow_gamma(preset_key, drafter, gamma, temperature, device: str | None = N
     usual, device = RunSettings().gamma, device or pick_device()[0]   # not loaded yet: where it will load
     pick = gamma_for(preset_key, drafter, temperature, device, dtype or own_dtype(preset_key, device))
     own = pick.gamma if pick is not None else usual
-    picks = [gamma_for(key, kind.name, temperature, device, dt) for key in PRESETS for kind in kinds()
-             if kind.gamma_from_card for dt in {own_dtype(key, device), "float32"}]   # any pair's own γ (float32:
-    # where its own precision fell back), replaced as the usual one is
+    # Any pair's own γ is replaced as the usual one is: its pick in its own precision or in float32
+    # (where its own fell back), at this temperature or at the pair's own sampling's, where the page
+    # picked it (a visitor who then moved T had still not set γ).
+    picks = [gamma_for(key, kind.name, t, device, dt) for key in PRESETS for kind in kinds()
+             if kind.gamma_from_card for dt in {own_dtype(key, device), "float32"}
+             for t in {temperature, pair_sampling(key).temperature}]
     if gamma is None or gamma == own or gamma in {usual, *(p.gamma for p in picks if p is not None)}:
         said = "" if gamma in (None, own) else f"γ: {gamma:g} → {own}. "
         return own, said + (pick.sentence() + " " if pick is not None else "")
