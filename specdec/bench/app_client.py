@@ -37,9 +37,10 @@ def app_client(url: str, **kwargs):
         def wait_for_stream_to_close(self, timeout: float = STREAM_CLOSE_WAIT_S) -> None:
             """Return once the event stream is closed or serves a call still pending (calls from
             several threads at once share it), or after `timeout` seconds."""
+            lock = getattr(self, "pending_lock", None)   # gradio_client 2.7's; another version: no wait
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                with self.pending_lock:
+            while lock is not None and time.monotonic() < deadline:
+                with lock:
                     reader, pending = self.streaming_future, bool(self.pending_event_ids)
                 if reader is None or reader.done() or pending:
                     return
