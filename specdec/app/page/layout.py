@@ -337,8 +337,8 @@ def _with_held_parts(v, event):
 
 # The held figures wait until the browser has drawn what the event before them showed (a run's
 # "Done" with its text, timeline and numbers; a step's caption and marks) and is idle: asked at
-# once, the first figure came back while "Done" was still being drawn (Plotly fits a redrawn chart
-# again 100 ms later) and held the main thread in the same stretch. At most IDLE_WAIT_MS; where a
+# once, the first figure comes back while "Done" is still being drawn (Plotly fits a redrawn chart
+# again 100 ms later) and holds the main thread in the same stretch. At most IDLE_WAIT_MS; where a
 # browser has no requestIdleCallback, two frames.
 IDLE_WAIT_MS = 400
 IDLE_FIRST = ("() => new Promise((go) => window.requestIdleCallback"

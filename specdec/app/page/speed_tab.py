@@ -322,7 +322,7 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> gr
     # and a click on the tab, each read it fresh (a control's value in the page can be stale then).
     v.chosen = gr.State(None)
     # Whether this tab is in view. Why: a run's end changes `speed_run`, and drawing the explorer
-    # then cost the server 0.1-0.25 s and the browser three charts in a hidden tab, on the same
+    # then costs the server 0.1-0.25 s and the browser three charts in a hidden tab, on the same
     # cores as the run's own step charts; opening the tab draws it (`tab.select`).
     v.open = gr.State(False)
     outputs = [getattr(v, n) for n in [*OUTPUTS, "chosen"]]
@@ -347,7 +347,7 @@ def build_speed_tab(speed_run: gr.State, tab: gr.Tab, preset: gr.Dropdown) -> gr
         return shown(point, {**(chosen or {"run": point_key(point, pair)}), "name": name, "gamma": gamma,
                              "alpha": alpha, "c": None}, pair)
 
-    def on_run(point, chosen, pair, open_):   # a run ended, or another pair was picked
+    def on_run(point, chosen, pair, open_):   # a run ended, or a trace was imported
         return on_show(point, chosen, pair) if open_ else gr.skip()
 
     quiet = dict(api_name=False, show_progress="hidden")

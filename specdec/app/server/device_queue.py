@@ -171,10 +171,10 @@ def release_memory() -> None:
 def freeze_start_up() -> None:
     """Collect once, then leave everything alive now (modules, Gradio's app, the loaded pair) out of
     every later garbage collection (`gc.freeze`). Why: a started server tracks about 530,000
-    objects and a decode worker 386,000, and a full collection walked them all, stopping the page's
-    events for 250 ms, or a worker's decode for 200 ms (about once in six 200-token page runs here;
-    the page's status line then stood still for 0.65 s). Frozen, it takes 1-4 ms. What is frozen is
-    never collected: called once, after start-up's loading; pairs loaded later stay collectable."""
+    objects and a decode worker 386,000; a full collection walks them all and stops the page's
+    events for 250 ms, or a worker's decode for 200 ms (about once in six 200-token page runs here).
+    Frozen, one takes 1-4 ms. What is frozen is never collected: called once, after start-up's
+    loading; pairs loaded later stay collectable."""
     gc.collect()
     gc.freeze()
 
