@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from conftest import close_page
 from specdec import RunSettings, speculative_generate
 from test_app_browser import (
     RUN_TIMEOUT,
@@ -105,3 +106,61 @@ def test_the_same_run_again_comes_from_the_cache_and_says_so(page):
     afresh = page.locator("#run-status").inner_text()
     assert "the same 16 tokens, token for token" in afresh and "this decode took" in afresh, afresh
     assert page.locator("#token-text").inner_text() == text
+
+
+# Every draw of a chart, counted where Plotly keeps a chart's drawn layout: a draw sets `_fullLayout`
+# on the chart's div (its whole figure, once or more a draw). Counted from `window.__countDraws` on,
+# with the draws of a chart that had left the page at the time.
+COUNT_DRAWS = """window.__draws = new Map(); window.__offPage = 0; window.__countDraws = false;
+  Object.defineProperty(HTMLDivElement.prototype, '_fullLayout', {configurable: true,
+    get() { return this.__drawn; },
+    set(value) {
+      if (window.__countDraws) {
+        if (!this.isConnected) window.__offPage += 1;
+        window.__draws.set(this, (window.__draws.get(this) || 0) + 1);
+      }
+      this.__drawn = value; }});"""
+
+# Each chart on the page that was drawn while counting: its count, and the count of the same figure
+# drawn once into a new chart of the same width (a figure can take more than one pass: Plotly draws
+# again when the labels need wider margins).
+DRAWS = """async () => {
+  const out = [];
+  for (const [gd, n] of window.__draws) {
+    if (!gd.isConnected) continue;
+    const box = document.createElement('div');
+    box.style.width = gd.getBoundingClientRect().width + 'px';
+    document.body.appendChild(box);
+    await window.Plotly.react(box, JSON.parse(JSON.stringify(gd.data)), JSON.parse(JSON.stringify(gd.layout)),
+                              {responsive: true});
+    out.push([gd.closest('[id]').id, n, window.__draws.get(box)]);
+    window.__draws.delete(box);
+    box.remove();
+  }
+  return {offPage: window.__offPage, charts: out}; }"""
+
+
+def test_each_figure_a_run_sends_is_drawn_once(visitors, app_url):
+    """Gradio's Plot drew each new figure into the chart it replaced, then into the new chart, and
+    redrew that one on a resize 100 ms later: three draws of each figure, at the run's end beside
+    its decode. The page draws each once (app.js, `drawOnce`): no chart is drawn after it left the
+    page, and every chart on it was drawn as many times as its figure drawn once into a new chart."""
+    page = visitors.new_page()
+    try:
+        page.add_init_script(COUNT_DRAWS)
+        page.goto(app_url, wait_until="load")
+        page.wait_for_selector("#run")
+        set_number(page, "max-new", 120)
+        set_number(page, "seed", SEED + 2)   # decoded, not from the cache: it streams
+        settle(page)
+        page.evaluate("() => { window.__countDraws = true; }")
+        click_run(page)
+        wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
+        page.wait_for_timeout(1500)   # a resize comes 100 ms after a draw; the step charts one at a time
+        drawn = page.evaluate(DRAWS)
+    finally:
+        close_page(page)
+    assert drawn["offPage"] == 0, drawn
+    ids = [chart for chart, _, _ in drawn["charts"]]
+    assert "timeline" in ids and "pq-chart" in ids, drawn   # the run's charts were counted
+    assert all(n == once >= 1 for _, n, once in drawn["charts"]), drawn

@@ -1,4 +1,33 @@
 () => {
+  // Each new figure is drawn once. Gradio's Plot draws a new figure into the chart it shows, then
+  // replaces that chart by a new one (a keyed block) and draws the figure again there, then asks
+  // for a resize, which redraws it 100 ms later: three draws of the timeline (50-110 ms each on 2
+  // cores) at a run's end, beside its decode. Here a draw waits for the end of the current task (a
+  // microtask), by which time a replaced chart has left the page and is not drawn; and a resize
+  // redraws only a chart whose width differs from its box's (the ResizeObserver below refits one
+  // whose box changes later).
+  const drawOnce = (plotly) => {
+    if (!plotly || plotly.__specdecDrawOnce) return;
+    plotly.__specdecDrawOnce = true;
+    const react = plotly.react, resize = plotly.Plots.resize;
+    const later = (gd, draw) => new Promise((resolve, reject) => queueMicrotask(() => {
+      if (!gd || !gd.isConnected) { resolve(gd); return; }
+      Promise.resolve(draw()).then(resolve, reject);
+    }));
+    plotly.react = (gd, ...args) => later(gd, () => react.call(plotly, gd, ...args));
+    plotly.Plots.resize = (gd) => later(gd, () => {
+      const svg = gd.querySelector('.main-svg');
+      const fits = svg && Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) <= 2;
+      return fits ? gd : resize.call(plotly.Plots, gd);
+    });
+  };
+  if (window.Plotly) {
+    drawOnce(window.Plotly);
+  } else {   // Gradio loads Plotly with the first chart and sets window.Plotly then
+    let plotly;
+    Object.defineProperty(window, 'Plotly', {configurable: true, get: () => plotly,
+                                             set: (value) => { plotly = value; drawOnce(value); }});
+  }
   const hook = () => {
     const gd = document.querySelector('#timeline .js-plotly-plot');
     if (!gd || !gd.on || gd.__specdecHooked === gd._fullLayout) return;
