@@ -164,3 +164,6 @@ def test_each_figure_a_run_sends_is_drawn_once(visitors, app_url):
     ids = [chart for chart, _, _ in drawn["charts"]]
     assert "timeline" in ids and "pq-chart" in ids, drawn   # the run's charts were counted
     assert all(n == once >= 1 for _, n, once in drawn["charts"]), drawn
+    # and the timeline, which the page draws as the run streams and at its end, in one pass: its
+    # margin holds its labels, so Plotly's automargin does not draw it again with a wider one
+    assert [n for chart, n, _ in drawn["charts"] if chart == "timeline"] == [1], drawn

@@ -220,8 +220,10 @@ def timeline_figure(gen: Generation | None, selected: int | None = None) -> go.F
     shapes = ([dict(type="rect", x0=selected + 0.5, x1=selected + 1.5, y0=0.4, y1=top + 0.6,
                     line=dict(color=HIGHLIGHT, width=2), fillcolor="rgba(0,0,0,0.06)")]
               if selected is not None and 0 <= selected < n else [])
+    # The left margin is the width of the "draft k" labels (70 px measured), so that Plotly's
+    # automargin draws the timeline once, not a second time with the margin it found it needs.
     return relaid(fig, dict(shapes=shapes) if shapes else {}, dict(
-        height=330, margin=dict(l=50, r=10, t=40, b=100), clickmode="event",
+        height=330, margin=dict(l=72, r=10, t=40, b=100), clickmode="event",
         title=dict(text=f"Timeline: {n} rounds, {gen.stats.new_tokens} tokens", font=dict(size=14)),
         legend=legend_below(330, 40, 100, 58),
         xaxis=dict(title="round", range=[0.4, max(n, 1) + 0.6], dtick=1 if n <= 40 else None),
