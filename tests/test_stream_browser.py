@@ -167,3 +167,47 @@ def test_each_figure_a_run_sends_is_drawn_once(visitors, app_url):
     # and the timeline, which the page draws as the run streams and at its end, in one pass: its
     # margin holds its labels, so Plotly's automargin does not draw it again with a wider one
     assert [n for chart, n, _ in drawn["charts"] if chart == "timeline"] == [1], drawn
+
+
+# The page's event listeners and DOM nodes, live or detached, after a full garbage collection.
+def held(cdp) -> dict:
+    cdp.send("HeapProfiler.collectGarbage")
+    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return {"listeners": metrics["JSEventListeners"], "nodes": metrics["Nodes"]}
+
+
+# One more chart of the page's kind (a responsive Plotly chart) drawn into the page: what it holds.
+ONE_CHART = """async () => { const box = document.createElement('div'); box.style.width = '600px';
+  document.body.appendChild(box); window.__oneChart = box;
+  await window.Plotly.react(box, [{x: [1, 2, 3], y: [1, 3, 2], name: 'a'}, {x: [1, 2], y: [2, 1], name: 'b'}],
+                            {height: 300, title: {text: 'one chart'}}, {responsive: true}); }"""
+DROP_ONE_CHART = """() => { const box = window.__oneChart; delete window.__oneChart;
+  window.Plotly.purge(box); box.remove(); }"""
+
+
+def test_the_charts_a_run_replaces_are_let_go(page, visitors):
+    """Gradio replaces a chart with each new figure without purging the old one: Plotly keeps a
+    window resize listener for it, and the page's ResizeObserver watched it, so every chart a run
+    replaced stayed in memory with its listeners (about 2,200 nodes and 400 listeners a 64-token
+    run, growing with every run). Two more runs leave the page holding less than one chart more."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    page.wait_for_selector("#run")
+    page.wait_for_function("() => window.Plotly && document.querySelector('#timeline .js-plotly-plot')")
+    before_chart = held(cdp)
+    page.evaluate(ONE_CHART)
+    with_chart = held(cdp)
+    one = {k: with_chart[k] - before_chart[k] for k in with_chart}
+    page.evaluate(DROP_ONE_CHART)
+    assert one["listeners"] > 0 and one["nodes"] > 0, one
+    set_number(page, "max-new", 24)
+    after = []
+    for k in range(3):
+        set_number(page, "seed", SEED + 10 + k)   # each run decoded: its figures are new
+        settle(page)
+        click_run(page)
+        wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
+        page.wait_for_timeout(1500)   # the step charts come one at a time after "Done"
+        after.append(held(cdp))
+    grew = {k: after[2][k] - after[0][k] for k in one}
+    assert grew["listeners"] < one["listeners"] and grew["nodes"] < one["nodes"], (grew, one)
