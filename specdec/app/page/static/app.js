@@ -1,11 +1,4 @@
 () => {
-  // Each new figure is drawn once. Gradio's Plot draws a new figure into the chart it shows, then
-  // replaces that chart by a new one (a keyed block) and draws the figure again there, then asks
-  // for a resize, which redraws it 100 ms later: three draws of the timeline (50-110 ms each on 2
-  // cores) at a run's end, beside its decode. Here a draw waits for the end of the current task (a
-  // microtask), by which time a replaced chart has left the page and is not drawn; and a resize
-  // redraws only a chart whose width differs from its box's (the ResizeObserver below refits one
-  // whose box changes later).
   // A replaced chart is let go: Plotly keeps a window resize listener for each chart until it is
   // purged, and the ResizeObserver below holds each chart it watches, so every chart a run replaced
   // stayed in memory with its listeners (about 2,200 nodes and 400 listeners a 64-token run).
@@ -15,21 +8,27 @@
     fit.unobserve(gd);   // `fit` is declared below: a chart is retired only after this script has run
     window.Plotly.purge(gd);
   };
+  // Each new figure is drawn once. Gradio's Plot draws a new figure into the chart it shows, then
+  // replaces that chart by a new one (a keyed block) and draws the figure again there, then asks
+  // for a resize, which redraws it 100 ms later: three draws of the timeline (50-110 ms each on 2
+  // cores) at a run's end, beside its decode. Here a draw waits for the end of the current task (a
+  // microtask), by which time a replaced chart has left the page and is not drawn; and a resize
+  // redraws only a chart whose width differs from its box's (the ResizeObserver below refits one
+  // whose box changes later).
   const drawOnce = (plotly) => {
     if (!plotly || plotly.__specdecDrawOnce) return;
     plotly.__specdecDrawOnce = true;
     const react = plotly.react, resize = plotly.Plots.resize;
     const later = (gd, draw) => new Promise((resolve, reject) => queueMicrotask(() => {
-      if (gd && !gd.isConnected) retire(gd);
-      if (!gd || !gd.isConnected) { resolve(gd); return; }
-      Promise.resolve(draw()).then(resolve, reject);
+      if (gd instanceof Element && !gd.isConnected) { retire(gd); resolve(gd); return; }
+      Promise.resolve(draw()).then(resolve, reject);   // (a chart named by its id is drawn as asked)
     }));
     plotly.react = (gd, ...args) => later(gd, () => react.call(plotly, gd, ...args));
-    plotly.Plots.resize = (gd) => later(gd, () => {
-      const svg = gd.querySelector('.main-svg');
-      const fits = svg && Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) <= 2;
-      return fits ? gd : resize.call(plotly.Plots, gd);
-    });
+    const fits = (gd) => {
+      const svg = gd instanceof Element && gd.querySelector('.main-svg');
+      return Boolean(svg) && Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) <= 2;
+    };
+    plotly.Plots.resize = (gd) => later(gd, () => (fits(gd) ? gd : resize.call(plotly.Plots, gd)));
   };
   if (window.Plotly) {
     drawOnce(window.Plotly);
