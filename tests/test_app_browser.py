@@ -289,7 +289,7 @@ def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
     page.locator("#run").click()
     wait_done(page)
     # While it streamed, the text and the timeline were already there (the progress on the status line).
-    assert page.evaluate("() => window.__streamed"), page.evaluate("() => window.__statuses")
+    assert page.evaluate("() => window.__streamed"), " | ".join(page.evaluate("() => window.__statuses"))   # whole
     assert page.locator("#timeline .js-plotly-plot").is_visible()
     # The one-line result is in view after the click, at the top of a 1000 px window, not below the fold.
     status_box = page.locator("#run-status").bounding_box()
