@@ -140,14 +140,29 @@ DRAWS = """async () => {
   return {offPage: window.__offPage, charts: out}; }"""
 
 
+# Whether the status line was seen streaming (Gradio's `.generating` border on it), and the most
+# endless animations running on that border at any change of the page meanwhile (a transition ends).
+WATCH_PULSE = """window.__generating = false; window.__pulses = 0;
+  document.addEventListener('DOMContentLoaded', () => new MutationObserver(() => {
+    const wrap = document.querySelector('#run-status .wrap.generating');
+    if (!wrap) return;
+    window.__generating = true;
+    const endless = wrap.getAnimations().filter(a => a.effect.getComputedTiming().iterations === Infinity);
+    window.__pulses = Math.max(window.__pulses, endless.length);
+  }).observe(document.body, {childList: true, subtree: true, attributes: true, characterData: true}));"""
+
+
 def test_each_figure_a_run_sends_is_drawn_once(visitors, app_url):
     """Gradio's Plot drew each new figure into the chart it replaced, then into the new chart, and
     redrew that one on a resize 100 ms later: three draws of each figure, at the run's end beside
     its decode. The page draws each once (app.js, `drawOnce`): no chart is drawn after it left the
-    page, and every chart on it was drawn as many times as its figure drawn once into a new chart."""
+    page, and every chart on it was drawn as many times as its figure drawn once into a new chart.
+    While it streams, the status line's border stands still: Gradio's pulse on it had chromium draw
+    about 50 frames a second, each with a style pass, beside the decode."""
     page = visitors.new_page()
     try:
         page.add_init_script(COUNT_DRAWS)
+        page.add_init_script(WATCH_PULSE)
         page.goto(app_url, wait_until="load")
         page.wait_for_selector("#run")
         set_number(page, "max-new", 120)
@@ -158,8 +173,10 @@ def test_each_figure_a_run_sends_is_drawn_once(visitors, app_url):
         wait_plot(page, "pq-chart", ["p (target)", "q (draft)"])
         page.wait_for_timeout(1500)   # a resize comes 100 ms after a draw; the step charts one at a time
         drawn = page.evaluate(DRAWS)
+        pulse = page.evaluate("() => ({generating: window.__generating, animations: window.__pulses})")
     finally:
         close_page(page)
+    assert pulse == {"generating": True, "animations": 0}, pulse
     assert drawn["offPage"] == 0, drawn
     ids = [chart for chart, _, _ in drawn["charts"]]
     assert "timeline" in ids and "pq-chart" in ids, drawn   # the run's charts were counted
