@@ -206,7 +206,8 @@ def test_the_charts_a_run_replaces_are_let_go(page, visitors):
     """Gradio replaces a chart with each new figure without purging the old one: Plotly keeps a
     window resize listener for it, and the page's ResizeObserver watched it, so every chart a run
     replaced stayed in memory with its listeners (about 2,200 nodes and 400 listeners a 64-token
-    run, growing with every run). One more run leaves the page holding less than one chart more."""
+    run, growing with every run). One more run leaves the page holding fewer listeners than one chart
+    has."""
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
     page.wait_for_selector("#run")
@@ -227,4 +228,6 @@ def test_the_charts_a_run_replaces_are_let_go(page, visitors):
         page.wait_for_timeout(1500)   # the step charts come one at a time after "Done"
         after.append(held(cdp))
     grew = {k: after[1][k] - after[0][k] for k in one}
-    assert grew["listeners"] < one["listeners"] and grew["nodes"] < one["nodes"], (grew, one)
+    # Listeners, not nodes: a run's own text and step view differ from the last one's by hundreds of
+    # nodes (384 more in one run, against a small chart's 157), while a run adds no listener.
+    assert grew["listeners"] < one["listeners"], (grew, one)
