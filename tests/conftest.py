@@ -48,7 +48,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 # Debian's chromium and its flags, as the page benchmark launches it (one place for both).
-from specdec.bench.app_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (after the environment above)
+from specdec.bench.app_browser import CHROMIUM, CHROMIUM_ARGS, wait_idle  # noqa: E402  (after the environment above)
 
 # Where the browser tests save their pictures: a temporary folder, or SPECDEC_SCREENSHOTS (the
 # refresh command, scripts/screenshots.py, sets it to assets/screenshots).
@@ -236,6 +236,16 @@ def _start_app(port: int, log_path: Path | None, extra_env: dict | None = None) 
         time.sleep(0.5)
 
 
+APP_PIDS: dict[str, int] = {}   # app_url -> its server's process id
+
+
+def wait_app_idle(url: str) -> None:
+    """Until the app server at `url` and its decode workers have finished starting (under 0.1 s of
+    CPU in a second; `app_browser.wait_idle`, at most 120 s). Until its workers are ready the server
+    decodes in its own thread, and on a loaded machine a run's whole stream reached the page at once."""
+    wait_idle(APP_PIDS[url])
+
+
 @pytest.fixture(scope="session")
 def app_url(pytestconfig):
     """`python app.py` as a user runs it, on a free port, offline; stopped after the session (one
@@ -254,7 +264,10 @@ def app_url(pytestconfig):
             break
         if GRADIO_SELF_CHECK not in proc or attempt == STARTS:
             raise RuntimeError(proc)
-    yield f"http://127.0.0.1:{port}/"
+    url = f"http://127.0.0.1:{port}/"
+    APP_PIDS[url] = proc.pid
+    yield url
+    APP_PIDS.pop(url, None)
     proc.terminate()   # Gradio takes a few seconds to exit on SIGTERM
     try:
         proc.wait(timeout=10)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import layout_check
-from conftest import close_page, open_page
+from conftest import close_page, open_page, wait_app_idle
 from specdec.bench.app_browser import IDLE  # Gradio's tracker on the status line is hidden
 
 RUN_TIMEOUT = 120_000   # ms: the CPU is shared
@@ -276,8 +276,9 @@ def test_page_loads_without_console_errors(page, screenshots):
     assert page.console_errors == []
 
 
-def test_default_run_renders_text_timeline_and_step_charts(page, screenshots):
+def test_default_run_renders_text_timeline_and_step_charts(page, screenshots, app_url):
     page.wait_for_selector("#run")
+    wait_app_idle(app_url)   # in CI, a run on a server still starting its workers reached the page in one piece
     # The default run but for its seed: one no other test uses, so that this run is decoded and
     # streams. A run the server decoded before (another browser test's default run, on the same
     # server) comes whole from its cache: no "Round k" on the status line, ever.
