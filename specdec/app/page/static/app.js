@@ -8,6 +8,11 @@
     fit.unobserve(gd);   // `fit` is declared below: a chart is retired only after this script has run
     window.Plotly.purge(gd);
   };
+  // Whether a drawn chart is as wide as its box (within 2 px).
+  const fits = (gd) => {
+    const svg = gd instanceof Element && gd.querySelector('.main-svg');
+    return Boolean(svg) && Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) <= 2;
+  };
   // Each new figure is drawn once. Gradio's Plot draws a new figure into the chart it shows, then
   // replaces that chart by a new one (a keyed block) and draws the figure again there, then asks
   // for a resize, which redraws it 100 ms later: three draws of the timeline (50-110 ms each on 2
@@ -24,10 +29,6 @@
       Promise.resolve(draw()).then(resolve, reject);   // (a chart named by its id is drawn as asked)
     }));
     plotly.react = (gd, ...args) => later(gd, () => react.call(plotly, gd, ...args));
-    const fits = (gd) => {
-      const svg = gd instanceof Element && gd.querySelector('.main-svg');
-      return Boolean(svg) && Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) <= 2;
-    };
     plotly.Plots.resize = (gd) => later(gd, () => (fits(gd) ? gd : resize.call(plotly.Plots, gd)));
   };
   if (window.Plotly) {
@@ -91,10 +92,8 @@
   const fit = new ResizeObserver((entries) => {
     for (const entry of entries) {
       const gd = entry.target;
-      const svg = gd.querySelector('.main-svg');
-      const width = gd.getBoundingClientRect().width;
-      if (!svg || !gd._fullLayout || !window.Plotly || width < 10) continue;
-      if (Math.abs(svg.getBoundingClientRect().width - width) > 2) window.Plotly.Plots.resize(gd);
+      if (!gd._fullLayout || !window.Plotly || gd.getBoundingClientRect().width < 10) continue;
+      if (!fits(gd)) window.Plotly.Plots.resize(gd);
     }
   });
   const watched = new WeakSet();
