@@ -132,3 +132,73 @@ def test_a_pass_past_its_time_stops_and_the_same_command_goes_on(small_target, t
     assert meta["splits"]["eval"]["made"] == 0 and not list(data.glob("*.pt"))
     meta = sg.make_data(target, tokenizer, wheel, data, CFG, log=lambda _: None)
     assert meta["splits"]["train"]["made"] == 3
+
+
+def test_fused_layer_rows_are_the_runtimes_and_stop_at_the_deepest_layer(small_target, tmp_path):
+    """The rows a fused drafter trains on (`layer_rows`) are the ones the decoder hands it at run
+    time (`features.forward_with_features`), bit for bit, from a forward that runs no layer past the
+    deepest one asked for; they come back beside their shards' pools, padded like them."""
+    from transformers import DynamicCache
+
+    from specdec.drafting.features import forward_with_features
+    from specdec.training.chat import layer_rows as lr
+
+    target, tokenizer = small_target
+    layers = (2, 9)
+    ids = torch.randint(0, target.config.vocab_size, (3, 21), generator=torch.Generator().manual_seed(5))
+    ran = []
+    late = target.get_decoder().layers[9].register_forward_hook(lambda *_: ran.append(1))
+    try:
+        rows = lr.rows_after(target, ids, layers)
+    finally:
+        late.remove()
+    assert not ran   # layer 10 (index 9) never ran
+    with torch.no_grad():
+        _, runtime = forward_with_features(target, ids, DynamicCache(config=target.config), layers)
+    assert torch.equal(rows, runtime[..., target.config.hidden_size:])
+    with pytest.raises(ValueError, match="among the target's 1..15"):
+        lr.rows_after(target, ids, (0, 3))
+
+    wheel = fake_wheel(tmp_path, [talk(i) for i in range(60)])
+    data = tmp_path / "data"
+    sg.make_data(target, tokenizer, wheel, data, CFG, sg.PairFilter(held_out_percent=20), log=lambda _: None)
+    files = [f for split in sg.shard_files(data).values() for f in split]
+    with pytest.raises(ValueError, match="default precision"):   # rows from another forward than the features'
+        lr.made_for(target, data, layers, files)
+    lr.add_layer_rows(target, data, layers, files, log=lambda _: None)
+    made = {p.name: p.stat().st_mtime_ns for p in lr.folder_of(data, layers).glob("*.pt")}
+    assert sorted(made) == sorted(f.name for f in files)
+    lr.add_layer_rows(target, data, layers, files, log=lambda _: None)   # done once: a second pass makes none
+    assert {p.name: p.stat().st_mtime_ns for p in lr.folder_of(data, layers).glob("*.pt")} == made
+    pools, _ = sg.load_shards(data, layers=layers)
+    train = pools["train"]
+    # kept in bfloat16 in memory too (`features.rows_of` widens a batch's): a pool of 11,000 rows of two
+    # layers is then 6.5 GB, not 13
+    assert train["layer_rows"].shape[:2] == train["ids"].shape and train["layer_rows"].dtype == torch.bfloat16
+    for i in range(len(train["ids"])):   # each row as the target computes it alone, up to its end
+        end = int(train["ends"][i])
+        alone = lr.rows_after(target, train["ids"][i:i + 1, :end], layers)[0]
+        # float32 rows stored in bfloat16: within half a bfloat16 ulp (2^-8 relative) of the row
+        assert torch.allclose(train["layer_rows"][i, :end].float(), alone, rtol=2 ** -8, atol=0)
+        assert not train["layer_rows"][i, end:].any()
+
+    # A drafter saved without fusion goes on with it: at learning rate 0 the saved net is the one it
+    # started from, with a fuse of zeros (so it drafts exactly as before until training moves it).
+    from specdec.drafting import features as fx
+    from specdec.training.chat import features_chat as fc
+
+    torch.manual_seed(3)
+    first = fx.FeatureNet(fx.layer_config(target.config, draft_vocab=64))
+    first.vocab.copy_(torch.arange(100, 164))
+    fx.save(first.eval(), tmp_path / "first")
+    cfg = fc.ChatFeaturesConfig(steps=1, lr=0.0, warmup=1, draft_vocab=64, batch_size=2, threads=1, eval_every=1,
+                                intermediate_size=first.config.intermediate_size, init_from=str(tmp_path / "first"),
+                                feature_layers=layers)
+    record = fc.train_chat_features(target, pools, tmp_path / "out", cfg, log=lambda _: None)
+    assert record["steps"] == 1 and "greedy agreement step 1" in record["after"]
+    fused = fx.load(tmp_path / "out" / fx.FOLDER, target)
+    assert fused.feature_layers == layers and not fused.fuse.weight.any()
+    saved = fx.load(tmp_path / "first", target).state_dict()
+    assert {k for k in fused.state_dict() if k not in saved} == {"fuse.weight"}
+    for name, value in saved.items():
+        assert torch.equal(fused.state_dict()[name], value), name

@@ -40,6 +40,7 @@ class ChatFeaturesConfig:
     checkpoint_every: int = 50
     threads: int | None = 1
     init_from: str | None = None   # a saved drafter to go on from: its weights and its vocabulary subset
+    feature_layers: tuple[int, ...] = ()   # the target's middle layers the net fuses (EAGLE-3), none by default
 
 
 def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
@@ -94,11 +95,11 @@ def cropped(batch: dict) -> dict:
 
 def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tensor
            ) -> tuple[torch.Tensor, list[float]]:
-    from ..bundled.features import unrolled_outputs
+    from ..bundled.features import rows_of, unrolled_outputs
 
     batch = cropped(batch)
     ids, feats, lse = batch["ids"], batch["feats"], batch["lse"]
-    outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+    outs = unrolled_outputs(net, target, ids, rows_of(batch), cfg.unroll)
     total, per_step = 0.0, []
     for g, m in zip(outs, step_masks(batch["starts"], batch["ends"], ids.shape[1], cfg.unroll)):
         if not m.any():
@@ -118,7 +119,7 @@ def evaluate(net, target, pool: dict, cfg: ChatFeaturesConfig, weight: torch.Ten
     """On the held-out pool, per drafting step j: beta at T = 1 on the T = 1 rows (what the
     acceptance test accepts there), argmax agreement with the target on the greedy rows, and the
     p-mass the subset holds at T = 1."""
-    from ..bundled.features import unrolled_outputs
+    from ..bundled.features import rows_of, unrolled_outputs
 
     sums: dict[str, list[float]] = {}
 
@@ -130,7 +131,7 @@ def evaluate(net, target, pool: dict, cfg: ChatFeaturesConfig, weight: torch.Ten
     for a in range(0, len(pool["ids"]), batch):
         part = cropped({k: v[a:a + batch] for k, v in pool.items()})
         ids, feats, lse, temps = part["ids"], part["feats"], part["lse"], part["temps"]
-        outs = unrolled_outputs(net, target, ids, feats, cfg.unroll)
+        outs = unrolled_outputs(net, target, ids, rows_of(part), cfg.unroll)
         for j, (g, m) in enumerate(zip(outs, step_masks(part["starts"], part["ends"], ids.shape[1], cfg.unroll)), 1):
             for greedy in (False, True):
                 rows = m & ((temps == 0) if greedy else (temps > 0))[:, None]
@@ -211,10 +212,13 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
     weight = subset_weight(target, ids)
     torch.manual_seed(cfg.seed)
     device = target.get_output_embeddings().weight.device
-    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, (), cfg.draft_vocab)).to(device)
+    layers = tuple(cfg.feature_layers)
+    net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, layers, cfg.draft_vocab)).to(device)
     if start is not None:   # a resumed run's checkpoint, if any, replaces these in train_net
         left = net.load_state_dict(start, strict=False)
-        if [k for k in left.missing_keys if not k.startswith("rotary.")] or left.unexpected_keys:
+        # A drafter saved without fusion goes on with it: its fuse starts at zero, so the net starts
+        # as the saved one.
+        if [k for k in left.missing_keys if not k.startswith(("rotary.", "fuse."))] or left.unexpected_keys:
             raise ValueError(f"{cfg.init_from} does not fit this drafter's shape: {left}")
         log(f"going on from {cfg.init_from}")
     if ids is not None:
@@ -227,7 +231,9 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
               "train_minutes": round(state["elapsed"] / 60, 1), "threads": torch.get_num_threads(),
               "pool_sequences": int(len(pools["train"]["ids"])), "torch": torch.__version__}
     folder = out / fx.FOLDER
-    fx.save(net.eval(), folder, {"target": (info or {}).get("target", "?"), "feature": "post-norm last hidden state",
+    feature = "post-norm last hidden state" + (f", fused with the residual stream after layers {list(layers)}"
+                                               if layers else "")
+    fx.save(net.eval(), folder, {"target": (info or {}).get("target", "?"), "feature": feature,
                                  "draft_vocab": cfg.draft_vocab})
     (folder / "training.json").write_text(json.dumps(record, indent=2, default=str))
     log(f"done: {state['step']} steps in {state['elapsed'] / 60:.1f} min; saved to {folder}")
@@ -271,6 +277,8 @@ def run_from_args(args, out: str) -> int:
     """The command line's `train --features --chat-target FOLDER` (`--tiny`: a smoke run)."""
     from pathlib import Path
 
+    if getattr(args, "feature_layers", None):   # this path's pools keep the post-norm feature only
+        raise ValueError("--feature-layers with --chat-target needs the cached rows of --data answers")
     cfg = ChatFeaturesConfig(minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
                              init_from=str(args.init_from) if args.init_from else None)
     sizes: dict = {"chunks": (1, 24)}

@@ -168,6 +168,15 @@ def _data_text(record: dict) -> str:
             f"Vocabulary subset: {data['vocab']}.{before}")
 
 
+def _fused(cfg: dict) -> str:
+    """The card's words for EAGLE-3's fusion, when the drafter has it."""
+    layers = cfg.get("feature_layers") or []
+    if not layers:
+        return ""
+    return (f" (fused with its residual stream after layers {', '.join(map(str, layers))} of the target, "
+            "EAGLE-3, Li et al. 2025: each RMS-normalised, one linear map onto the feature)")
+
+
 def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str) -> str:
     """The drafter's README.md from its training record, its measures and its subset's coverage."""
     cfg = record["config"]
@@ -186,7 +195,7 @@ tags: [speculative-decoding, specdec, eagle, fr-spec, smollm2]
 # specdec-features for {target_name}
 
 A **features drafter** (EAGLE-style, Li et al. 2024) trained by specdec for {target_name}: one Llama
-decoder layer (MLP {cfg['intermediate_size']} wide) over the target's post-norm last hidden state
+decoder layer (MLP {cfg['intermediate_size']} wide) over the target's post-norm last hidden state{_fused(cfg)}
 and the next token's embedding, read through the target's own final norm and output head.
 q is computed through a **frequency-ranked vocabulary subset** (FR-Spec, Zhao et al. 2025): the
 {cover['size']:,} token ids the target emitted most often in its own training answers. q is 0 outside

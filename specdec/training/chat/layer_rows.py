@@ -1,0 +1,110 @@
+"""The fused layers' rows of cached training shards (EAGLE-3's low and middle features).
+
+A drafter with `feature_layers` (`drafting.features.FeatureNet.fused`) reads, beside the target's
+post-norm last hidden state, its residual stream after some middle layers. The shards under a data
+folder (`sharegpt.make_split`) keep the post-norm feature only; this pass adds the middle layers'
+rows, one file per shard in a folder of their own (`data/layers-2-15/train-00000.pt`), so one set
+of shards serves drafters with and without fusion, and a cut-off pass goes on where it stopped.
+
+The rows come from the same forward the shards' features did (the real pair's default precision:
+bfloat16, batch-invariant) and are kept in bfloat16, so they are exactly what that forward gave.
+The forward stops after the deepest layer asked for: layers 2 and 15 of SmolLM2-135M's 30 cost half
+a forward.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["folder_of", "rows_after", "add_layer_rows", "made_for", "attach"]
+
+
+def folder_of(data: Path, layers: tuple[int, ...]) -> Path:
+    return data / ("layers-" + "-".join(str(i) for i in layers))
+
+
+class _Enough(Exception):
+    """Raised by the hook on the deepest layer asked for: nothing after it is needed."""
+
+
+@torch.no_grad()
+def rows_after(target, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
+    """[B, L, len(layers) * d]: the residual stream after each of `layers` (counted from 1, as
+    transformers' `hidden_states[i]` and `features.target_rows` count), from a forward over `ids`
+    that runs no layer past the deepest one. Hooks on the decoder layers read their outputs, which
+    are what `hidden_states[i]` holds for every layer before the last (a test checks it)."""
+    blocks = target.get_decoder().layers
+    if not layers or not all(0 < i < len(blocks) for i in layers):
+        raise ValueError(f"feature layers must lie among the target's 1..{len(blocks) - 1}, got {layers}")
+    seen: dict[int, torch.Tensor] = {}
+    deepest = max(layers)
+
+    def keep(i: int):
+        def hook(_module, _args, output):
+            seen[i] = output[0] if isinstance(output, tuple) else output
+            if i == deepest:
+                raise _Enough
+        return hook
+
+    handles = [blocks[i - 1].register_forward_hook(keep(i)) for i in sorted(set(layers))]
+    try:
+        target.get_decoder()(ids, use_cache=False)
+    except _Enough:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.cat([seen[i] for i in layers], -1)
+
+
+def add_layer_rows(target, data: Path, layers: tuple[int, ...], shards: list[Path], log=print, batch: int = 8
+                   ) -> Path:
+    """Write the rows of `layers` for each of `shards` (files under `data`) that has none yet
+    (bfloat16, in `folder_of(data, layers)`); logs tokens/s and an ETA. Returns that folder."""
+    out = folder_of(data, layers)
+    out.mkdir(exist_ok=True)
+    todo = [p for p in shards if not (out / p.name).exists()]
+    t0, tokens = time.perf_counter(), 0
+    for n, path in enumerate(todo, 1):
+        shard = torch.load(path)
+        ids = shard["ids"]
+        width = int(shard["ends"].max())   # past every row's end nothing is read
+        rows = torch.cat([rows_after(target, ids[a:a + batch, :width], layers).to(torch.bfloat16)
+                          for a in range(0, len(ids), batch)])
+        tmp = out / (path.name + ".part")
+        torch.save({"layers": list(layers), "rows": rows}, tmp)
+        tmp.replace(out / path.name)
+        tokens += int(shard["ends"].sum())
+        spent = time.perf_counter() - t0
+        log(f"layers {list(layers)}: {path.name} ({n}/{len(todo)}), {tokens / spent:.0f} tokens/s, "
+            f"ETA {spent / n * (len(todo) - n) / 60:.1f} min")
+    return out
+
+
+def made_for(forward, data: Path, layers: tuple[int, ...], shards: list[Path], log=print) -> Path:
+    """`add_layer_rows` with `forward`, the target as the real pair runs it by default, for shards
+    that say they were made so (the rows must come from the forward the features did)."""
+    import json
+
+    if not json.loads((data / "data.json").read_text())["data"].get("default_precision"):
+        raise ValueError(f"{data} was not made in the default precision: fused layers need --data answers")
+    return add_layer_rows(forward, data, layers, shards, log)
+
+
+def attach(pool: dict, files: list[Path], data: Path, layers: tuple[int, ...]) -> dict:
+    """`pool` (the shards `files`, concatenated) with their fused rows as "layer_rows"
+    [N, width, len(layers) * d], padded with zeros past each shard's own width."""
+    folder = folder_of(data, layers)
+    width = pool["ids"].shape[1]
+    parts = []
+    for f in files:
+        saved = torch.load(folder / f.name)
+        if saved["layers"] != list(layers):
+            raise ValueError(f"{folder / f.name} holds layers {saved['layers']}, not {list(layers)}")
+        rows = saved["rows"]
+        pad = rows.new_zeros(rows.shape[0], width - rows.shape[1], rows.shape[2])
+        parts.append(torch.cat([rows, pad], 1))
+    return pool | {"layer_rows": torch.cat(parts)}
