@@ -140,7 +140,7 @@ def test_fused_layer_rows_are_the_runtimes_and_stop_at_the_deepest_layer(small_t
     deepest one asked for; they come back beside their shards' pools, padded like them."""
     from transformers import DynamicCache
 
-    from specdec.drafting.features import forward_with_features
+    from specdec.drafting.features import forward_with_features, rows_after
     from specdec.training.chat import layer_rows as lr
 
     target, tokenizer = small_target
@@ -149,7 +149,7 @@ def test_fused_layer_rows_are_the_runtimes_and_stop_at_the_deepest_layer(small_t
     ran = []
     late = target.get_decoder().layers[9].register_forward_hook(lambda *_: ran.append(1))
     try:
-        rows = lr.rows_after(target, ids, layers)
+        rows = rows_after(target, ids, layers)
     finally:
         late.remove()
     assert not ran   # layer 10 (index 9) never ran
@@ -157,7 +157,7 @@ def test_fused_layer_rows_are_the_runtimes_and_stop_at_the_deepest_layer(small_t
         _, runtime = forward_with_features(target, ids, DynamicCache(config=target.config), layers)
     assert torch.equal(rows, runtime[..., target.config.hidden_size:])
     with pytest.raises(ValueError, match="among the target's 1..15"):
-        lr.rows_after(target, ids, (0, 3))
+        rows_after(target, ids, (0, 3))
 
     wheel = fake_wheel(tmp_path, [talk(i) for i in range(60)])
     data = tmp_path / "data"
@@ -177,7 +177,7 @@ def test_fused_layer_rows_are_the_runtimes_and_stop_at_the_deepest_layer(small_t
     assert train["layer_rows"].shape[:2] == train["ids"].shape and train["layer_rows"].dtype == torch.bfloat16
     for i in range(len(train["ids"])):   # each row as the target computes it alone, up to its end
         end = int(train["ends"][i])
-        alone = lr.rows_after(target, train["ids"][i:i + 1, :end], layers)[0]
+        alone = rows_after(target, train["ids"][i:i + 1, :end], layers)[0]
         # float32 rows stored in bfloat16: within half a bfloat16 ulp (2^-8 relative) of the row
         assert torch.allclose(train["layer_rows"][i, :end].float(), alone, rtol=2 ** -8, atol=0)
         assert not train["layer_rows"][i, end:].any()

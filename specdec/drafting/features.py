@@ -267,6 +267,40 @@ def target_rows(hidden: torch.Tensor, hidden_states, layers: tuple[int, ...]) ->
     return torch.cat([hidden, *(hidden_states[i] for i in layers)], -1)
 
 
+class _Enough(Exception):
+    """Raised by the hook on the deepest layer asked for: nothing after it is needed."""
+
+
+@torch.no_grad()
+def rows_after(target, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
+    """[B, L, len(layers) * d]: the residual stream after each of `layers` (counted from 1, as
+    transformers' `hidden_states[i]` and `target_rows` count), from a forward over `ids`
+    that runs no layer past the deepest one. Hooks on the decoder layers read their outputs, which
+    are what `hidden_states[i]` holds for every layer before the last (a test checks it)."""
+    blocks = target.get_decoder().layers
+    if not layers or not all(0 < i < len(blocks) for i in layers):
+        raise ValueError(f"feature layers must lie among the target's 1..{len(blocks) - 1}, got {layers}")
+    seen: dict[int, torch.Tensor] = {}
+    deepest = max(layers)
+
+    def keep(i: int):
+        def hook(_module, _args, output):
+            seen[i] = output[0] if isinstance(output, tuple) else output
+            if i == deepest:
+                raise _Enough
+        return hook
+
+    handles = [blocks[i - 1].register_forward_hook(keep(i)) for i in sorted(set(layers))]
+    try:
+        target.get_decoder()(ids, use_cache=False)
+    except _Enough:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.cat([seen[i] for i in layers], -1)
+
+
 def crop_to(cache, length: int) -> None:
     """Keep the first `length` cached elements (transformers 5's `crop` takes how many to drop)."""
     drop = cache.get_seq_length() - length

@@ -121,8 +121,7 @@ def layer_rows(target, pool: dict, layers: tuple[int, ...], path: Path, batch: i
     ids = pool["ids"]
     rows = torch.empty(*ids.shape, len(layers) * target.config.hidden_size, dtype=torch.float16)
     for a in range(0, len(ids), batch):
-        out = target.get_decoder()(ids[a:a + batch], output_hidden_states=True)
-        rows[a:a + batch] = torch.cat([out.hidden_states[i] for i in layers], -1).half()
+        rows[a:a + batch] = fx.rows_after(target, ids[a:a + batch], layers).half()
     torch.save({"layers": list(layers), "rows": rows}, path)
     return rows
 
