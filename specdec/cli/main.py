@@ -295,8 +295,8 @@ def run_draft_only(args, out: str) -> int:
 def run_features(args, out: str) -> int:
     """`train --features`: the features drafter for the target of --source or --chat-target (a chat model)."""
     if args.chat_target:   # its own questions (the default) or ShareGPT's conversations
-        from ..training.chat import features_chat, sharegpt
-        return (sharegpt if args.data in ("sharegpt", "answers") else features_chat).run_from_args(args, out)
+        from ..training.chat import features_chat, train_on_rows
+        return (train_on_rows if args.data in ("sharegpt", "answers") else features_chat).run_from_args(args, out)
     from ..models.pair import ASSETS
     from ..training.bundled.features import FeaturesConfig, train_features
 
@@ -343,7 +343,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "bundled drafter uses 4,8,12)")
     p.add_argument("--init-from", type=folder, default=None,
                    help="with --features: start from this saved features drafter (a fusion it lacks starts at zero)")
-    from ..training.chat.sharegpt import add_arguments  # --chat-target and its options
+    from ..training.chat.train_on_rows import add_arguments  # --chat-target and its options
     add_arguments(p, folder)
     p.add_argument("--source", type=folder, default=None,
                    help="with --draft-only: the pair to start from (default: the bundled pair, read only)")
@@ -433,8 +433,8 @@ COMMANDS = {
                    chat_train.add_arguments, chat_train.run),
     "chat-card": ("measure SmolLM2-135M-Instruct's shipped features drafter here and write its model card",
                   chat_card.add_arguments, chat_card.run),
-    "chat-answers": ("SmolLM2-135M-Instruct's own answers to ShareGPT's prompts, the data its drafter trains on "
-                     "(resumable)", chat_answers.add_arguments, chat_answers.run),
+    "chat-answers": ("SmolLM2-135M-Instruct's own answers to ShareGPT's prompts or templated questions, the data "
+                     "its drafter trains on (resumable)", chat_answers.add_arguments, chat_answers.run),
     "chat-alpha": ("the alpha of SmolLM2-135M-Instruct's features drafter on hand-written and its own questions",
                    chat_alpha.add_arguments, chat_alpha.run),
 }

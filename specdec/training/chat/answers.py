@@ -1,4 +1,5 @@
-"""The target's own answers to the ShareGPT training prompts: on-policy data for its drafter.
+"""The target's own answers to the ShareGPT training prompts, and to templated questions as visitors type
+them (`template_humans`): on-policy data for its drafter.
 
 At run time the drafter predicts the target's own text, not ChatGPT's: EAGLE-3 and HASS regenerate
 the answers with the target for this reason. Here the target answers each kept training prompt
@@ -32,6 +33,7 @@ SHARD_PROMPTS = 64   # prompts a shard (one `generate` batch each: its rows end 
 MAX_PROMPT = 96      # tokens under the chat template: `sharegpt.DataConfig.max_prompt`
 MAX_NEW = 160        # answer tokens: with the longest prompt a row of 256 (`DataConfig.length`)
 MANIFEST = "answers.json"
+ANSWERS = Path(__file__).resolve().parents[3] / "assets" / "data" / "SmolLM2-135M-Instruct-answers"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,35 @@ SAMPLINGS = {
 
 
 SPLITS = {"eval": 64, "train": None}   # prompts answered from each split (None: all); held-out first
+
+# The target's answers to questions as visitors type them (`chat_pool.template_questions`), beside its
+# answers to ShareGPT's prompts. Why: a drafter trained on ShareGPT's prompts alone accepted less on
+# short hand-written questions (the page's kind) than on held-out ShareGPT ones. Training split only:
+# the held-out rows stay ShareGPT's, and `chat-alpha` measures hand-written prompts that no template
+# makes (a test checks it).
+TEMPLATE_ANSWERS = Path(__file__).resolve().parents[3] / "assets" / "data" / "SmolLM2-135M-Instruct-template-answers"
+TEMPLATE_SEED = 101
+
+
+def template_humans(count: int) -> list[str]:
+    """The first `count` distinct questions `chat_pool.template_questions` draws with TEMPLATE_SEED. A
+    larger count keeps the first ones in place, so shards made for fewer prompts stay right."""
+    from .chat_pool import template_questions
+
+    draws = template_questions(max(4000, 8 * count), torch.Generator().manual_seed(TEMPLATE_SEED))
+    out = list(dict.fromkeys(draws))[:count]
+    if len(out) < count:
+        raise ValueError(f"the templates give {len(out)} distinct questions here, not {count}")
+    return out
+
+
+def humans_of(folder: Path, sharegpt) -> dict[str, list[str]]:
+    """The human turns the answers under `folder` answer, by split: templated questions where its
+    manifest says so, else ShareGPT's kept prompts (`sharegpt()`, called only then)."""
+    meta = manifest(folder)
+    if meta.get("about", {}).get("questions") == "templates":
+        return {"train": template_humans(meta["prompts"]["train"]), "eval": []}
+    return sharegpt()
 
 
 def shard_file(folder: Path, split: str, name: str, k: int) -> Path:
@@ -135,6 +166,35 @@ def rows(tokenizer, humans: list[str], answers: dict[str, list[tuple[int, list[i
             prompt = chat_prompt(tokenizer, humans[index])
             out.append(((prompt + answer)[:length], len(prompt)))
     return out
+
+
+def made_rows(folder: Path, split: str, names: tuple[str, ...]) -> int:
+    """How many rows `rows` makes of the answers under `folder` (as many of each sampling as the one with
+    fewest has)."""
+    return len(names) * min(map(len, load_answers(folder, split, names).values()), default=0)
+
+
+def mixed_rows(tokenizer, folders: list[Path], split: str, names: tuple[str, ...], length: int, sharegpt
+               ) -> list[tuple[list[int], int]]:
+    """The rows of `split` from the answers under each folder (`rows`), interleaved row by row while
+    each still has some, then the rest in order: a first-rows read holds some of each kind of prompt."""
+    lists = [rows(tokenizer, humans_of(f, sharegpt)[split], load_answers(f, split, names), length) for f in folders]
+    return [kind[k] for k in range(max(map(len, lists), default=0)) for kind in lists if k < len(kind)]
+
+
+def mix_of(folders: list[Path], names: tuple[str, ...]) -> str:
+    """What a cache made from several answer folders depends on: each folder's name and training rows
+    (more answers in any of them would move the interleaved rows). "" for one folder, whose new
+    answers only add rows at the end."""
+    if len(folders) < 2:
+        return ""
+    return ",".join(f"{f.name}:{made_rows(f, 'train', names)}" for f in folders)
+
+
+def prompt_sets(folders: list[Path], names: tuple[str, ...]) -> list[dict]:
+    """Each folder's kind of prompt ("sharegpt" or "templates") and training rows, as data.json keeps them."""
+    return [{"folder": f.name, "questions": manifest(f).get("about", {}).get("questions", "sharegpt"),
+             "rows": made_rows(f, "train", names)} for f in folders]
 
 
 def manifest(folder: Path) -> dict:

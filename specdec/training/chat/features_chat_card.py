@@ -160,6 +160,11 @@ def _data_text(record: dict) -> str:
     if data.get("answers_from", "").startswith("the target's own"):   # `training.chat.answers`
         answer = ("the target's own answer to it (made by `specdec chat-answers`: "
                   f"{data['answers_from'].split('(')[-1].rstrip(')').replace(',', ', ')}, interleaved)")
+    templated = sum(s["rows"] for s in data.get("prompt_sets", []) if s["questions"] == "templates")
+    if templated:   # `answers.template_humans`
+        answer += ("; interleaved with them row by row, its answers to questions as visitors type them (`chat_pool."
+                   "template_questions`: forms such as \"What is {topic}?\" over fixed lists of topics and tasks; no "
+                   f"download; {templated:,} rows made)")
     return (f"ShareGPT's prompts ({data['source']}, sha256 {data['sha256'][:12]}…; licence: {data['licence']}): "
             f"each kept conversation's opening human turn under the chat template, then {answer}, "
             f"{data['length']} tokens a row, the target's features and p computed once ({data['forward']}) "

