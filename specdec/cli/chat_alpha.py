@@ -13,6 +13,9 @@ before it replaces the shipped one:
     specdec chat-alpha --drafter runs/chat-drafter/specdec-features --sets card other
     specdec chat-alpha --drafter assets/models/SmolLM2-135M-Instruct-features runs/new/specdec-features \
         --sets sharegpt card own --prompts 6     # several drafters: same prompts and seeds, one after the other
+
+With several drafters, each after the first also gets its difference from the first, with a 90 % interval
+that resamples the prompts (`difference_interval`): on 8 prompts a change of 0.02 is often inside it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,29 @@ OTHER_PROMPTS = ("My Python code raises a KeyError. What does that mean?", "Sugg
 
 
 SAMPLING_WORDS = {"greedy": "greedy", "pair": "pair's", "t1": "T = 1"}   # `training.chat.answers.SAMPLINGS`
+LEVEL, DRAWS = 0.9, 4000   # the intervals' coverage, and bootstrap resamples (seeded: the same data prints the same)
+
+
+def difference_interval(first: list[tuple[int, int]], second: list[tuple[int, int]], level: float = LEVEL,
+                        draws: int = DRAWS, seed: int = 0) -> tuple[float, float, float]:
+    """(pooled α of `second` less `first`'s, and its `level` interval) for two drafters measured on the same
+    prompts ((accepted, tested) a prompt, in one order). The interval resamples prompts, not drafts: a
+    prompt's drafts rise and fall together (one hard prompt moves hundreds), so a binomial interval over
+    drafts is several times too narrow; and pairing each prompt with itself takes its difficulty out."""
+    import torch
+
+    one, two = (torch.tensor(rows, dtype=torch.float64).reshape(-1, 2) for rows in (first, second))
+    if len(one) != len(two) or not len(one):
+        raise ValueError("both drafters must be measured on the same prompts, at least one")
+    picks = torch.randint(0, len(one), (draws, len(one)), generator=torch.Generator().manual_seed(seed))
+
+    def pooled(rows: torch.Tensor, pick=slice(None)) -> torch.Tensor:
+        got = rows[pick].sum(-2)
+        return got[..., 0] / got[..., 1].clamp(min=1)
+
+    spread = pooled(two, picks) - pooled(one, picks)
+    tail = (1 - level) / 2
+    return (float(pooled(two) - pooled(one)), float(spread.quantile(tail)), float(spread.quantile(1 - tail)))
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -86,12 +112,19 @@ def run(args) -> int:
         found["prompts"][name] = texts[name][:args.prompts]
         prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name][:args.prompts]]
         for sampling in args.samplings:   # the card's own measure: greedy one seed, sampled measure.SEEDS
+            first = None
             for drafter, net in nets.items():
                 pair.feature_net = net
                 row = acceptance(pair, prompts, SAMPLINGS[sampling].sampling, gamma=4, new=args.tokens)
                 key = f"{name}, {SAMPLING_WORDS[sampling]}"
                 key += f" | {drafter}" if len(nets) > 1 else ""
-                found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"]}
-                print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested)", flush=True)
+                found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"], "per_prompt": row["per_prompt"]}
+                than = ""
+                if first is not None:   # the decision a second drafter is measured for, with its noise
+                    d, lo, hi = difference_interval(first, row["per_prompt"])
+                    found[key]["minus_first"] = [round(d, 3), round(lo, 3), round(hi, 3)]
+                    than = f"; {d:+.3f} on the first drafter, {LEVEL:.0%} over prompts {lo:+.3f} to {hi:+.3f}"
+                first = row["per_prompt"] if first is None else first
+                print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested{than})", flush=True)
     print(json.dumps(found))
     return 0
