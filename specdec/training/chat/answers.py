@@ -81,9 +81,9 @@ def template_humans(count: int) -> list[str]:
 def humans_of(folder: Path, sharegpt) -> dict[str, list[str]]:
     """The human turns the answers under `folder` answer, by split: templated questions where its
     manifest says so, else ShareGPT's kept prompts (`sharegpt()`, called only then)."""
-    meta = manifest(folder)
-    if meta.get("about", {}).get("questions") == "templates":
-        return {"train": template_humans(meta["prompts"]["train"]), "eval": []}
+    if manifest(folder).get("about", {}).get("questions") == "templates":   # as many as the shards index
+        made = [i for answers in load_answers(folder, "train").values() for i, _ in answers]
+        return {"train": template_humans(1 + max(made, default=-1)), "eval": []}
     return sharegpt()
 
 
