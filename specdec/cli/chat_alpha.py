@@ -120,11 +120,12 @@ def run(args) -> int:
                 key += f" | {drafter}" if len(nets) > 1 else ""
                 found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"], "per_prompt": row["per_prompt"]}
                 than = ""
-                if first is not None:   # the decision a second drafter is measured for, with its noise
+                if first is None:
+                    first = row["per_prompt"]
+                else:   # the decision a second drafter is measured for, with its noise
                     d, lo, hi = difference_interval(first, row["per_prompt"])
                     found[key]["minus_first"] = [round(d, 3), round(lo, 3), round(hi, 3)]
                     than = f"; {d:+.3f} on the first drafter, {LEVEL:.0%} over prompts {lo:+.3f} to {hi:+.3f}"
-                first = row["per_prompt"] if first is None else first
                 print(f"{key:>16}: α {row['alpha']:.3f} ({row['tested']} drafts tested{than})", flush=True)
     print(json.dumps(found))
     return 0

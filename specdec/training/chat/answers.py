@@ -188,7 +188,7 @@ def mix_of(folders: list[Path], names: tuple[str, ...]) -> str:
     answers only add rows at the end."""
     if len(folders) < 2:
         return ""
-    return ",".join(f"{f.name}:{made_rows(f, 'train', names)}" for f in folders)
+    return ",".join(f"{s['folder']}:{s['rows']}" for s in prompt_sets(folders, names))
 
 
 def prompt_sets(folders: list[Path], names: tuple[str, ...]) -> list[dict]:

@@ -37,16 +37,16 @@ def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig,
         sampling = SamplingConfig(temperature=sampling)
     temperature = sampling.temperature
     settings = RunSettings(gamma=gamma, max_new_tokens=new, drafter="features", sampling=sampling)
-    accepted = tested = drafted = 0
-    seconds, tpf, per_prompt = 0.0, [], []
+    drafted, seconds, tpf, per_prompt = 0, 0.0, [], []   # per_prompt: (accepted, tested) over its seeds
     for ids in prompts:
-        per_prompt.append((0, 0))
+        accepted = tested = 0
         for seed in SEEDS[:1] if temperature == 0 else SEEDS:
             s = speculative_generate(pair, ids, settings.with_(seed=seed), trace=False).stats
             accepted, tested, drafted = accepted + s.accepted, tested + s.tested, drafted + s.drafted
-            per_prompt[-1] = (per_prompt[-1][0] + s.accepted, per_prompt[-1][1] + s.tested)
             seconds += s.draft_seconds
             tpf.append(s.tokens_per_target_forward)
+        per_prompt.append((accepted, tested))
+    accepted, tested = (sum(column) for column in zip(*per_prompt)) if per_prompt else (0, 0)
     return {"temperature": temperature, "gamma": gamma, "alpha": accepted / tested if tested else 0.0,
             "tested": tested, "tokens_per_target_forward": statistics.mean(tpf),
             "draft_ms_per_draft": 1000 * seconds / max(drafted, 1), "per_prompt": per_prompt}
