@@ -392,3 +392,42 @@ def test_the_drafters_embedding_and_head_shortcuts_equal_the_modules():
         inside = torch.tensor([1, 3, 6])
         assert (some[0, inside] - want[0, inside]).abs().max() <= bounds.rounding(6, scale=float(want.abs().max()))
         assert some[0, [0, 2, 4, 5, 7]].eq(-torch.inf).all()
+
+
+def test_a_run_ending_between_evaluations_records_its_last_loss_as_strict_json(tmp_path):
+    """A run that stops between evaluations (its time is up) evaluates once more: that row keeps
+    the last step's loss, so its training.json is strict JSON (NaN is not), and the card's history
+    shows a number; a record without one (null, or NaN in older records) reads "–"."""
+    from specdec.training.bundled.features import FeaturesConfig, train_net
+    from specdec.training.bundled.features_card import _history
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(2, 1)
+    pools = {"train": {"ids": torch.randn(8, 2)}, "eval": {"ids": torch.randn(4, 2)}}
+    losses = []
+
+    def loss_fn(net, _target, batch, _cfg):
+        loss = net(batch["ids"]).pow(2).mean()
+        losses.append(loss.item())
+        return loss, [0.5]
+
+    cfg = FeaturesConfig(steps=10, batch_size=4, warmup=1, eval_every=100, checkpoint_every=100)
+    state = train_net(net, None, pools, cfg, tmp_path / "ckpt.pt", log=lambda _s: None, progress=False,
+                      loss_fn=loss_fn, eval_fn=lambda *_a: {"x": 1.0}, stop_at=3)
+    last = state["history"][-1]
+    assert (last["step"], last["loss"]) == (3, round(losses[-1], 4))
+    json.loads(json.dumps(state["history"], allow_nan=False))
+    rows = _history({"history": [last, {**last, "loss": None}, {**last, "loss": float("nan")}]}).splitlines()
+    assert f"| 3 | {losses[-1]:.3f} |" in rows[2] and [r.split(" | ")[1] for r in rows[3:5]] == ["–", "–"]
+    assert "Loss –" in rows[-1] and "Loss –" not in _history({"history": [last]})
+
+
+@pytest.mark.parametrize("folder", ["specdec-features", "SmolLM2-135M-Instruct-features"])
+def test_the_shipped_training_records_are_strict_json(folder):
+    from pathlib import Path
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    text = (Path(__file__).parent.parent / "assets" / "models" / folder / "training.json").read_text()
+    json.loads(text, parse_constant=refuse)

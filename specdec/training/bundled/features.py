@@ -273,6 +273,7 @@ def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, pr
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         state["step"] += 1
+        state["loss"] = loss.item()   # the last step's, for an evaluation after the loop
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", tv=" ".join(f"{t:.3f}" for t in tv))
         if not progress and state["step"] % 10 == 0:   # a log file instead of a bar
@@ -285,17 +286,20 @@ def train_net(net, target, pools: dict, cfg: FeaturesConfig, ckpt: Path, log, pr
                        ckpt)
     bar.close()
     if not state["history"] or state["history"][-1]["step"] != state["step"]:
-        _evaluate_into(net, target, pools, cfg, state, float("nan"), log, eval_fn)
+        # The run ended between evaluations (its time was up): record the last step's loss, or
+        # None (JSON null) when no step ran at all; never NaN, which strict JSON readers refuse.
+        _evaluate_into(net, target, pools, cfg, state, state.get("loss"), log, eval_fn)
     torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "state": state}, ckpt)
     return state
 
 
-def _evaluate_into(net, target, pools, cfg, state, loss: float, write, eval_fn=None) -> None:
+def _evaluate_into(net, target, pools, cfg, state, loss: float | None, write, eval_fn=None) -> None:
     now = (eval_fn or evaluate)(net.eval(), target, pools["eval"], cfg)
     net.train()
-    state["history"].append({"step": state["step"], "loss": round(loss, 4), "minutes": round(state["elapsed"] / 60, 1),
-                             **{k: round(v, 4) for k, v in now.items()}})
-    write(f"step {state['step']}  loss {loss:.4f}  " + "  ".join(f"{k} {v:.4f}" for k, v in now.items()))
+    state["history"].append({"step": state["step"], "loss": None if loss is None else round(loss, 4),
+                             "minutes": round(state["elapsed"] / 60, 1), **{k: round(v, 4) for k, v in now.items()}})
+    write(f"step {state['step']}  loss {'–' if loss is None else f'{loss:.4f}'}  "
+          + "  ".join(f"{k} {v:.4f}" for k, v in now.items()))
 
 
 def train_features(source: Path, out: Path, cfg: FeaturesConfig, log=print, progress: bool = True,

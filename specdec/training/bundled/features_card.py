@@ -84,11 +84,20 @@ def _fusion(cfg: dict) -> str:
             "first linear layer; the fusion started at zero, so training began from the drafter without it.")
 
 
+def _loss(value: float | None) -> str:
+    """A history row's training loss; "–" where none was recorded (an evaluation after a run that
+    ended on time, in records that kept it as null, or as NaN before they did)."""
+    return "–" if value is None or value != value else f"{value:.3f}"
+
+
 def _history(info: dict) -> str:
     keys = [k for k in info["history"][-1] if k not in ("step", "loss", "minutes")]
     head = "| step | loss | " + " | ".join(keys) + " | minutes |\n|---:|---:|" + "---:|" * len(keys) + "---:|\n"
-    return head + "".join(f"| {h['step']} | {h['loss']:.3f} | " + " | ".join(f"{h[k]:.3f}" for k in keys)
-                          + f" | {h['minutes']:.1f} |\n" for h in info["history"])
+    rows = "".join(f"| {h['step']} | {_loss(h['loss'])} | " + " | ".join(f"{h[k]:.3f}" for k in keys)
+                   + f" | {h['minutes']:.1f} |\n" for h in info["history"])
+    missing = any(_loss(h["loss"]) == "–" for h in info["history"])
+    return head + rows + ("\nLoss –: an evaluation made when a stage's time ran out, after its last step; that step's "
+                          "loss was not recorded.\n" if missing else "")
 
 
 def _who(measures: dict) -> str:
