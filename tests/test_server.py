@@ -72,6 +72,7 @@ signal.signal(signal.SIGUSR1, settle)
 runpy.run_path("app.py", run_name="__main__")
 """
 BROKEN = "smollm2"   # its hub-cache copy has garbage weights
+FILE_MAX_AGE, CLEAN_EVERY = 6, 1   # seconds: this server deletes its returned files when 6 s old, looking every 1 s
 
 pytestmark = pytest.mark.slow   # every test here talks to a server of its own
 
@@ -85,7 +86,8 @@ def main(tmp_path_factory):
     (snapshot / "model.safetensors").write_bytes(b"\x00" * 64)
     settled = tmp_path_factory.mktemp("settled") / "count"
     server = serverload.start_server(
-        {"SPECDEC_MAX_UPLOAD_MB": "1", "SPECDEC_FILE_MAX_AGE_SECONDS": "6", "SPECDEC_CLEAN_EVERY_SECONDS": "1",
+        {"SPECDEC_MAX_UPLOAD_MB": "1", "SPECDEC_FILE_MAX_AGE_SECONDS": str(FILE_MAX_AGE),
+         "SPECDEC_CLEAN_EVERY_SECONDS": str(CLEAN_EVERY),
          "HF_HUB_CACHE": str(cache), SETTLED_ENV: str(settled), **serverload.NO_RUN_CACHE,
          **serverload.THREADS_ONLY},
         argv=[__import__("sys").executable, "-c", LAUNCHER])
@@ -146,6 +148,10 @@ SOAK_RUNS, SOAK_EVERY, SOAK_FROM = 24, 2, 4
 # Where the held bytes cannot be read (not glibc), the leak bar applies to resident size.
 LEAK_MB_PER_RUN = 0.25
 GROWTH_SHARE = 0.05
+# Once every export has outlived its age, what may stay on disk is folders: Gradio's per-file ones,
+# emptied, 4 KB each, at most one a run, which housekeeping removes later. One export kept is
+# ~0.23 MB (the early reading: 0.93 MB for 4), above all of them together.
+EXPIRED_LEFT_MB = SOAK_RUNS * 4096 / 1e6
 
 
 def fitted(runs: np.ndarray, mb: np.ndarray) -> tuple[float, float]:
@@ -157,8 +163,9 @@ def fitted(runs: np.ndarray, mb: np.ndarray) -> tuple[float, float]:
 def test_short_soak_memory_and_disk_stay_flat(main):
     """24 default runs, each exported, a reading every 2 runs after the server collected its
     garbage and trimmed its heap: the bytes its allocators hold grow by less than 0.25 MB a run,
-    its resident size by less than 5 % over the soak; the temp and cache folders grow by at most
-    2 MB (exports are deleted after 2 s here). The long form is scripts/soak.py (200 runs)."""
+    its resident size by less than 5 % over the soak; once the exports have outlived their age
+    (6 s here), the temp and cache folders hold no more than empty folders. The long form is
+    scripts/soak.py (200 runs)."""
     held = []
     res = serverload.soak(main, runs=SOAK_RUNS, every=SOAK_EVERY, early=SOAK_FROM, export=True,
                           log=lambda *_: None, settle=lambda: held.append(settle(main)))
@@ -175,10 +182,14 @@ def test_short_soak_memory_and_disk_stay_flat(main):
                     held=[round(float(x), 2) for x in kept])
     else:
         slope = rss_slope   # no allocator counts here: resident size is the leak signal too
+    # The exports younger than their age limit are on disk by design, and how many that is depends
+    # on how fast the runs went: the folders are read again once every export has outlived it.
+    time.sleep(FILE_MAX_AGE + 2 * CLEAN_EVERY)
+    fit["disk_after_expiry_mb"] = round(main.folders_mb(), 2)
     print("soak:", fit)   # pytest -s shows it (the closing notes quote it)
     assert slope < LEAK_MB_PER_RUN, fit
     assert rss_slope * (SOAK_RUNS - SOAK_FROM) <= GROWTH_SHARE * rss[0], fit
-    assert fit["disk_growth_mb"] <= 2, fit
+    assert fit["disk_after_expiry_mb"] <= fit["disk_start_mb"] + EXPIRED_LEFT_MB, fit
 
 
 # ---------------------------------------------------------------- uploads
