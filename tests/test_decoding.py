@@ -317,6 +317,42 @@ def test_callback_sees_every_round():
     assert seen[-1][1] == 20 and all(a[1] < b[1] for a, b in itertools.pairwise(seen))
 
 
+def _untimed(gen) -> dict:
+    """A run as data, less what any two runs differ in: its measured times."""
+    d = gen.to_dict()
+    for part in (*d["rounds"], d["stats"]):
+        for name in ("draft_seconds", "verify_seconds", "wall_seconds"):
+            part.pop(name, None)
+    return d
+
+
+@pytest.mark.parametrize("every", [0.0, 0.002, math.inf])
+def test_streaming_every_so_often_shows_the_first_round_then_later_ones_and_returns_the_same_run(bundled, every):
+    """With `stream_every`, the callback sees the first round at once, then the latest round of
+    each batch, in order, each time with the run so far (its rounds, text and every id's text);
+    the run returned is the one an unstreamed decode returns. 0 streams every round; inf only the
+    first; between them, however fast the machine, the same rules hold."""
+    settings = RunSettings(gamma=4, max_new_tokens=120, seed=4)
+    alone = speculative_generate(bundled, "To be, or not to be", settings)
+    seen = []
+
+    def on_round(r, g):
+        ids = set(g.token_ids) | {t for rnd in g.rounds for pos in rnd.positions for t in (pos.draft_token, *pos.p.ids)}
+        seen.append((r.index, len(g.rounds), g.text, ids <= g.token_text.keys(), len(g.token_ids)))
+
+    gen = speculative_generate(bundled, "To be, or not to be", settings, on_round=on_round, stream_every=every)
+    assert _untimed(gen) == _untimed(alone)
+    indices = [i for i, *_ in seen]
+    assert indices[0] == 0 and all(a < b for a, b in itertools.pairwise(indices))
+    assert all(n == i + 1 for i, n, *_ in seen)                   # the run so far ends at the round shown
+    assert all(gen.text.startswith(text) for _, _, text, _, _ in seen) and all(known for *_, known, _ in seen)
+    assert all(alone.rounds[i].end_token == alone.token_ids[n - 1] for i, *_, n in seen if n)
+    if every == 0.0:
+        assert indices == list(range(len(gen.rounds)))
+    if every == math.inf:
+        assert indices == [0]
+
+
 def test_keep_top_matches_a_plain_reference():
     """The batched id selection equals the obvious per-row version: top-n of each row plus the
     extra token, ordered by a then b (ties by id); a token is in a row's top only with mass there."""

@@ -1,5 +1,5 @@
 """A run decoded in a worker process (specdec/app/server/workers.py) is the library's own run: the same
-tokens, rounds and numbers, streamed round by round; a Stop and the time limit reach it between
+tokens, rounds and numbers, streamed as it goes; a Stop and the time limit reach it between
 forwards; an error comes back as itself; a worker whose server is gone exits."""
 
 from __future__ import annotations
@@ -38,16 +38,19 @@ def worker():
     w.close()
 
 
-def test_a_run_decoded_in_a_worker_is_the_librarys_run_streamed_round_by_round(worker, bundled):
-    settings = RunSettings(gamma=4, max_new_tokens=40, seed=31)
+def test_a_run_decoded_in_a_worker_is_the_librarys_run_streamed_as_it_goes(worker, bundled):
+    settings = RunSettings(gamma=4, max_new_tokens=200, seed=31)
     seen = []
     gen = worker.decode(PROMPT, settings, StopSignal(), on_round=lambda r, so_far: seen.append(
         (r.index, len(so_far.rounds), list(so_far.token_ids), so_far.text)))
     alone = speculative_generate(bundled, PROMPT, settings)
     assert without_times(gen) == without_times(alone)
-    assert [i for i, _, _, _ in seen] == list(range(len(alone.rounds)))       # every round, in order
-    assert all(n == i + 1 for i, n, _, _ in seen)                             # the run so far grows by one
-    assert seen[-1][2] == alone.token_ids and seen[-1][3] == alone.text       # and ends as the run
+    # The first round at once, then the latest round every `STREAM_EVERY` seconds, in order, each
+    # with the run so far: a prefix of the run, its rounds up to the one shown.
+    indices = [i for i, _, _, _ in seen]
+    assert indices[0] == 0 and all(a < b for a, b in zip(indices, indices[1:]))
+    assert all(n == i + 1 for i, n, _, _ in seen)
+    assert all(ids == alone.token_ids[:len(ids)] and alone.text.startswith(text) for _, _, ids, text in seen)
     # a second run on the same worker: nothing of the first is left in it
     again = worker.decode(PROMPT, settings.with_(seed=32), StopSignal())
     assert without_times(again) == without_times(speculative_generate(bundled, PROMPT, settings.with_(seed=32)))
@@ -57,14 +60,13 @@ def test_a_stop_set_on_the_server_ends_the_workers_run_between_forwards(worker):
     stop = StopSignal()
     rounds = []
 
-    def on_round(r, _so_far):
+    def on_round(r, _so_far):   # the first round comes at once: Stop then
         rounds.append(r.index)
-        if r.index == 1:
-            stop.set()
+        stop.set()
 
     gen = worker.decode(PROMPT, RunSettings(gamma=2, max_new_tokens=200, seed=5), stop, on_round)
-    assert gen.stats.stopped == STOPPED
-    assert 2 <= len(gen.rounds) < 100 and gen.stats.new_tokens < 200
+    assert gen.stats.stopped == STOPPED and rounds[0] == 0
+    assert 1 <= len(gen.rounds) < 100 and gen.stats.new_tokens < 200
     # negative control: the next run on the worker is not stopped by that stop
     assert worker.decode(PROMPT, RunSettings(gamma=2, max_new_tokens=8, seed=5), StopSignal()).stats.stopped != STOPPED
 

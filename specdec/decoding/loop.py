@@ -113,15 +113,20 @@ def _in_threads(generate):
 @torch.inference_mode()
 def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | None = None, *,
                          on_round: Callable[[Round, Generation], None] | None = None,
-                         stop=None, trace: bool = True) -> Generation:
+                         stream_every: float = 0.0, stop=None, trace: bool = True) -> Generation:
     """Generate with speculative sampling and return the full trace.
 
     `settings` (default `RunSettings()`) say what to run; under `Rule.SKIP_ADJUSTMENT` a rejection
     samples from p instead of the residual: the deliberately biased shortcut the app lets learners
     try. `on_round(round, generation_so_far)` is called after every round with the new round; the
     generation's stats, text and token texts are brought up to date first (the app streams from
-    it). `stop` is checked before every forward (see the module docstring). trace=False records no
-    rounds, only counts and times (the bench measures what tracing costs with it).
+    it). With `stream_every` (seconds), it is called after the first round, then after the first
+    round that ends that long after the last call, with the latest round; the rounds between are
+    recorded in one batch, as an unstreamed run's are (a round recorded alone costs a fast model's
+    run about 6 %: the page shows a stream a few times a second, not every round). The returned
+    generation is the same either way. `stop` is checked before every forward (see the module
+    docstring). trace=False records no rounds, only counts and times (the bench measures what
+    tracing costs with it).
     """
     settings = settings or RunSettings()
     gen, context = _start(pair, prompt, settings)
@@ -138,6 +143,8 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
     tally, text = tr.Tally(), _Text(pair) if on_round else None
     pending: list[Pending] = []
     ending = None
+    # When on_round was last called, the tokens emitted since, and how many rounds it has shown.
+    streamed, unstreamed, streamed_rounds = None, [], 0
     t_start = time.perf_counter()
     with rounds.held(len(context) + settings.max_new_tokens + settings.gamma + 1, settings.gamma):
         while ending is None:
@@ -154,19 +161,22 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
                 continue
             pending.append(Pending.of(len(gen.rounds) + len(pending), len(gen.token_ids) - len(emitted), step,
                                       emitted, outside))
-            if on_round or sum(r.nbytes for r in pending) > BATCH_BYTES:
+            unstreamed += emitted
+            due = on_round is not None and (streamed is None or time.perf_counter() - streamed >= stream_every)
+            if due or sum(r.nbytes for r in pending) > BATCH_BYTES:
                 _record(gen, tally, pending, settings.rule, inside)
-            if on_round:
+            if due:
                 gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                                         time.perf_counter() - t_start, ending or "")
-                gen.text = text.extend(emitted)
-                _note_token_texts(gen, pair, gen.rounds[-1:])
+                gen.text = text.extend(unstreamed)
+                _note_token_texts(gen, pair, gen.rounds[streamed_rounds:])
                 on_round(gen.rounds[-1], gen)
+                streamed, unstreamed, streamed_rounds = time.perf_counter(), [], len(gen.rounds)
     gen.models["engine"] = rounds.name            # read after the run: what ran, not what was meant to
     _record(gen, tally, pending, settings.rule, inside)   # the rounds nobody streamed, in one batch
     gen.stats = tally.stats(len(gen.token_ids), rounds.target_forwards, rounds.draft_forwards,
                             time.perf_counter() - t_start, ending)
-    _finish_text(gen, pair, [] if on_round else gen.rounds)
+    _finish_text(gen, pair, gen.rounds[streamed_rounds:])
     return gen
 
 
