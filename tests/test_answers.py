@@ -147,13 +147,15 @@ def test_several_shards_a_batch_give_the_same_shards_and_greedy_answers(small_ta
 
 
 def test_templated_prompts_are_distinct_keep_their_order_as_they_grow_and_hold_out_the_measured_prompts():
-    from specdec.cli.chat_alpha import OTHER_PROMPTS
+    from specdec.cli.chat_alpha import MORE_PROMPTS, OTHER_PROMPTS
     from specdec.explain.measure import CHAT_PROMPTS
 
     few, more = an.template_humans(100), an.template_humans(1500)
     assert more[:100] == few   # shards made for fewer prompts stay right when more are answered
     assert len(set(more)) == len(more) == 1500
-    assert not set(more) & (set(CHAT_PROMPTS) | set(OTHER_PROMPTS))   # the prompts chat-alpha measures
+    measured = [*CHAT_PROMPTS, *OTHER_PROMPTS, *MORE_PROMPTS]   # the hand-written prompts chat-alpha measures
+    assert len(set(measured)) == len(measured) == 40
+    assert not set(an.template_humans(3000)) & set(measured)
     with pytest.raises(ValueError, match="distinct"):   # the forms and topics hold ~12,000 in all
         an.template_humans(20_000)
 

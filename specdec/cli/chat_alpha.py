@@ -30,6 +30,21 @@ OTHER_PROMPTS = ("My Python code raises a KeyError. What does that mean?", "Sugg
                  "Is it safe to eat raw cookie dough?", "Translate 'good morning' into Spanish.",
                  "What year did the Berlin Wall fall?", "How many legs does a spider have?",
                  "Draft a polite email declining a meeting invitation.", "What is a good vegetarian dinner idea?")
+# 24 more, for decisions: with 8 prompts a set, a paired interval on α spans about ±0.02 greedy and
+# ±0.05 at the pair's sampling, wider than the changes a training session makes. Hand-written as a
+# visitor types; none is a templated question (tests/test_answers.py checks) or a ShareGPT opening.
+MORE_PROMPTS = (
+    "Why do cats purr?", "What is the difference between weather and climate?",
+    "Give me a simple recipe for pancakes.", "How can I improve my sleep?",
+    "Explain what a black hole is.", "Write a haiku about the ocean.", "What causes rainbows?",
+    "How do vaccines work?", "List five fun things to do on a rainy day.", "What is the Pythagorean theorem?",
+    "How should I prepare for a job interview?", "Why is the ocean salty?", "Describe the water cycle.",
+    "What does a CPU do in a computer?", "Write a thank-you note to my teacher.", "How do plants make their food?",
+    "What are some easy ways to save money?", "Explain the rules of chess briefly.",
+    "What is the tallest mountain in the world?", "How do I reverse a list in Python?",
+    "Why do leaves change color in the fall?", "Tell me something surprising about octopuses.",
+    "What is the difference between a virus and a bacterium?", "How can I stay productive when working from home?",
+)
 
 
 SAMPLING_WORDS = {"greedy": "greedy", "pair": "pair's", "t1": "T = 1"}   # `training.chat.answers.SAMPLINGS`
@@ -62,9 +77,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--drafter", type=folder, nargs="+", default=None, metavar="FOLDER",
                     help="saved features drafter folders (default: the shipped one); several are measured in turn "
                          "on each set and temperature")
-    ap.add_argument("--sets", nargs="+", choices=("card", "other", "own", "sharegpt"), default=("card", "other", "own"),
-                    help="which prompts: the card's, 8 other hand-written ones, the model's own questions, ShareGPT's "
-                         "held out from `train --data sharegpt`")
+    ap.add_argument("--sets", nargs="+", choices=("card", "other", "more", "own", "sharegpt"),
+                    default=("card", "other", "own"),
+                    help="which prompts: the card's, 8 other hand-written ones, 24 more hand-written ones, the "
+                         "model's own questions, ShareGPT's held out from `train --data sharegpt`")
     ap.add_argument("--prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
     ap.add_argument("--own", type=int, default=12, help="how many questions the model writes itself")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens a prompt")
@@ -97,7 +113,7 @@ def run(args) -> int:
     pair = load_pair(preset="smollm2-135m", drafter="features")
     nets = ({str(d): fx.load(Path(d), pair.target, pair.dtype) for d in args.drafter} if args.drafter
             else {str(fx.weights_folder(pair)): fx.net_for(pair)})
-    texts = {"card": list(CHAT_PROMPTS), "other": list(OTHER_PROMPTS)}
+    texts = {"card": list(CHAT_PROMPTS), "other": list(OTHER_PROMPTS), "more": list(MORE_PROMPTS)}
     if "sharegpt" in args.sets:   # held out by hash; short enough for a training row's prompt
         from ..models.realmodel import cache_root
         from ..training.chat import sharegpt as sg
