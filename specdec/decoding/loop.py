@@ -161,8 +161,10 @@ def speculative_generate(pair, prompt: str | list[int], settings: RunSettings | 
                 continue
             pending.append(Pending.of(len(gen.rounds) + len(pending), len(gen.token_ids) - len(emitted), step,
                                       emitted, outside))
-            unstreamed += emitted
-            due = on_round is not None and (streamed is None or time.perf_counter() - streamed >= stream_every)
+            due = False
+            if on_round is not None:
+                unstreamed += emitted
+                due = streamed is None or time.perf_counter() - streamed >= stream_every
             if due or sum(r.nbytes for r in pending) > BATCH_BYTES:
                 _record(gen, tally, pending, settings.rule, inside)
             if due:
