@@ -3,7 +3,7 @@
 A server of our own (`serverload.start_server` (scripts/): `python app.py` on a free port, with its
 own temp and Gradio cache folders):
 
-- `main`: a 1 MB upload cap, files deleted after 2 s, a hub cache holding a broken copy of a hub
+- `main`: a 1 MB upload cap, returned files deleted once 6 s old, a hub cache holding a broken copy of a hub
   preset, and an out-of-memory error on one magic prompt (injected by a launcher script around
   app.py, not by any code of the app), and the same launcher's SIGUSR1 handler, which collects
   garbage and trims the C heap before each of the soak's readings. Load test, short soak,
