@@ -183,8 +183,12 @@ def test_short_soak_memory_and_disk_stay_flat(main):
     else:
         slope = rss_slope   # no allocator counts here: resident size is the leak signal too
     # The exports younger than their age limit are on disk by design, and how many that is depends
-    # on how fast the runs went: the folders are read again once every export has outlived it.
-    time.sleep(FILE_MAX_AGE + 2 * CLEAN_EVERY)
+    # on how fast the runs went: the folders are read again once every export has outlived it, until
+    # they are down to the bound (a loaded machine may run the server's cleaning late) or 30 s more.
+    time.sleep(FILE_MAX_AGE + CLEAN_EVERY)
+    deadline = time.time() + 30
+    while main.folders_mb() > fit["disk_start_mb"] + EXPIRED_LEFT_MB and time.time() < deadline:
+        time.sleep(0.5)
     fit["disk_after_expiry_mb"] = round(main.folders_mb(), 2)
     print("soak:", fit)   # pytest -s shows it (the closing notes quote it)
     assert slope < LEAK_MB_PER_RUN, fit
