@@ -317,15 +317,6 @@ def test_callback_sees_every_round():
     assert seen[-1][1] == 20 and all(a[1] < b[1] for a, b in itertools.pairwise(seen))
 
 
-def _untimed(gen) -> dict:
-    """A run as data, less what any two runs differ in: its measured times."""
-    d = gen.to_dict()
-    for part in (*d["rounds"], d["stats"]):
-        for name in ("draft_seconds", "verify_seconds", "wall_seconds"):
-            part.pop(name, None)
-    return d
-
-
 @pytest.mark.parametrize("every", [0.0, 0.002, math.inf])
 def test_streaming_every_so_often_shows_the_first_round_then_later_ones_and_returns_the_same_run(bundled, every):
     """With `stream_every`, the callback sees the first round at once, then the latest round of
@@ -341,7 +332,7 @@ def test_streaming_every_so_often_shows_the_first_round_then_later_ones_and_retu
         seen.append((r.index, len(g.rounds), g.text, ids <= g.token_text.keys(), len(g.token_ids)))
 
     gen = speculative_generate(bundled, "To be, or not to be", settings, on_round=on_round, stream_every=every)
-    assert _untimed(gen) == _untimed(alone)
+    assert without_timings(gen) == without_timings(alone)
     indices = [i for i, *_ in seen]
     assert indices[0] == 0 and all(a < b for a, b in itertools.pairwise(indices))
     assert all(n == i + 1 for i, n, *_ in seen)                   # the run so far ends at the round shown
