@@ -14,7 +14,7 @@ from specdec.models.pair import ModelPair
 from specdec.training.chat import features_chat as fc
 from test_decoding import PROMPT, SIGNIFICANCE, gof_p_value, sampled
 from test_features import drafted_2_3, exact_joint_2_3, tokens_2_3
-from tiny import tiny_pair
+from tiny import tiny_model, tiny_pair
 
 
 def subset_net(target, ids: list[int], seed: int = 0) -> fx.FeatureNet:
@@ -394,3 +394,32 @@ def test_next_outside_walks_the_rejected_positions_the_residual_filled_from_outs
     plain = speculative_generate(pair, PROMPT, RunSettings(gamma=3, max_new_tokens=8, drafter="ngram", seed=3))
     assert outside.outside_places(plain) == [] and views.final_view(plain)["next_outside_btn"]["visible"] is False
     assert jumps.next_outside(plain, 2)["selection"][0] == 1   # nothing to jump to: the round in view stays
+
+
+def test_a_wider_mlp_goes_on_computing_what_the_saved_drafter_did():
+    """`widened_mlp`: a saved drafter loaded into a net with a wider MLP computes the saved one's layer
+    outputs (its new units' down columns are zero), up to float32 rounding over the wider sum. The
+    control: the same wider net with its fresh down columns kept differs far past that bound. A
+    narrower net is refused."""
+    target = tiny_model(vocab=64, width=32)
+    saved = subset_net(target, list(range(16)), seed=3)
+    torch.manual_seed(4)
+    wide = fx.FeatureNet(fx.layer_config(target.config, 4 * saved.config.intermediate_size,
+                                         draft_vocab=16)).eval()
+    fresh = {k: v.clone() for k, v in wide.state_dict().items()}
+    wide.load_state_dict(fc.widened_mlp(saved.state_dict(), fresh), strict=False)
+    gen = torch.Generator().manual_seed(5)
+    feats, embeds = torch.randn(2, 7, 32, generator=gen), torch.randn(2, 7, 32, generator=gen)
+    positions, mask = torch.arange(7)[None].expand(2, 7), torch.ones(7, 7, dtype=torch.bool).tril()[None, None]
+    with torch.no_grad():
+        want, got = saved(feats, embeds, positions, mask), wide(feats, embeds, positions, mask)
+        bound = bounds.rounding(wide.config.intermediate_size, scale=float(want.abs().max()))
+        assert float((got - want).abs().max()) <= bound
+        grown = fc.widened_mlp(saved.state_dict(), fresh)
+        grown["layer.mlp.down_proj.weight"] = fresh["layer.mlp.down_proj.weight"].clone()
+        grown["layer.mlp.down_proj.weight"][:, :saved.config.intermediate_size] = (
+            saved.state_dict()["layer.mlp.down_proj.weight"])
+        wide.load_state_dict(grown, strict=False)
+        assert float((wide(feats, embeds, positions, mask) - want).abs().max()) > 100 * bound
+    with pytest.raises(ValueError, match="cannot widen"):
+        fc.widened_mlp(wide.state_dict(), saved.state_dict())

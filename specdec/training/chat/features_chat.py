@@ -147,6 +147,28 @@ def evaluate(net, target, pool: dict, cfg: ChatFeaturesConfig, weight: torch.Ten
     return {key: s / max(n, 1) for key, (s, n) in sums.items()}
 
 
+def widened_mlp(saved: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`saved` weights going on in a net whose MLP is wider (`fresh`: its state, freshly initialised):
+    the saved units fill the first rows of gate and up and the first columns of down, the new units
+    keep their fresh gate and up and get zero columns in down, so the wider net starts computing
+    exactly what the saved one did and its new units grow from there. Anything else is as saved."""
+    out = dict(saved)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        key = f"layer.mlp.{name}.weight"
+        if key not in saved or key not in fresh or saved[key].shape == fresh[key].shape:
+            continue
+        old, new = saved[key], fresh[key]
+        axis = 1 if name == "down_proj" else 0
+        if old.shape[1 - axis] != new.shape[1 - axis] or old.shape[axis] > new.shape[axis]:
+            raise ValueError(f"cannot widen {key} from {tuple(old.shape)} to {tuple(new.shape)}")
+        grown = new.detach().clone().to(old.dtype)
+        if name == "down_proj":
+            grown.zero_()
+        grown.narrow(axis, 0, old.shape[axis]).copy_(old)
+        out[key] = grown
+    return out
+
+
 def net_ids(net) -> torch.Tensor:
     """Subset position -> token id (the identity when the net reads the whole vocabulary)."""
     if net.vocab is not None:
@@ -215,6 +237,7 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
     layers = tuple(cfg.feature_layers)
     net = fx.FeatureNet(fx.layer_config(target.config, cfg.intermediate_size, layers, cfg.draft_vocab)).to(device)
     if start is not None:   # a resumed run's checkpoint, if any, replaces these in train_net
+        start = widened_mlp(start, net.state_dict())
         left = net.load_state_dict(start, strict=False)
         # A drafter saved without fusion goes on with it: its fuse starts at zero, so the net starts
         # as the saved one.

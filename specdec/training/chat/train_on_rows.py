@@ -88,6 +88,8 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
         old = json.loads(record.read_text()) if record.exists() else {"config": {}}
         fields = {k: old["config"][k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight",
                                                 "reg_weight", "feature_layers") if k in old["config"]}
+    if getattr(args, "intermediate_size", None):   # wider from here on (`features_chat.widened_mlp`)
+        fields["intermediate_size"] = args.intermediate_size
     if getattr(args, "feature_layers", None):   # fused from here on (a net without them starts as it was)
         fields["feature_layers"] = tuple(args.feature_layers)
     layers = tuple(fields.get("feature_layers") or ())
@@ -152,6 +154,9 @@ def add_arguments(p, folder) -> None:
                    "this many minutes (at a shard's end; the same command goes on)")
     p.add_argument("--data-bf16", action="store_true", help="with --data sharegpt: the target's forward under bf16 "
                    "autocast (about 1.4x faster here; features within about 1%%, argmax 99.5%% the same)")
+    p.add_argument("--intermediate-size", type=int, default=None, metavar="N", help="with --data answers: the "
+                   "drafter layer's MLP width (default: --init-from's; wider than it, its units start as saved and "
+                   "the new ones at zero output)")
     p.add_argument("--keep-vocab", action="store_true", help="with --init-from: keep its vocabulary subset (default: "
                    "re-rank it by the target's probability mass on the training answers)")
     p.add_argument("--lr", type=float, default=None, help="with --data sharegpt: peak learning rate (default 2e-3)")
