@@ -190,6 +190,8 @@ def test_train_then_card_succeed(tmp_path, capsys):
     (["generate", "--prompt", "x", "--threads", "0"], "--threads"),
     (["generate", "--prompt", "x", "--seed", "-1"], "seed"),
     (["train", "--seed", "x"], "invalid int"),
+    (["train", "--intermediate-size", "0"], "--intermediate-size"),
+    (["train", "--intermediate-size", "wide"], "MLP width"),
 ])
 def test_bad_values_are_one_line_and_exit_2(argv, words, capsys):
     assert main(argv) == 2

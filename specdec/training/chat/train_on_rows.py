@@ -127,6 +127,19 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     return 0
 
 
+def mlp_width(text: str) -> int:
+    """--intermediate-size's value: a whole number of at least 1 (argparse names the option when refused)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"the MLP width must be a whole number of at least 1, got {text!r}")
+    return value
+
+
 def add_arguments(p, folder) -> None:
     """`train`'s options for a chat target: --chat-target (of type `folder`, the command line's check),
     who writes its questions, and the ShareGPT path's (--data sharegpt)."""
@@ -154,7 +167,7 @@ def add_arguments(p, folder) -> None:
                    "this many minutes (at a shard's end; the same command goes on)")
     p.add_argument("--data-bf16", action="store_true", help="with --data sharegpt: the target's forward under bf16 "
                    "autocast (about 1.4x faster here; features within about 1%%, argmax 99.5%% the same)")
-    p.add_argument("--intermediate-size", type=int, default=None, metavar="N", help="with --data answers: the "
+    p.add_argument("--intermediate-size", type=mlp_width, default=None, metavar="N", help="with --data answers: the "
                    "drafter layer's MLP width (default: --init-from's; wider than it, its units start as saved and "
                    "the new ones at zero output)")
     p.add_argument("--keep-vocab", action="store_true", help="with --init-from: keep its vocabulary subset (default: "
