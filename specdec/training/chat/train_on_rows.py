@@ -128,16 +128,16 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
 
 
 def mlp_width(text: str) -> int:
-    """--intermediate-size's value: a whole number of at least 1 (argparse names the option when refused)."""
+    """--intermediate-size's value: `checks.whole_number` of at least 1, as an argparse type (argparse then
+    names the option in its one-line refusal)."""
     import argparse
 
+    from ...core.checks import whole_number
+
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"the MLP width must be a whole number of at least 1, got {text!r}")
-    return value
+        return whole_number(text, "the MLP width", 1)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_arguments(p, folder) -> None:
