@@ -278,6 +278,11 @@ def test_coverage_and_card_of_a_chat_drafter():
     assert "α at γ = 4;" in both
     assert "a target step took 20 ms there and a verify of γ + 1 = 5 tokens 30 ms (1.5 steps" in text
     assert "heavily shared 2-core machine" in text   # trained on the CPU (no device in the record)
+    assert "three kinds of prompt" not in text   # only where chat-alpha measured these weights
+    hand = {"greedy": {"alpha": 0.5, "tested": 8, "prompts": 2}}
+    kinds = {"gamma": 4, "new_tokens": 128, "table": {"hand-written": hand}}
+    measured = {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}
+    assert "| hand-written (2) | 0.500 (8 tested) | – | – |" in fcc.card(record, measured, got, 1.0, "tiny", kinds)
     gpu = fcc.card({**record, "device": "NVIDIA H200", "pool": {"batch": 1024}, "pool_seconds": 92.0},
                    {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
     assert "on one NVIDIA H200" in gpu and "specdec chat-train" in gpu and "2-core" not in gpu

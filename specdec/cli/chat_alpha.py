@@ -123,7 +123,10 @@ def run(args) -> int:
     if "own" in args.sets:   # seeded apart from every training pool's seeds
         texts["own"] = write_questions(pair.target, pair.tokenizer, args.own, torch.Generator().manual_seed(4321),
                                        batch=args.own)
-    found = {"drafters": list(nets), "gamma": 4, "new_tokens": args.tokens, "prompts": {}}
+    from ..training.chat.prompt_kinds import weights_sha256
+
+    found = {"drafters": list(nets), "sha256": {d: weights_sha256(Path(d)) for d in nets}, "gamma": 4,
+             "new_tokens": args.tokens, "prompts": {}}   # the sha256 ties these results to the weights (a card's)
     for name in args.sets:
         found["prompts"][name] = texts[name][:args.prompts]
         prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name][:args.prompts]]

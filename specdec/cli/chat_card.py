@@ -6,7 +6,10 @@ the pair picks here, in the pair's own precision and threads (`training.chat.fea
 measure_chat`); and the p-mass its vocabulary subset holds on a held-out pool the target draws here
 (its own questions and answers, seeded apart from training's).
 
-    specdec chat-card [--questions 16] [--timed 8]
+    specdec chat-card [--questions 16] [--timed 8] [--kinds LOG ...]
+
+With --kinds, the card also gives α on three kinds of prompt (hand-written, ShareGPT held out, the model's
+own questions) from `specdec chat-alpha`'s output on this drafter (`training.chat.prompt_kinds`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--timed", type=int, default=8, help="chat prompts timed against the target alone")
     ap.add_argument("--from-measures", action="store_true",
                     help="write the card again from the folder's measures.json (no measuring)")
+    ap.add_argument("--kinds", nargs="+", default=None, metavar="LOG",
+                    help="chat-alpha outputs (its last JSON line) on this drafter: the card's table of α on three "
+                         "kinds of prompt (default: the table measures.json keeps for these weights, if any)")
 
 
 PRESET = "smollm2-135m"   # the real pair whose shipped drafter the card describes
@@ -39,6 +45,21 @@ def picker(pair):
         pick = gamma_for(PRESET, "features", sampling.temperature, device, dtype)
         return pick.gamma if pick is not None else None
     return picked
+
+
+def prompt_kinds(folder, logs: list[str] | None) -> dict | None:
+    """The card's α on three kinds of prompt for the weights under `folder`: from chat-alpha's `logs`, or
+    else the table measures.json keeps if it measured these same weights (new weights drop it)."""
+    from pathlib import Path
+
+    from ..training.chat import prompt_kinds as pk
+
+    sha = pk.weights_sha256(folder)
+    if logs:
+        return pk.kinds_of([pk.last_json(Path(log)) for log in logs], sha)
+    saved = folder / "measures.json"
+    kinds = json.loads(saved.read_text()).get("kinds") if saved.exists() else None
+    return kinds if kinds and kinds.get("sha256") == sha else None
 
 
 def run(args) -> int:
@@ -65,9 +86,10 @@ def run(args) -> int:
         pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
         cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)
         print(json.dumps(cover), flush=True)
+    kinds = prompt_kinds(folder, args.kinds)
     size_mb = (folder / "model.safetensors").stat().st_size / 1e6
-    (folder / "README.md").write_text(fcc.card(record, measures, cover, size_mb, pair.label), encoding="utf-8")
-    (folder / "measures.json").write_text(json.dumps({"measures": measures, "coverage": cover}, indent=1) + "\n",
-                                          encoding="utf-8")
+    (folder / "README.md").write_text(fcc.card(record, measures, cover, size_mb, pair.label, kinds), encoding="utf-8")
+    saved = {"measures": measures, "coverage": cover} | ({"kinds": kinds} if kinds else {})
+    (folder / "measures.json").write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {folder / 'README.md'} in {time.perf_counter() - t0:.0f} s")
     return 0

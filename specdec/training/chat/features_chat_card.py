@@ -184,8 +184,12 @@ def _fused(cfg: dict) -> str:
             "EAGLE-3, Li et al. 2025: each RMS-normalised, one linear map onto the feature)")
 
 
-def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str) -> str:
-    """The drafter's README.md from its training record, its measures and its subset's coverage."""
+def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str, kinds: dict | None = None
+         ) -> str:
+    """The drafter's README.md from its training record, its measures and its subset's coverage, and
+    its α on three kinds of prompt where measured (`prompt_kinds.kinds_of`)."""
+    from .prompt_kinds import kinds_section
+
     cfg = record["config"]
     rows = "".join(f"| {_sampling_words(r)} | {r['alpha']:.3f} ({r['tested']} tested) | {r['gamma']} | "
                    f"{r.get('timed_tokens_per_target_forward', r['tokens_per_target_forward']):.2f} | {r['c']:.3f} | "
@@ -231,4 +235,4 @@ q can reach.
 |---|---:|---:|---:|---:|---:|---:|---:|
 {rows}
 Measured on {measures['machine']}: {_steps(measures)}
-"""
+""" + ("\n" + kinds_section(kinds) if kinds else "")
