@@ -277,7 +277,7 @@ def test_coverage_and_card_of_a_chat_drafter():
     assert "| the pair's own | 0.600 (10 tested) | 2 | 1.75 | 0.100 | 1.20 |" in both   # its γ, the timed runs' rate
     assert "α at γ = 4;" in both
     assert "a target step took 20 ms there and a verify of γ + 1 = 5 tokens 30 ms (1.5 steps" in text
-    assert "heavily shared 2-core machine" in text   # trained on the CPU (no device in the record)
+    assert "thread(s) of a 2-core machine" in text   # trained on the CPU (no device in the record)
     assert "three kinds of prompt" not in text   # only where chat-alpha measured these weights
     hand = {"greedy": {"alpha": 0.5, "tested": 8, "prompts": 2}}
     kinds = {"gamma": 4, "new_tokens": 128, "table": {"hand-written": hand}}

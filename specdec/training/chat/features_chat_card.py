@@ -143,7 +143,7 @@ def _where_trained(record: dict) -> str:
 def _on_what(record: dict) -> str:
     """Where the steps ran, in words (a GPU run also says how its pools were drawn)."""
     if record.get("device", "CPU") == "CPU":
-        return f"on {record['threads']} torch thread(s) of a heavily shared 2-core machine"
+        return f"on {record['threads']} torch thread(s) of a 2-core machine"
     pool = record.get("pool", {})
     return (f"on one {record['device']} (TF32 products in training; the pools, {pool.get('batch', '?')} "
             f"questions a batch, drawn in float32 in {record.get('pool_seconds', 0):.0f} s and kept in memory)")
