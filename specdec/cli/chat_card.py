@@ -76,6 +76,7 @@ def run(args) -> int:
     pair = load_pair(preset=PRESET, drafter="features")
     folder = fx.weights_folder(pair)
     record = json.loads((folder / "training.json").read_text())
+    kinds = prompt_kinds(folder, args.kinds)   # before measuring: a log on other weights is refused at once
     if args.from_measures:
         saved = json.loads((folder / "measures.json").read_text())
         measures, cover = saved["measures"], saved["coverage"]
@@ -86,7 +87,6 @@ def run(args) -> int:
         pool = draw_chat_pool(pair.target, pair.tokenizer, 1, USES, 160, 1234, None, print, args.questions)
         cover = fcc.coverage(pair.target, pool, fx.net_for(pair).vocab)
         print(json.dumps(cover), flush=True)
-    kinds = prompt_kinds(folder, args.kinds)
     size_mb = (folder / "model.safetensors").stat().st_size / 1e6
     (folder / "README.md").write_text(fcc.card(record, measures, cover, size_mb, pair.label, kinds), encoding="utf-8")
     saved = {"measures": measures, "coverage": cover} | ({"kinds": kinds} if kinds else {})
