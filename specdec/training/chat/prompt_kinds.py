@@ -10,9 +10,10 @@ on other weights or under other settings.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from ...models.manifest import sha256
 
 KINDS = {"hand-written": ("card", "other", "more"), "ShareGPT, held out": ("sharegpt",),
          "the model's own questions": ("own",)}
@@ -21,11 +22,7 @@ SAMPLINGS = ("greedy", "pair's", "T = 1")   # `cli.chat_alpha.SAMPLING_WORDS`' w
 
 def weights_sha256(folder: Path) -> str:
     """The sha256 of a saved drafter's weights: what ties a measurement to the drafter it measured."""
-    digest = hashlib.sha256()
-    with open(Path(folder) / "model.safetensors", "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256(Path(folder) / "model.safetensors")
 
 
 def last_json(path: Path) -> dict:
