@@ -309,10 +309,13 @@ def visitors(browser):
     context.close()
 
 
-def open_page(visitors, url: str):
+def open_page(visitors, url: str, init_script: str | None = None):
     """A new visitor's page on `url`: a new tab in `visitors`, 1400 x 1000, console errors collected
-    in `page.console_errors`. Close it with `close_page`."""
+    in `page.console_errors`, `init_script` (JavaScript) run before the page's own. Close it with
+    `close_page`."""
     pg = visitors.new_page()
+    if init_script:
+        pg.add_init_script(init_script)
     pg.console_errors = []
     pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
@@ -335,6 +338,32 @@ def close_page(pg) -> None:
 def page(visitors, app_url):
     """A fresh page on the app: a new visitor's."""
     pg = open_page(visitors, app_url)
+    yield pg
+    close_page(pg)
+
+
+# The page's opening event (`handlers.open_link`, run on page load) reports on the status line, as
+# a run does: when it ends, the line's tracker is hidden, and whatever it showed goes with it (an
+# error said meanwhile too). It is over once the tracker was seen shown (queued or running) and
+# hidden again; the first hidden tracker, drawn before the event starts, does not count.
+OPENING_WATCH = """
+window.__openingDone = false;
+let shown = false;
+new MutationObserver(() => {
+  const wrap = document.querySelector('#run-status .wrap');
+  if (!wrap) return;
+  if (!wrap.classList.contains('hide')) shown = true;
+  else if (shown) window.__openingDone = true;
+}).observe(document, {subtree: true, childList: true, attributes: true, attributeFilter: ['class']});
+"""
+
+
+@pytest.fixture
+def opened(visitors, app_url):
+    """A fresh page on the app once its opening event has ended: a test that reads the status line
+    right after an action then reads what the action said, not the opening event's end."""
+    pg = open_page(visitors, app_url, init_script=OPENING_WATCH)
+    pg.wait_for_function("() => window.__openingDone", timeout=180_000)   # the CPU is shared
     yield pg
     close_page(pg)
 

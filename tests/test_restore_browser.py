@@ -10,13 +10,23 @@ from test_app_browser import RUN_TIMEOUT, round_number, run, wait_done
 PROMPT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
 
 
+# From the status line's top to the round caption's bottom, in the page's own coordinates, read in
+# one step: two reads in the window's coordinates, with the page scrolling between them (a restored
+# run opening its round), gave a clip of no height.
+_HEAD_SPAN = """() => {
+  const top = document.querySelector('#run-status').getBoundingClientRect().top + window.scrollY;
+  const caption = document.querySelector('#round-caption').getBoundingClientRect();
+  return [top, caption.bottom + window.scrollY];
+}"""
+
+
 def shot(page, path: str) -> None:
-    """The run and the step viewer's head, from the status line to the round's caption."""
-    page.evaluate("() => window.scrollTo(0, 0)")
-    a = page.locator("#run-status").first.bounding_box()
-    b = page.locator("#round-caption").first.bounding_box()
+    """The run and the step viewer's head, from the status line to the round's caption (a picture
+    for people to look at; the test's checks are its assertions)."""
+    top, bottom = page.evaluate(_HEAD_SPAN)
+    top = max(0, top - 10)
     page.screenshot(path=path, full_page=True,
-                    clip={"x": 0, "y": a["y"] - 10, "width": 1400, "height": b["y"] + b["height"] + 20 - a["y"]})
+                    clip={"x": 0, "y": top, "width": 1400, "height": max(1, bottom + 20 - top)})
 
 
 def open_round(page, n: int) -> None:
