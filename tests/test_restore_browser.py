@@ -11,8 +11,8 @@ PROMPT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
 
 
 # From the status line's top to the round caption's bottom, in the page's own coordinates, read in
-# one step: two reads in the window's coordinates, with the page scrolling between them (a restored
-# run opening its round), gave a clip of no height.
+# one step: two reads in the window's coordinates disagree when the page scrolls between them (a
+# restored run opening its round), and the clip's height can come out as nothing.
 _HEAD_SPAN = """() => {
   const top = document.querySelector('#run-status').getBoundingClientRect().top + window.scrollY;
   const caption = document.querySelector('#round-caption').getBoundingClientRect();
