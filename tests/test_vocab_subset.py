@@ -169,6 +169,47 @@ def test_subset_beta_is_the_full_vocabularys_with_q_zero_outside():
     assert (terms["beta"] - torch.minimum(full_p, q).sum(-1)).abs().max() < tol
     assert (terms["mass"] - full_p[:, ids].sum(-1)).abs().max() < tol
     assert (1 - terms["beta"] - 0.5 * (full_p - q).abs().sum(-1)).abs().max() < tol   # it is 1 - TV
+    p_hat, log_q = full_p[:, ids] / full_p[:, ids].sum(-1, keepdim=True), q[:, ids].log()
+    kl = (p_hat * (p_hat.log() - log_q)).sum(-1)   # KL(p renormalised on the subset || q)
+    scale = float((p_hat * (p_hat.log().abs() + log_q.abs())).sum(-1).max())   # the terms' magnitudes
+    assert (terms["kl"] - kl).abs().max() < bounds.rounding(len(ids), scale=scale)
+
+
+def test_the_loss_computes_the_targets_side_once_for_every_drafting_step():
+    """`losses` computes the target's p over the subset once and gives each drafting step its rows
+    (step j counts step 1's elements from the j-th on): the same loss as each step's own
+    `subset_terms`. Rows start at different places, so a step given another step's rows differs."""
+    from specdec.training.bundled.features import unrolled_outputs
+
+    pair = tiny_pair(vocab=16, seed=3)
+    target, ids_sub = pair.target, [9, 4, 15, 2, 7, 11]
+    net = subset_net(target, ids_sub, seed=1).train()
+    weight = fc.subset_weight(target, torch.tensor(ids_sub))
+    gen = torch.Generator().manual_seed(5)
+    rows, length, d = 3, 12, target.config.hidden_size
+    feats = torch.randn(rows, length, d, generator=gen)
+    batch = {"ids": torch.randint(0, 16, (rows, length), generator=gen), "feats": feats,
+             "lse": torch.logsumexp(feats @ target.lm_head.weight.detach().T, -1),
+             "starts": torch.tensor([2, 3, 5]), "ends": torch.tensor([12, 9, 11])}
+    cfg = fc.ChatFeaturesConfig(unroll=3)
+    loss, per_step = fc.losses(net, target, batch, cfg, weight)
+    b = fc.cropped(batch)
+    outs = unrolled_outputs(net, target, b["ids"], b["feats"], cfg.unroll)
+    masks = fc.step_masks(b["starts"], b["ends"], b["ids"].shape[1], cfg.unroll)
+    assert all(int(m.sum()) < int(masks[0].sum()) for m in masks[1:])   # the steps count different rows
+    want, want_steps, scale = 0.0, [], 0.0
+    for g, m in zip(outs, masks):
+        f_next = b["feats"][:, 1:][m]
+        t = fc.subset_terms(g[m], f_next, b["lse"][:, 1:][m], weight)
+        reg = torch.nn.functional.smooth_l1_loss(g[m], f_next, reduction="none").mean(-1)
+        want = want + ((1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg).mean()
+        want_steps.append(float(1 - t["beta"].mean()))
+        log_q = torch.log_softmax(g[m] @ weight.T, -1)
+        scale = max(scale, float(2 + log_q.abs().max() + t["kl"].abs().max() + reg.abs().max()))
+    # Each step's mean sums len(ids_sub) terms per row, each at most `scale` in magnitude.
+    tol = bounds.rounding(len(ids_sub) * cfg.unroll, scale=scale)
+    assert abs(float(loss) - float(want) / cfg.unroll) < tol
+    assert max(abs(a - w) for a, w in zip(per_step, want_steps)) < tol
 
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

@@ -71,19 +71,31 @@ def step_masks(starts: torch.Tensor, ends: torch.Tensor, length: int, k: int) ->
     return [ok & (i >= j - 1) for j in range(1, k + 1)]
 
 
-def subset_terms(g: torch.Tensor, feats: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor
-                 ) -> dict[str, torch.Tensor]:
-    """Per row of drafter features g [M, d] against the target's feats [M, d] and lse [M]:
-    beta = sum over the subset of min(p, q), KL(p renormalised on the subset || q), and the
-    p-mass inside the subset (the most beta can be)."""
-    log_q = torch.log_softmax(g @ weight.T, -1)
+def target_terms(feats: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The target's side of `subset_terms` for its feats [M, d] and lse [M], which no gradient
+    reaches: p on the subset (its true mass there), p renormalised on the subset, and the sum of
+    p_hat log p_hat (the KL's constant part)."""
     with torch.no_grad():
         z = feats @ weight.T
-        p = torch.exp(z - lse[:, None])
         log_p_hat = torch.log_softmax(z, -1)
-    beta = torch.minimum(p, log_q.exp()).sum(-1)
-    kl = (log_p_hat.exp() * (log_p_hat - log_q)).sum(-1)
-    return {"beta": beta, "kl": kl, "mass": p.sum(-1), "q_top": log_q.argmax(-1)}
+        p_hat = log_p_hat.exp()
+        return {"p": torch.exp(z - lse[:, None]), "p_hat": p_hat, "neg_entropy": (p_hat * log_p_hat).sum(-1)}
+
+
+def subset_terms(g: torch.Tensor, feats: torch.Tensor | None, lse: torch.Tensor | None, weight: torch.Tensor,
+                 target: dict[str, torch.Tensor] | None = None, top: bool = True) -> dict[str, torch.Tensor]:
+    """Per row of drafter features g [M, d] against the target's feats [M, d] and lse [M] (or their
+    `target_terms`, computed once for several drafting steps): beta = sum over the subset of
+    min(p, q), KL(p renormalised on the subset || q), the p-mass inside the subset (the most beta
+    can be), and q's argmax unless `top` is False."""
+    t = target if target is not None else target_terms(feats, lse, weight)
+    log_q = torch.log_softmax(g @ weight.T, -1)
+    beta = torch.minimum(t["p"], log_q.exp()).sum(-1)
+    kl = t["neg_entropy"] - (t["p_hat"] * log_q).sum(-1)
+    out = {"beta": beta, "kl": kl, "mass": t["p"].sum(-1)}
+    if top:
+        out["q_top"] = log_q.argmax(-1)
+    return out
 
 
 def cropped(batch: dict) -> dict:
@@ -100,13 +112,20 @@ def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tens
     batch = cropped(batch)
     ids, feats, lse = batch["ids"], batch["feats"], batch["lse"]
     outs = unrolled_outputs(net, target, ids, rows_of(batch), cfg.unroll)
+    masks = step_masks(batch["starts"], batch["ends"], ids.shape[1], cfg.unroll)
+    # Every step predicts the same positions' tokens (step j counts step 1's elements from the j-th
+    # on): the target's side, a head product over the subset, is computed once for all steps.
+    first = masks[0]
+    f_all = feats[:, 1:][first]
+    p_all = target_terms(f_all, lse[:, 1:][first], weight)
     total, per_step = 0.0, []
-    for g, m in zip(outs, step_masks(batch["starts"], batch["ends"], ids.shape[1], cfg.unroll)):
+    for g, m in zip(outs, masks):
         if not m.any():
             per_step.append(float("nan"))
             continue
-        f_next = feats[:, 1:][m]
-        t = subset_terms(g[m], f_next, lse[:, 1:][m], weight)
+        keep = m[first]
+        f_next = f_all[keep]
+        t = subset_terms(g[m], None, None, weight, target={k: v[keep] for k, v in p_all.items()}, top=False)
         reg = F.smooth_l1_loss(g[m], f_next, reduction="none").mean(-1)
         total = total + ((1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg).mean()
         per_step.append(float(1 - t["beta"].detach().mean()))
