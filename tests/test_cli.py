@@ -192,6 +192,8 @@ def test_train_then_card_succeed(tmp_path, capsys):
     (["train", "--seed", "x"], "invalid int"),
     (["train", "--intermediate-size", "0"], "--intermediate-size"),
     (["train", "--intermediate-size", "wide"], "MLP width"),
+    (["train", "--sharp", "0"], "above 0"),
+    (["train", "--sharp", "1.5"], "sharp temperature"),
 ])
 def test_bad_values_are_one_line_and_exit_2(argv, words, capsys):
     assert main(argv) == 2

@@ -212,6 +212,63 @@ def test_the_loss_computes_the_targets_side_once_for_every_drafting_step():
     assert max(abs(a - w) for a, w in zip(per_step, want_steps)) < tol
 
 
+
+def test_the_sharp_softmax_is_softmax_at_its_temperature_without_denormal_floats():
+    """`sharp_softmax` is softmax(z / T) where no logit lies FLOOR temperatures below its row's
+    largest, moves no probability by more than e^FLOOR where some do, and leaves no denormal float
+    (the slow arithmetic it exists to avoid), which plain softmax does leave (the control)."""
+    gen = torch.Generator().manual_seed(21)
+    mild = torch.randn(6, 50, generator=gen)
+    wild = 40 * torch.randn(6, 50, generator=gen)
+    got = fc.sharp_softmax(mild, 0.2)
+    assert float((got - torch.softmax(mild / 0.2, -1)).abs().max()) < bounds.rounding(50, scale=1.0)
+    got, plain = fc.sharp_softmax(wild, 0.2), torch.softmax(wild / 0.2, -1)
+    tiny = torch.finfo(torch.float32).tiny
+    assert bool(((plain > 0) & (plain < tiny)).any())   # the control: denormals there
+    assert not bool(((got > 0) & (got < tiny)).any()) and bool((got > 0).all())
+    assert float((got - plain).abs().max()) < 50 * torch.exp(torch.tensor(fc.FLOOR)).item() + bounds.rounding(50)
+
+
+def test_the_sharp_term_is_one_minus_beta_at_its_temperature_and_adds_to_the_loss():
+    """`sharp_terms` is 1 - sum(min(p_T, q_T)) (0 where the target's argmax lies outside the
+    subset); at a low T it is near 1 where the argmaxes differ and near 0 where they agree; and
+    `losses` with `sharp` is the loss without it plus each step's mean sharp term (over unroll)."""
+    from specdec.training.bundled.features import unrolled_outputs
+
+    gen = torch.Generator().manual_seed(22)
+    d, n = 8, 5
+    weight = torch.randn(n, d, generator=gen)
+    g, f = torch.randn(40, d, generator=gen), torch.randn(40, d, generator=gen)
+    inside = torch.arange(40) % 4 != 0
+    p_t = torch.softmax((f @ weight.T) / 0.5, -1)
+    got = fc.sharp_terms(g, p_t, inside, weight, 0.5)
+    want = (1 - torch.minimum(p_t, torch.softmax((g @ weight.T) / 0.5, -1)).sum(-1)) * inside
+    assert float((got - want).abs().max()) < bounds.rounding(n, scale=2.0)
+    cold = fc.sharp_terms(g, fc.sharp_softmax(f @ weight.T, 0.01), torch.ones(40, dtype=torch.bool), weight, 0.01)
+    differ = ((g @ weight.T).argmax(-1) != (f @ weight.T).argmax(-1)).float()
+    assert 0 < float(differ.mean()) < 1 and float((cold - differ).abs().mean()) < 0.1
+
+    pair = tiny_pair(vocab=16, seed=3)
+    target, ids_sub = pair.target, [9, 4, 15, 2, 7, 11]
+    net = subset_net(target, ids_sub, seed=1).train()
+    w = fc.subset_weight(target, torch.tensor(ids_sub))
+    feats = torch.randn(3, 12, target.config.hidden_size, generator=gen)
+    z = feats @ target.lm_head.weight.detach().T
+    batch = {"ids": torch.randint(0, 16, (3, 12), generator=gen), "feats": feats, "lse": torch.logsumexp(z, -1),
+             "top": z.argmax(-1), "starts": torch.tensor([2, 3, 5]), "ends": torch.tensor([12, 9, 11])}
+    plain, _ = fc.losses(net, target, batch, fc.ChatFeaturesConfig(unroll=3), w)
+    sharp, _ = fc.losses(net, target, batch, fc.ChatFeaturesConfig(unroll=3, sharp=0.3), w)
+    b = fc.cropped(batch)
+    outs = unrolled_outputs(net, target, b["ids"], b["feats"], 3)
+    extra = 0.0
+    for out, m in zip(outs, fc.step_masks(b["starts"], b["ends"], b["ids"].shape[1], 3)):
+        inside = torch.isin(b["top"][:, 1:][m], torch.tensor(ids_sub))
+        p_t = fc.sharp_softmax(b["feats"][:, 1:][m] @ w.T, 0.3)
+        extra = extra + fc.sharp_terms(out[m], p_t, inside, w, 0.3).mean()
+    assert float(extra) > 0
+    assert abs(float(sharp) - float(plain) - float(extra) / 3) < bounds.rounding(3 * len(ids_sub), scale=4.0)
+
+
 CHAT_TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
 
@@ -311,6 +368,10 @@ def test_coverage_and_card_of_a_chat_drafter():
               "train_minutes": 1.0, "threads": 1, "after": {"beta at T=1 step 1": 0.4}}
     text = fcc.card(record, {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
     assert "0.500 (10 tested)" in text and "beta at T=1 step 1 0.400" in text
+    assert "smooth-L1, read through" in text   # no low-temperature term unless trained with one
+    sharp = fcc.card({**record, "config": {**record["config"], "sharp": 0.2}},
+                     {"acceptance": [row], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")
+    assert "smooth-L1 + (1 − β at T = 0.2: p and q both at that temperature), read through" in sharp
     own = {**row, "temperature": 0.2, "sampling": "the pair's own", "alpha_gamma": 4, "gamma": 2, "alpha": 0.6,
            "timed_tokens_per_target_forward": 1.75, "verify_ms": 24.0}
     both = fcc.card(record, {"acceptance": [row, own], "machine": "cpu", "timed_prompts": 1}, got, 1.0, "tiny")

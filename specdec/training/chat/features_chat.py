@@ -41,6 +41,7 @@ class ChatFeaturesConfig:
     threads: int | None = 1
     init_from: str | None = None   # a saved drafter to go on from: its weights and its vocabulary subset
     feature_layers: tuple[int, ...] = ()   # the target's middle layers the net fuses (EAGLE-3), none by default
+    sharp: float | None = None     # also train 1 - beta at this temperature (`sharp_terms`); None: T = 1 only
 
 
 def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
@@ -98,6 +99,33 @@ def subset_terms(g: torch.Tensor, feats: torch.Tensor | None, lse: torch.Tensor 
     return out
 
 
+FLOOR = -30.0   # `sharp_softmax`'s floor on a logit below the row's largest, in units of the temperature
+
+
+def sharp_softmax(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(z / temperature) over the last axis, each scaled logit floored at FLOOR below its row's
+    largest: at a low temperature most of the subset's probabilities otherwise underflow into
+    denormal floats, whose arithmetic (in the backward above all) is many times slower on x86 CPUs
+    (a training step took 6x as long). A floored token keeps at most e^-30 of a row's mass, far
+    below anything beta can show."""
+    x = z / temperature
+    x = (x - x.max(-1, keepdim=True).values.detach()).clamp_min(FLOOR)
+    e = x.exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def sharp_terms(g: torch.Tensor, p_sharp: torch.Tensor, inside: torch.Tensor, weight: torch.Tensor,
+                temperature: float) -> torch.Tensor:
+    """1 - beta between q and p both at `temperature` (p_sharp [M, N]: the target's, renormalised on
+    the subset), per row of drafter features g [M, d]: what the acceptance test accepts at a low
+    temperature, where p and q are near their argmax, so a loss at T = 1 alone spends the drafter on
+    p's tail that greedy and the pair's sampling never draw. 0 where the target's argmax lies outside
+    the subset (`inside` False): there p_sharp, renormalised on the subset, would point q at a token
+    the target does not pick."""
+    q_sharp = sharp_softmax(g @ weight.T, temperature)
+    return (1 - torch.minimum(p_sharp, q_sharp).sum(-1)) * inside
+
+
 def cropped(batch: dict) -> dict:
     """The batch without the columns after its last row's end (nothing there counts: a row ends at
     its end of turn, and a batch of short answers would otherwise run the drafter over padding)."""
@@ -118,6 +146,9 @@ def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tens
     first = masks[0]
     f_all = feats[:, 1:][first]
     p_all = target_terms(f_all, lse[:, 1:][first], weight)
+    if cfg.sharp:
+        inside = torch.isin(batch["top"][:, 1:][first], net_ids(net))
+        sharp = sharp_softmax(f_all @ weight.T, cfg.sharp)
     total, per_step = 0.0, []
     for g, m in zip(outs, masks):
         if not m.any():
@@ -127,7 +158,10 @@ def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tens
         f_next = f_all[keep]
         t = subset_terms(g[m], None, None, weight, target={k: v[keep] for k, v in p_all.items()}, top=False)
         reg = F.smooth_l1_loss(g[m], f_next, reduction="none").mean(-1)
-        total = total + ((1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg).mean()
+        per = (1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg
+        if cfg.sharp:
+            per = per + sharp_terms(g[m], sharp[keep], inside[keep], weight, cfg.sharp)
+        total = total + per.mean()
         per_step.append(float(1 - t["beta"].detach().mean()))
     return total / cfg.unroll, per_step
 

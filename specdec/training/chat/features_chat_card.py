@@ -184,6 +184,13 @@ def _fused(cfg: dict) -> str:
             "EAGLE-3, Li et al. 2025: each RMS-normalised, one linear map onto the feature)")
 
 
+def _loss(cfg: dict) -> str:
+    text = f"TV + {cfg['kl_weight']} KL + {cfg['reg_weight']} smooth-L1"
+    if cfg.get("sharp"):   # `features_chat.sharp_terms`
+        text += f" + (1 − β at T = {cfg['sharp']}: p and q both at that temperature)"
+    return text
+
+
 def card(record: dict, measures: dict, cover: dict, size_mb: float, target_name: str, kinds: dict | None = None
          ) -> str:
     """The drafter's README.md from its training record, its measures and its subset's coverage, and
@@ -217,7 +224,7 @@ Weights in fp16 ({record['params'] / 1e6:.2f} M parameters, {size_mb:.1f} MB), q
 
 {_data_text(record)} {record['steps']} steps of
 {cfg['batch_size']} rows in {record['train_minutes']:.1f} min {_on_what(record)}; unroll {cfg['unroll']},
-lr {cfg['lr']}, TV + {cfg['kl_weight']} KL + {cfg['reg_weight']} smooth-L1, read through the subset.
+lr {cfg['lr']}, {_loss(cfg)}, read through the subset.
 Held out at the end: {betas}.
 
 ## Coverage of the subset (held-out answers, T = 1)

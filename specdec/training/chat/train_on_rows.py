@@ -105,6 +105,7 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
                   f"{old.get('device', 'CPU')})")
     cfg = ChatFeaturesConfig(**fields, minutes=args.minutes, threads=args.threads, seed=args.seed or 0,
                              init_from=str(args.init_from) if args.init_from else None,
+                             sharp=getattr(args, "sharp", None),
                              batch_size=args.batch_size or 8, lr=args.lr or 2e-3, eval_every=args.eval_every or 200,
                              checkpoint_every=10, warmup=10 if args.init_from else 100)
     if args.tiny:
@@ -140,6 +141,21 @@ def mlp_width(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def temperature(text: str) -> float:
+    """--sharp's value: a temperature above 0 and at most 1, as an argparse type."""
+    import argparse
+
+    from ...core.checks import number
+
+    try:
+        x = float(number(text, "the sharp temperature", 0, 1))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if x == 0:
+        raise argparse.ArgumentTypeError("the sharp temperature must be above 0 (greedy has no gradient)")
+    return x
+
+
 def add_arguments(p, folder) -> None:
     """`train`'s options for a chat target: --chat-target (of type `folder`, the command line's check),
     who writes its questions, and the ShareGPT path's (--data sharegpt)."""
@@ -170,6 +186,9 @@ def add_arguments(p, folder) -> None:
     p.add_argument("--intermediate-size", type=mlp_width, default=None, metavar="N", help="with --data answers: the "
                    "drafter layer's MLP width (default: --init-from's; wider than it, its units start as saved and "
                    "the new ones at zero output)")
+    p.add_argument("--sharp", type=temperature, default=None, metavar="T", help="with --data answers: also "
+                   "train the acceptance at temperature T (e.g. 0.2: near greedy and the pair's sampling; "
+                   "default: T = 1 only)")
     p.add_argument("--keep-vocab", action="store_true", help="with --init-from: keep its vocabulary subset (default: "
                    "re-rank it by the target's probability mass on the training answers)")
     p.add_argument("--lr", type=float, default=None, help="with --data sharegpt: peak learning rate (default 2e-3)")
