@@ -72,25 +72,32 @@ def step_masks(starts: torch.Tensor, ends: torch.Tensor, length: int, k: int) ->
     return [ok & (i >= j - 1) for j in range(1, k + 1)]
 
 
-def target_terms(feats: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+def target_terms(feats: torch.Tensor, lse: torch.Tensor, weight: torch.Tensor, sharp: float | None = None
+                 ) -> dict[str, torch.Tensor]:
     """The target's side of `subset_terms` for its feats [M, d] and lse [M], which no gradient
     reaches: p on the subset (its true mass there), p renormalised on the subset, and the sum of
-    p_hat log p_hat (the KL's constant part)."""
+    p_hat log p_hat (the KL's constant part); with `sharp`, also p renormalised on the subset at
+    that temperature (`sharp_terms`), from the same head product."""
     with torch.no_grad():
         z = feats @ weight.T
         log_p_hat = torch.log_softmax(z, -1)
         p_hat = log_p_hat.exp()
-        return {"p": torch.exp(z - lse[:, None]), "p_hat": p_hat, "neg_entropy": (p_hat * log_p_hat).sum(-1)}
+        out = {"p": torch.exp(z - lse[:, None]), "p_hat": p_hat, "neg_entropy": (p_hat * log_p_hat).sum(-1)}
+        if sharp:
+            out["p_sharp"] = sharp_softmax(z, sharp)
+        return out
 
 
 def subset_terms(g: torch.Tensor, feats: torch.Tensor | None, lse: torch.Tensor | None, weight: torch.Tensor,
-                 target: dict[str, torch.Tensor] | None = None, top: bool = True) -> dict[str, torch.Tensor]:
+                 target: dict[str, torch.Tensor] | None = None, top: bool = True, z: torch.Tensor | None = None
+                 ) -> dict[str, torch.Tensor]:
     """Per row of drafter features g [M, d] against the target's feats [M, d] and lse [M] (or their
     `target_terms`, computed once for several drafting steps): beta = sum over the subset of
     min(p, q), KL(p renormalised on the subset || q), the p-mass inside the subset (the most beta
-    can be), and q's argmax unless `top` is False."""
+    can be), and q's argmax unless `top` is False. `z`: g's logits on the subset, when the caller
+    has them already."""
     t = target if target is not None else target_terms(feats, lse, weight)
-    log_q = torch.log_softmax(g @ weight.T, -1)
+    log_q = torch.log_softmax(g @ weight.T if z is None else z, -1)
     beta = torch.minimum(t["p"], log_q.exp()).sum(-1)
     kl = t["neg_entropy"] - (t["p_hat"] * log_q).sum(-1)
     out = {"beta": beta, "kl": kl, "mass": t["p"].sum(-1)}
@@ -114,15 +121,14 @@ def sharp_softmax(z: torch.Tensor, temperature: float) -> torch.Tensor:
     return e / e.sum(-1, keepdim=True)
 
 
-def sharp_terms(g: torch.Tensor, p_sharp: torch.Tensor, inside: torch.Tensor, weight: torch.Tensor,
-                temperature: float) -> torch.Tensor:
+def sharp_terms(z: torch.Tensor, p_sharp: torch.Tensor, inside: torch.Tensor, temperature: float) -> torch.Tensor:
     """1 - beta between q and p both at `temperature` (p_sharp [M, N]: the target's, renormalised on
-    the subset), per row of drafter features g [M, d]: what the acceptance test accepts at a low
+    the subset), per row of the drafter's logits on the subset z [M, N]: what the acceptance test accepts at a low
     temperature, where p and q are near their argmax, so a loss at T = 1 alone spends the drafter on
     p's tail that greedy and the pair's sampling never draw. 0 where the target's argmax lies outside
     the subset (`inside` False): there p_sharp, renormalised on the subset, would point q at a token
     the target does not pick."""
-    q_sharp = sharp_softmax(g @ weight.T, temperature)
+    q_sharp = sharp_softmax(z, temperature)
     return (1 - torch.minimum(p_sharp, q_sharp).sum(-1)) * inside
 
 
@@ -145,10 +151,9 @@ def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tens
     # on): the target's side, a head product over the subset, is computed once for all steps.
     first = masks[0]
     f_all = feats[:, 1:][first]
-    p_all = target_terms(f_all, lse[:, 1:][first], weight)
+    p_all = target_terms(f_all, lse[:, 1:][first], weight, cfg.sharp)
     if cfg.sharp:
         inside = torch.isin(batch["top"][:, 1:][first], net_ids(net))
-        sharp = sharp_softmax(f_all @ weight.T, cfg.sharp)
     total, per_step = 0.0, []
     for g, m in zip(outs, masks):
         if not m.any():
@@ -156,11 +161,13 @@ def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tens
             continue
         keep = m[first]
         f_next = f_all[keep]
-        t = subset_terms(g[m], None, None, weight, target={k: v[keep] for k, v in p_all.items()}, top=False)
+        target_side = {k: v[keep] for k, v in p_all.items()}
+        z = g[m] @ weight.T   # one head product a step, for both terms
+        t = subset_terms(g[m], None, None, weight, target=target_side, top=False, z=z)
         reg = F.smooth_l1_loss(g[m], f_next, reduction="none").mean(-1)
         per = (1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg
         if cfg.sharp:
-            per = per + sharp_terms(g[m], sharp[keep], inside[keep], weight, cfg.sharp)
+            per = per + sharp_terms(z, target_side["p_sharp"], inside[keep], cfg.sharp)
         total = total + per.mean()
         per_step.append(float(1 - t["beta"].detach().mean()))
     return total / cfg.unroll, per_step
