@@ -212,7 +212,6 @@ def test_the_loss_computes_the_targets_side_once_for_every_drafting_step():
     assert max(abs(a - w) for a, w in zip(per_step, want_steps)) < tol
 
 
-
 def test_the_sharp_softmax_is_softmax_at_its_temperature_without_denormal_floats():
     """`sharp_softmax` is softmax(z / T) where no logit lies FLOOR temperatures below its row's
     largest, moves no probability by more than e^FLOOR where some do, and leaves no denormal float

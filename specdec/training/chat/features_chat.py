@@ -116,9 +116,7 @@ def sharp_softmax(z: torch.Tensor, temperature: float) -> torch.Tensor:
     (a training step took 6x as long). A floored token keeps at most e^-30 of a row's mass, far
     below anything beta can show."""
     x = z / temperature
-    x = (x - x.max(-1, keepdim=True).values.detach()).clamp_min(FLOOR)
-    e = x.exp()
-    return e / e.sum(-1, keepdim=True)
+    return torch.softmax((x - x.max(-1, keepdim=True).values.detach()).clamp_min(FLOOR), -1)
 
 
 def sharp_terms(z: torch.Tensor, p_sharp: torch.Tensor, inside: torch.Tensor, temperature: float) -> torch.Tensor:
