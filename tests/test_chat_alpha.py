@@ -41,3 +41,16 @@ def test_two_drafters_on_different_prompts_are_refused():
         difference_interval(FIRST, FIRST[:-1])
     with pytest.raises(ValueError, match="same prompts"):
         difference_interval([], [])
+
+
+def test_each_prompts_sampled_runs_draw_their_own_stream_and_repeat():
+    # α's interval resamples prompts, so no two prompts may share a seed's random numbers; the same
+    # prompt and seed must give the same run (and the records on file: pinned crc32 values).
+    from specdec.core.checks import MAX_SEED
+    from specdec.training.chat.features_chat_card import SEEDS, run_seed
+
+    prompts = [[1, 2, 3], [1, 2, 4], [3, 2, 1], [12, 3], [1, 23]]
+    seeds = {run_seed(s, ids) for s in SEEDS for ids in prompts}
+    assert len(seeds) == len(SEEDS) * len(prompts)
+    assert all(0 <= s <= MAX_SEED for s in seeds)
+    assert run_seed(0, [1, 2, 3]) == 1195762705 and run_seed(1, [1, 2, 3]) == 3778211749

@@ -12,7 +12,8 @@ SHIPPED, OTHER = "a" * 64, "b" * 64
 
 def result(drafters: dict[str, str], entries: dict, tokens: int = 128) -> dict:
     """A chat-alpha result as its last JSON line holds it (keys "set, sampling[ | drafter]")."""
-    return {"drafters": list(drafters), "sha256": drafters, "gamma": 4, "new_tokens": tokens, "prompts": {}} | entries
+    return {"drafters": list(drafters), "sha256": drafters, "gamma": 4, "new_tokens": tokens, "prompts": {},
+            "seeded_apart": True} | entries
 
 
 def entry(*per_prompt):
@@ -47,6 +48,13 @@ def test_results_on_other_weights_or_settings_are_refused():
     no_sha = {k: v for k, v in result({"new": SHIPPED}, {"card, greedy": entry((1, 2))}).items() if k != "sha256"}
     with pytest.raises(ValueError, match="no chat-alpha result here measured"):   # results from before the sha256
         pk.kinds_of([no_sha], SHIPPED)
+    # Sampled on one stream for every prompt: refused; its greedy rows alone (no random numbers) are kept.
+    shared = result({"new": SHIPPED}, {"card, greedy": entry((1, 2)), "card, T = 1": entry((1, 4))})
+    del shared["seeded_apart"]
+    with pytest.raises(ValueError, match="same seed's random numbers"):
+        pk.kinds_of([shared], SHIPPED)
+    del shared["card, T = 1"]
+    assert pk.kinds_of([shared], SHIPPED)["table"]["hand-written"]["greedy"]["alpha"] == 0.5
     short = result({"new": SHIPPED}, {"card, greedy": entry((1, 2))}, tokens=64)
     with pytest.raises(ValueError, match="different γ or new tokens"):
         pk.kinds_of([short, result({"new": SHIPPED}, {"own, greedy": entry((1, 2))})], SHIPPED)

@@ -126,7 +126,8 @@ def run(args) -> int:
     from ..training.chat.prompt_kinds import weights_sha256
 
     found = {"drafters": list(nets), "sha256": {d: weights_sha256(Path(d)) for d in nets}, "gamma": 4,
-             "new_tokens": args.tokens, "prompts": {}}   # the sha256 ties these results to the weights (a card's)
+             "new_tokens": args.tokens, "prompts": {}, "seeded_apart": True}   # the sha256 ties these results
+    # to the weights (a card's); seeded_apart: each prompt's sampled runs draw their own stream (run_seed)
     for name in args.sets:
         found["prompts"][name] = texts[name][:args.prompts]
         prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name][:args.prompts]]

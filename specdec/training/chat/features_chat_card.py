@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 import statistics
+import zlib
 
 import torch
 
@@ -23,6 +24,16 @@ PROMPTS = measure.CHAT_PROMPTS   # chat questions a visitor might type; none is 
 SEEDS = (0, 1)
 
 
+def run_seed(seed: int, ids: list[int]) -> int:
+    """The seed of one prompt's sampled run: the crc32 of `seed` and the prompt's ids (32 bits, because
+    torch's CPU generator, a Mersenne twister, keeps only a seed's low 32 bits).
+
+    Why: α's interval resamples prompts, so the prompts' runs must be independent draws. Seeded alike,
+    every prompt's answer would open on the same random numbers, a lucky seed would lift them all
+    together, and the interval would not see it."""
+    return zlib.crc32(f"{seed}:{','.join(map(str, ids))}".encode())
+
+
 def chat_ids(tokenizer) -> list[list[int]]:
     from .chat_pool import chat_prompt
 
@@ -31,8 +42,8 @@ def chat_ids(tokenizer) -> list[list[int]]:
 
 def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig, gamma: int = 4, new: int = 64
                ) -> dict:
-    """Pooled α of the features drafter over the prompts (greedy: one seed; sampled: SEEDS), at a
-    temperature (top-k and top-p off) or a whole sampling."""
+    """Pooled α of the features drafter over the prompts (greedy: one seed; sampled: SEEDS, each prompt's
+    runs seeded apart by `run_seed`), at a temperature (top-k and top-p off) or a whole sampling."""
     if not isinstance(sampling, SamplingConfig):
         sampling = SamplingConfig(temperature=sampling)
     temperature = sampling.temperature
@@ -41,7 +52,7 @@ def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig,
     for ids in prompts:
         accepted = tested = 0
         for seed in SEEDS[:1] if temperature == 0 else SEEDS:
-            s = speculative_generate(pair, ids, settings.with_(seed=seed), trace=False).stats
+            s = speculative_generate(pair, ids, settings.with_(seed=run_seed(seed, ids)), trace=False).stats
             accepted, tested, drafted = accepted + s.accepted, tested + s.tested, drafted + s.drafted
             seconds += s.draft_seconds
             tpf.append(s.tokens_per_target_forward)
@@ -74,7 +85,8 @@ def measure_chat(pair, prompts: list[list[int]], own: SamplingConfig, gamma: int
             r = acceptance(pair, prompts, sampling, gamma) | {"sampling": name, "alpha_gamma": gamma}
             r["gamma"] = picked(sampling) or gamma
             settings = RunSettings(gamma=r["gamma"], max_new_tokens=64, drafter="features", sampling=sampling)
-            runs = [measure.compare_with_target(pair, ids, settings) for ids in prompts[:timed]]
+            runs = [measure.compare_with_target(pair, ids, settings.with_(seed=run_seed(SEEDS[0], ids)))
+                    for ids in prompts[:timed]]
             rows.append(r | timed_row(runs, r["draft_ms_per_draft"], r["gamma"]))
     dtype = str(pair.dtype).replace("torch.", "")
     return {"acceptance": rows, "timed_prompts": len(prompts[:timed]), "dtype": dtype, "threads": threads,

@@ -53,11 +53,17 @@ def _entries(found: dict, sha: str) -> dict[str, dict]:
 def kinds_of(results: list[dict], sha: str) -> dict:
     """α by kind of prompt and sampling for the drafter with weights `sha`, pooled over each kind's sets
     from chat-alpha `results` (a later result replaces an earlier one's set and sampling). Refused when no
-    result measured those weights, or when they disagree on γ or new tokens."""
+    result measured those weights, when they disagree on γ or new tokens, or when a sampled row's prompts
+    shared their seeds' random numbers."""
     measured = [r for r in results if _entries(r, sha)]
     if not measured:
         raise ValueError(f"no chat-alpha result here measured the weights with sha256 {sha[:12]}…: run "
                          "`specdec chat-alpha` on this drafter (its JSON records each drafter's sha256)")
+    shared = [r for r in measured if not r.get("seeded_apart")
+              and any(key.partition(", ")[2] != "greedy" for key in _entries(r, sha))]
+    if shared:   # `features_chat_card.run_seed`: an interval over prompts needs each prompt's own stream
+        raise ValueError("a chat-alpha result here sampled every prompt from the same seed's random numbers: "
+                         "run `specdec chat-alpha` again, which seeds each prompt's runs apart")
     settings = {(r["gamma"], r["new_tokens"]) for r in measured}
     if len(settings) > 1:
         raise ValueError(f"these results were measured at different γ or new tokens {sorted(settings)}: "
@@ -91,4 +97,5 @@ def kinds_section(kinds: dict) -> str:
             "`specdec chat-alpha`)\n\n"
             "None was trained on: the hand-written prompts are the card's and chat-alpha's other and more sets, "
             "the ShareGPT turns are held out by hash, and the model writes its own questions with a seed "
-            "apart from training's. Sampled rows pool two seeds a prompt.\n\n" + head + rows)
+            "apart from training's. Sampled rows pool two seeds a prompt, each prompt's runs "
+            "seeded apart.\n\n" + head + rows)
