@@ -17,6 +17,8 @@ from specdec import (
     load_trace,
     speculative_generate,
 )
+from specdec.core import checks
+from specdec.core.checks import MAX_SEED
 from specdec.core.sampling import logits_to_probs
 from specdec.drafting.drafters import KVCache, NgramDrafter, make_drafter
 from specdec.models.pair import ModelPair
@@ -214,6 +216,17 @@ def test_same_seed_same_trace_and_json_round_trip():
         load_trace('{"schema": "specdec.trace", "version": 99}')
     with pytest.raises(ValueError):
         load_trace("not json")
+
+
+def test_every_seed_the_checks_allow_draws_its_own_stream():
+    # A run's generator is torch's CPU one (a Mersenne twister), which keeps a seed's low 32 bits: one
+    # past MAX_SEED would repeat seed 0's run, so the checks stop there.
+    draw = lambda s: torch.rand(8, generator=torch.Generator(device="cpu").manual_seed(s))   # noqa: E731
+    assert not torch.equal(draw(MAX_SEED), draw(0))
+    assert torch.equal(draw(MAX_SEED + 1), draw(0))
+    assert checks.seed(MAX_SEED) == MAX_SEED
+    with pytest.raises(ValueError, match="from 0 to 4,294,967,295"):
+        checks.seed(MAX_SEED + 1)
 
 
 def test_no_global_rng_is_touched():

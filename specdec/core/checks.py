@@ -5,7 +5,7 @@ Every entry (the app's inputs, the CLI, the bench's options, `RunSettings`, the 
 trace) checks numbers here, so a whole number, a seed and a range are defined, and worded, once:
 
     gamma must be a whole number from 1 to 16, got 2.5
-    seed is empty: give a whole number from 0 to 9,223,372,036,854,775,807
+    seed is empty: give a whole number from 0 to 4,294,967,295
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import math
 from numbers import Integral, Real
 
-MAX_SEED = 2**63 - 1   # torch.Generator.manual_seed takes a signed 64-bit number
+MAX_SEED = 2**32 - 1   # every run draws from torch's CPU generator, which keeps a seed's low 32 bits only
 
 __all__ = ["MAX_SEED", "is_whole", "number", "whole_number", "seed", "span", "layer_list"]
 
