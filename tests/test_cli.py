@@ -356,6 +356,8 @@ def test_each_chat_drafter_command_shows_its_options_and_their_defaults(name, ca
     (["chat-alpha", "--drafter", "/no/such/folder"], "not a folder"),
     (["chat-alpha", "--sets", "all"], "invalid choice"),
     (["chat-alpha", "--own", "0"], "--own must be a whole number of at least 1"),
+    (["chat-alpha", "--seeds", "0", "-1"], "--seeds must be a whole number from 0 to 4,294,967,295, got -1"),
+    (["chat-alpha", "--seeds", "2", "2"], "--seeds repeats a seed: 2 2"),
 ])
 def test_each_chat_drafter_command_refuses_a_bad_argument_in_one_line(args, words, capsys):
     # Each is refused before any model loads (in this process: a subprocess adds only torch's import).

@@ -13,7 +13,7 @@ SHIPPED, OTHER = "a" * 64, "b" * 64
 def result(drafters: dict[str, str], entries: dict, tokens: int = 128) -> dict:
     """A chat-alpha result as its last JSON line holds it (keys "set, sampling[ | drafter]")."""
     return {"drafters": list(drafters), "sha256": drafters, "gamma": 4, "new_tokens": tokens, "prompts": {},
-            "seeded_apart": True} | entries
+            "seeds": [0, 1], "seeded_apart": True} | entries
 
 
 def entry(*per_prompt):
@@ -38,7 +38,9 @@ def test_each_kind_pools_its_sets_for_the_drafter_whose_weights_it_names():
     assert pk.kinds_of([one, again], SHIPPED)["table"]["the model's own questions"]["greedy"]["alpha"] == 1 / 7
     section = pk.kinds_section(kinds)
     assert "| hand-written (4) | 0.250 (40 tested) | – | 0.250 (4 tested) |" in section
-    assert "γ = 4, 128 new tokens" in section
+    assert "γ = 4, 128 new tokens" in section and "pool 2 seeds a prompt" in section
+    four = result({"new": SHIPPED}, {"own, greedy": entry((1, 7))}) | {"seeds": [0, 1, 2, 3]}
+    assert "pool 4 seeds a prompt" in pk.kinds_section(pk.kinds_of([four], SHIPPED))
 
 
 def test_results_on_other_weights_or_settings_are_refused():
@@ -56,8 +58,11 @@ def test_results_on_other_weights_or_settings_are_refused():
     del shared["card, T = 1"]
     assert pk.kinds_of([shared], SHIPPED)["table"]["hand-written"]["greedy"]["alpha"] == 0.5
     short = result({"new": SHIPPED}, {"card, greedy": entry((1, 2))}, tokens=64)
-    with pytest.raises(ValueError, match="different γ or new tokens"):
+    with pytest.raises(ValueError, match="different γ, new tokens or seeds a prompt"):
         pk.kinds_of([short, result({"new": SHIPPED}, {"own, greedy": entry((1, 2))})], SHIPPED)
+    four = result({"new": SHIPPED}, {"card, T = 1": entry((1, 2))}) | {"seeds": [0, 1, 2, 3]}
+    with pytest.raises(ValueError, match="different γ, new tokens or seeds a prompt"):
+        pk.kinds_of([four, result({"new": SHIPPED}, {"own, T = 1": entry((1, 2))})], SHIPPED)
 
 
 def test_the_card_keeps_a_saved_table_only_for_the_same_weights(tmp_path):

@@ -13,6 +13,7 @@ before it replaces the shipped one:
     specdec chat-alpha --drafter runs/chat-drafter/specdec-features --sets card other
     specdec chat-alpha --drafter assets/models/SmolLM2-135M-Instruct-features runs/new/specdec-features \
         --sets sharegpt card own --prompts 6     # several drafters: same prompts and seeds, one after the other
+    specdec chat-alpha --drafter OLD NEW --sets card other more --samplings t1 --seeds 0 1 2 3   # a T = 1 decision
 
 With several drafters, each after the first also gets its difference from the first, with a 90 % interval
 that resamples the prompts (`difference_interval`): on 8 prompts a change of 0.02 is often inside it.
@@ -85,6 +86,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--own", type=int, default=12, help="how many questions the model writes itself")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens a prompt")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                    help="the sampled runs' seeds, each prompt seeded apart (default: 0 1; at T = 1 two seeds a "
+                         "prompt leave a seed set's luck in α: decide a T = 1 change on four)")
     ap.add_argument("--samplings", nargs="+", choices=list(SAMPLING_WORDS), default=list(SAMPLING_WORDS),
                     help="greedy, the pair's own sampling (T 0.2, top-k 50, top-p 0.9), T = 1 (default: all three)")
 
@@ -96,6 +100,12 @@ def run(args) -> int:
     whole_number(args.threads, "--threads", 1)
     if args.prompts is not None:
         whole_number(args.prompts, "--prompts", 1)
+    from ..core.checks import seed
+    from ..training.chat.features_chat_card import SEEDS
+
+    seeds = tuple(seed(s, "--seeds") for s in args.seeds) if args.seeds else SEEDS
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"--seeds repeats a seed: {' '.join(map(str, seeds))}")
     from pathlib import Path
 
     import torch
@@ -125,17 +135,18 @@ def run(args) -> int:
                                        batch=args.own)
     from ..training.chat.prompt_kinds import weights_sha256
 
+    # The sha256 ties these results to the weights (a card's); seeded_apart: each prompt's sampled runs
+    # draw their own stream (`run_seed`).
     found = {"drafters": list(nets), "sha256": {d: weights_sha256(Path(d)) for d in nets}, "gamma": 4,
-             "new_tokens": args.tokens, "prompts": {}, "seeded_apart": True}   # the sha256 ties these results
-    # to the weights (a card's); seeded_apart: each prompt's sampled runs draw their own stream (run_seed)
+             "new_tokens": args.tokens, "prompts": {}, "seeds": list(seeds), "seeded_apart": True}
     for name in args.sets:
         found["prompts"][name] = texts[name][:args.prompts]
         prompts = [chat_prompt(pair.tokenizer, text) for text in texts[name][:args.prompts]]
-        for sampling in args.samplings:   # the card's own measure: greedy one seed, sampled measure.SEEDS
+        for sampling in args.samplings:   # the card's own measure: greedy one seed, sampled `seeds`
             first = None
             for drafter, net in nets.items():
                 pair.feature_net = net
-                row = acceptance(pair, prompts, SAMPLINGS[sampling].sampling, gamma=4, new=args.tokens)
+                row = acceptance(pair, prompts, SAMPLINGS[sampling].sampling, gamma=4, new=args.tokens, seeds=seeds)
                 key = f"{name}, {SAMPLING_WORDS[sampling]}"
                 key += f" | {drafter}" if len(nets) > 1 else ""
                 found[key] = {"alpha": round(row["alpha"], 3), "tested": row["tested"], "per_prompt": row["per_prompt"]}

@@ -40,9 +40,9 @@ def chat_ids(tokenizer) -> list[list[int]]:
     return [chat_prompt(tokenizer, p) for p in PROMPTS]
 
 
-def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig, gamma: int = 4, new: int = 64
-               ) -> dict:
-    """Pooled α of the features drafter over the prompts (greedy: one seed; sampled: SEEDS, each prompt's
+def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig, gamma: int = 4, new: int = 64,
+               seeds: tuple[int, ...] = SEEDS) -> dict:
+    """Pooled α of the features drafter over the prompts (greedy: one seed; sampled: `seeds`, each prompt's
     runs seeded apart by `run_seed`), at a temperature (top-k and top-p off) or a whole sampling."""
     if not isinstance(sampling, SamplingConfig):
         sampling = SamplingConfig(temperature=sampling)
@@ -51,7 +51,7 @@ def acceptance(pair, prompts: list[list[int]], sampling: float | SamplingConfig,
     drafted, seconds, tpf, per_prompt = 0, 0.0, [], []   # per_prompt: (accepted, tested) over its seeds
     for ids in prompts:
         accepted = tested = 0
-        for seed in SEEDS[:1] if temperature == 0 else SEEDS:
+        for seed in seeds[:1] if temperature == 0 else seeds:
             s = speculative_generate(pair, ids, settings.with_(seed=run_seed(seed, ids)), trace=False).stats
             accepted, tested, drafted = accepted + s.accepted, tested + s.tested, drafted + s.drafted
             seconds += s.draft_seconds

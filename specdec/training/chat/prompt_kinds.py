@@ -53,8 +53,8 @@ def _entries(found: dict, sha: str) -> dict[str, dict]:
 def kinds_of(results: list[dict], sha: str) -> dict:
     """α by kind of prompt and sampling for the drafter with weights `sha`, pooled over each kind's sets
     from chat-alpha `results` (a later result replaces an earlier one's set and sampling). Refused when no
-    result measured those weights, when they disagree on γ or new tokens, or when a sampled row's prompts
-    shared their seeds' random numbers."""
+    result measured those weights, when they disagree on γ, new tokens or seeds a prompt, or when a sampled
+    row's prompts shared their seeds' random numbers."""
     measured = [r for r in results if _entries(r, sha)]
     if not measured:
         raise ValueError(f"no chat-alpha result here measured the weights with sha256 {sha[:12]}…: run "
@@ -64,10 +64,11 @@ def kinds_of(results: list[dict], sha: str) -> dict:
     if shared:   # `features_chat_card.run_seed`: an interval over prompts needs each prompt's own stream
         raise ValueError("a chat-alpha result here sampled every prompt from the same seed's random numbers: "
                          "run `specdec chat-alpha` again, which seeds each prompt's runs apart")
-    settings = {(r["gamma"], r["new_tokens"]) for r in measured}
+    # A result without "seeds" ran chat-alpha's default seeds, (0, 1).
+    settings = {(r["gamma"], r["new_tokens"], len(r.get("seeds", (0, 1)))) for r in measured}
     if len(settings) > 1:
-        raise ValueError(f"these results were measured at different γ or new tokens {sorted(settings)}: "
-                         "the card's table holds one setting")
+        raise ValueError(f"these results were measured at different γ, new tokens or seeds a prompt "
+                         f"{sorted(settings)}: the card's table holds one setting")
     entries = {}
     for r in measured:
         entries |= _entries(r, sha)
@@ -79,8 +80,8 @@ def kinds_of(results: list[dict], sha: str) -> dict:
                 accepted, tested = (sum(column) for column in zip(*rows))
                 table.setdefault(kind, {})[sampling] = {"alpha": accepted / max(tested, 1), "tested": tested,
                                                         "prompts": len(rows)}
-    gamma, new_tokens = settings.pop()
-    return {"sha256": sha, "gamma": gamma, "new_tokens": new_tokens, "table": table}
+    gamma, new_tokens, seeds = settings.pop()
+    return {"sha256": sha, "gamma": gamma, "new_tokens": new_tokens, "seeds_a_prompt": seeds, "table": table}
 
 
 def kinds_section(kinds: dict) -> str:
@@ -97,5 +98,5 @@ def kinds_section(kinds: dict) -> str:
             "`specdec chat-alpha`)\n\n"
             "None was trained on: the hand-written prompts are the card's and chat-alpha's other and more sets, "
             "the ShareGPT turns are held out by hash, and the model writes its own questions with a seed "
-            "apart from training's. Sampled rows pool two seeds a prompt, each prompt's runs "
-            "seeded apart.\n\n" + head + rows)
+            "apart from training's. Sampled rows pool "
+            f"{kinds.get('seeds_a_prompt', 2)} seeds a prompt, each prompt's runs seeded apart.\n\n" + head + rows)
