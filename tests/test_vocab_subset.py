@@ -203,12 +203,12 @@ def test_the_loss_computes_the_targets_side_once_for_every_drafting_step():
         t = fc.subset_terms(g[m], f_next, b["lse"][:, 1:][m], weight)
         reg = torch.nn.functional.smooth_l1_loss(g[m], f_next, reduction="none").mean(-1)
         want = want + ((1 - t["beta"]) + cfg.kl_weight * t["kl"] + cfg.reg_weight * reg).mean()
-        want_steps.append(float(1 - t["beta"].mean()))
+        want_steps.append((1 - t["beta"].mean()).detach().item())
         log_q = torch.log_softmax(g[m] @ weight.T, -1)
-        scale = max(scale, float(2 + log_q.abs().max() + t["kl"].abs().max() + reg.abs().max()))
+        scale = max(scale, (2 + log_q.abs().max() + t["kl"].abs().max() + reg.abs().max()).detach().item())
     # Each step's mean sums len(ids_sub) terms per row, each at most `scale` in magnitude.
     tol = bounds.rounding(len(ids_sub) * cfg.unroll, scale=scale)
-    assert abs(float(loss) - float(want) / cfg.unroll) < tol
+    assert abs(loss.detach().item() - want.detach().item() / cfg.unroll) < tol
     assert max(abs(a - w) for a, w in zip(per_step, want_steps)) < tol
 
 
@@ -264,8 +264,9 @@ def test_the_sharp_term_is_one_minus_beta_at_its_temperature_and_adds_to_the_los
         inside = torch.isin(b["top"][:, 1:][m], torch.tensor(ids_sub))
         p_t = fc.sharp_softmax(b["feats"][:, 1:][m] @ w.T, 0.3)
         extra = extra + fc.sharp_terms(out[m] @ w.T, p_t, inside, 0.3).mean()
-    assert float(extra) > 0
-    assert abs(float(sharp) - float(plain) - float(extra) / 3) < bounds.rounding(3 * len(ids_sub), scale=4.0)
+    extra, sharp, plain = (x.detach().item() for x in (extra, sharp, plain))
+    assert extra > 0
+    assert abs(sharp - plain - extra / 3) < bounds.rounding(3 * len(ids_sub), scale=4.0)
 
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|endoftext|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
