@@ -13,7 +13,7 @@ before it replaces the shipped one:
     specdec chat-alpha --drafter runs/chat-drafter/specdec-features --sets card other
     specdec chat-alpha --drafter assets/models/SmolLM2-135M-Instruct-features runs/new/specdec-features \
         --sets sharegpt card own --prompts 6     # several drafters: same prompts and seeds, one after the other
-    specdec chat-alpha --drafter OLD NEW --sets card other more --samplings t1 --seeds 0 1 2 3   # a T = 1 decision
+    specdec chat-alpha --drafter OLD NEW --sets card other more --samplings t1 --seeds 0 1 2 3   # a sampled decision
 
 With several drafters, each after the first also gets its difference from the first, with a 90 % interval
 that resamples the prompts (`difference_interval`): on 8 prompts a change of 0.02 is often inside it.
@@ -87,8 +87,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tokens", type=int, default=64, help="new tokens a prompt")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
-                    help="the sampled runs' seeds, each prompt seeded apart (default: 0 1; at T = 1 two seeds a "
-                         "prompt leave a seed set's luck in α: decide a T = 1 change on four)")
+                    help="the sampled runs' seeds, each prompt seeded apart (default: 0 1; two seeds a prompt leave a "
+                         "seed set's luck in a sampled α: decide a sampled change on four or more)")
     ap.add_argument("--samplings", nargs="+", choices=list(SAMPLING_WORDS), default=list(SAMPLING_WORDS),
                     help="greedy, the pair's own sampling (T 0.2, top-k 50, top-p 0.9), T = 1 (default: all three)")
 
