@@ -130,8 +130,32 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
         with torch.no_grad():
             hidden = model.get_decoder()(train["ids"][i:i + 1, :end]).last_hidden_state
             top = model.get_output_embeddings()(hidden)[0].float().argmax(-1)
-        assert torch.equal(train["feats"][i, :end], hidden[0].float().half().float()), i   # stored in float16
+        assert torch.equal(train["feats"][i, :end], hidden[0].float().half()), i   # stored and kept in float16
         assert torch.equal(train["top"][i, :end], top), i
+
+    # A cache of later answers (here a second one of the first 4 rows) joins the first's training rows for
+    # training, each row as its own cache holds it; the held-out rows stay the first cache's.
+    from specdec.training.chat import train_on_rows as tr
+
+    more = tmp_path / "more"
+    sg.make_data(model, tokenizer, wheel, more, sg.DataConfig(**{**cfg.__dict__, "rows": 4}), f, log=lambda _: None,
+                 answers=[answers])
+    first, first_mass = sg.load_shards(tmp_path / "data")
+    second, second_mass = sg.load_shards(more)
+    joined, mass = tr.joined_pools([tmp_path / "data", more], None, ())
+    assert len(joined["train"]["ids"]) == 8 + 4
+    for k, v in joined["train"].items():
+        for rows, part in ((slice(0, 8), first["train"][k]), (slice(8, 12), second["train"][k])):
+            got = v[rows]
+            assert torch.equal(got[:, :part.shape[1]] if got.dim() > 1 else got, part), k
+            assert got.dim() == 1 or not got[:, part.shape[1]:].any(), k   # widened with zeros
+    assert all(torch.equal(joined["eval"][k], first["eval"][k]) for k in first["eval"])
+    assert torch.equal(mass, first_mass + second_mass)
+    meta = json.loads((more / "data.json").read_text())
+    meta["data"]["length"] = 64   # rows cut otherwise: not the same kind of row
+    (more / "data.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="other settings"):
+        tr.joined_pools([tmp_path / "data", more], None, ())
 
 
 def test_several_shards_a_batch_give_the_same_shards_and_greedy_answers(small_target, tmp_path, monkeypatch):  # noqa: F811

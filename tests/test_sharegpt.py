@@ -112,7 +112,12 @@ def test_shards_round_trip_and_a_cut_off_pass_resumes(small_target, tmp_path):
     assert torch.equal(train["top"][i, :end], logits.argmax(-1))
     # float32 sums over a 2,048-token vocabulary in another order: well under 1e-4 of an lse near 10
     assert torch.allclose(train["lse"][i, :end], torch.logsumexp(logits, -1), atol=1e-4)
-    assert train["feats"].dtype == torch.float32
+    assert train["feats"].dtype == torch.float16   # as cached; a batch's are widened to float32
+    from specdec.training.chat.features_chat import cropped
+
+    batch = cropped({k: v[:2] for k, v in train.items()})
+    assert batch["feats"].dtype == torch.float32
+    assert torch.equal(batch["feats"], train["feats"][:2, :batch["feats"].shape[1]].float())
     start = int(train["starts"][i])
     assert tokenizer.decode(train["ids"][i, :start]).endswith("<|im_start|>assistant\n")   # the answer starts there
     assert "Answer" in tokenizer.decode(train["ids"][i, start:start + 4])

@@ -132,9 +132,11 @@ def sharp_terms(z: torch.Tensor, p_sharp: torch.Tensor, inside: torch.Tensor, te
 
 def cropped(batch: dict) -> dict:
     """The batch without the columns after its last row's end (nothing there counts: a row ends at
-    its end of turn, and a batch of short answers would otherwise run the drafter over padding)."""
+    its end of turn, and a batch of short answers would otherwise run the drafter over padding), its
+    target features in float32 (a pool keeps them as cached, in float16)."""
     width = int(batch["ends"].max())
-    return {k: v[:, :width] if v.dim() > 1 else v for k, v in batch.items()}
+    out = {k: v[:, :width] if v.dim() > 1 else v for k, v in batch.items()}
+    return out | {"feats": out["feats"].float()}
 
 
 def losses(net, target, batch: dict, cfg: ChatFeaturesConfig, weight: torch.Tensor

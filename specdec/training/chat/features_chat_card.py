@@ -111,7 +111,7 @@ def coverage(target, pool: dict, ids: torch.Tensor) -> dict:
     in it, at the sampled positions of a pool (`chat_pool`: position i holds p of token i + 1)."""
     pos = torch.arange(pool["ids"].shape[1])[None]
     m = (pos + 1 >= pool["starts"][:, None]) & (pos + 1 < pool["ends"][:, None])
-    feats, lse = pool["feats"][m], pool["lse"][m]
+    feats, lse = pool["feats"][m].float(), pool["lse"][m]
     weight = target.get_output_embeddings().weight.detach()[ids].float()   # a bfloat16 head: its products in float32
     mass = torch.cat([torch.exp(f @ weight.T - z[:, None]).sum(-1) for f, z in zip(feats.split(1024), lse.split(1024))])
     return {"size": len(ids), "mean_mass": float(mass.mean()), "median_mass": float(mass.median()),

@@ -355,8 +355,9 @@ def shard_files(data: Path, rows: int | None = None) -> dict[str, list[Path]]:
 
 
 def load_shards(data: Path, rows: int | None = None, layers: tuple = ()) -> tuple[dict[str, dict], torch.Tensor]:
-    """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"},
-    feats back in float32). `rows`: the first training rows only (whole shards). Every other eval row
+    """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"}), feats
+    kept as stored (float16: `features_chat.cropped` widens a batch's to float32, so 14,000 rows hold
+    4 GB, not 8). `rows`: the first training rows only (whole shards). Every other eval row
     is marked greedy (temps 0), so evaluation reports both beta at T = 1 and greedy agreement.
     `layers`: with the fused layers' rows too (`layer_rows.add_layer_rows` made them).
     Also the training rows' summed p over the vocabulary (`rank_by_mass`)."""
@@ -366,7 +367,6 @@ def load_shards(data: Path, rows: int | None = None, layers: tuple = ()) -> tupl
         p_sum = sum(p.pop("p_sum") for p in parts)
         width = max(p["ids"].shape[1] for p in parts)
         pool = {k: torch.cat([widened(p[k], width) for p in parts]) for k in parts[0]}
-        pool["feats"] = pool["feats"].float()
         if split == "eval":   # every other row scored greedily: the held-out agreement, at no extra cost
             pool["temps"][1::2] = 0.0
         if layers:

@@ -47,7 +47,8 @@ def run_from_args(args, out: str) -> int:
 
     folder, out = Path(args.chat_target), Path(out)
     own = args.data == "answers"   # the target's own answers (`specdec chat-answers`), not ShareGPT's
-    data = Path(args.data_dir) if args.data_dir else out / ("answers-data" if own else "sharegpt-data")
+    dirs = [Path(d) for d in args.data_dir or [out / ("answers-data" if own else "sharegpt-data")]]
+    data = dirs[0]   # the data pass makes (or completes) the first; the others are read as they are
     torch.set_num_threads(args.threads or 1)
     log = lambda msg: print(time.strftime("%H:%M:%S ") + msg, flush=True)   # noqa: E731
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -73,13 +74,42 @@ def run_from_args(args, out: str) -> int:
                                             for k, v in meta["splits"].items()))
     if args.data_only:
         return 0
-    return train_from_cache(target, folder, data, out, args, log)
+    return train_from_cache(target, folder, dirs, out, args, log)
 
 
-def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> int:
-    """Train (or go on training) a features drafter on the cached rows; with --init-from, its shape
-    and recipe are the saved drafter's (its training.json), and the vocabulary subset is re-ranked
-    by the target's probability mass on these answers unless --keep-vocab."""
+def same_kind(first: Path, other: Path) -> None:
+    """Refuse a further cache made otherwise than the first: its rows must be the same kind of row
+    (length, prompt cut, forward and feature precision); only its answers (rows, mix) may differ."""
+    a, b = (json.loads((d / "data.json").read_text()) for d in (first, other))
+    loose = ("rows", "mix")
+    settings = [({k: v for k, v in m["data"].items() if k not in loose}, m.get("dtype"), m.get("feature_dtype"))
+                for m in (a, b)]
+    if settings[0] != settings[1]:
+        raise ValueError(f"{other} was made with other settings than {first}: {settings[1]} against {settings[0]}")
+
+
+def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dict, torch.Tensor]:
+    """The first cache's pools (its first `rows` training rows and its held-out rows), then every further
+    cache's training rows: a cache's rows are tied to the answers it was made from, so answers made
+    later go in a cache of their own and join here. Also the summed p of all training rows."""
+    from .features_chat import widened
+
+    pools, mass = load_shards(dirs[0], rows, layers)
+    for d in dirs[1:]:
+        same_kind(dirs[0], d)
+        more, more_mass = load_shards(d, None, layers)
+        a, b = pools["train"], more["train"]
+        width = max(a["ids"].shape[1], b["ids"].shape[1])
+        pools["train"] = {k: torch.cat([widened(a[k], width), widened(b[k], width)]) for k in a}
+        mass = mass + more_mass
+    return pools, mass
+
+
+def train_from_cache(target, folder: Path, dirs: list[Path], out: Path, args, log) -> int:
+    """Train (or go on training) a features drafter on the cached rows (`joined_pools`: the first
+    cache's, then the others'); with --init-from, its shape and recipe are the saved drafter's (its
+    training.json), and the vocabulary subset is re-ranked by the target's probability mass on these
+    answers unless --keep-vocab."""
     from .features_chat import ChatFeaturesConfig, train_chat_features
 
     fields, before = {}, None
@@ -93,10 +123,12 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     if getattr(args, "feature_layers", None):   # fused from here on (a net without them starts as it was)
         fields["feature_layers"] = tuple(args.feature_layers)
     layers = tuple(fields.get("feature_layers") or ())
-    if layers:   # the fused layers' rows, made once beside the shards
-        files = [f for split in shard_files(data, args.rows).values() for f in split]
-        made_for(default_precision_copy(target), data, layers, files, log)
-    pools, mass = load_shards(data, args.rows, layers)
+    data = dirs[0]
+    if layers:   # the fused layers' rows, made once beside each cache's shards
+        for d in dirs:
+            files = [f for split in shard_files(d, args.rows if d == data else None).values() for f in split]
+            made_for(default_precision_copy(target), d, layers, files, log)
+    pools, mass = joined_pools(dirs, args.rows, layers)
     device = target.get_input_embeddings().weight.device
     pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
     if args.init_from:
@@ -116,9 +148,10 @@ def train_from_cache(target, folder: Path, data: Path, out: Path, args, log) -> 
     if cfg.draft_vocab and not args.keep_vocab and not (work / "vocab.pt").exists():
         torch.save(rank_by_mass(mass, cfg.draft_vocab), work / "vocab.pt")   # train_chat_features keeps it
     meta = json.loads((data / "data.json").read_text())
+    sets = [s for d in dirs for s in json.loads((d / "data.json").read_text()).get("prompt_sets", [])]
     info = {"target": folder.name, "data": {k: meta[k] for k in ("source", "sha256", "licence", "filter_text")}
             | {"answers_from": meta.get("answers_from", "ShareGPT's gpt turns"),
-               "prompt_sets": meta.get("prompt_sets", [])}
+               "prompt_sets": sets}
             | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"])),
                "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
                "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
@@ -173,8 +206,10 @@ def add_arguments(p, folder) -> None:
     p.add_argument("--device", default=None, help="with --data sharegpt or answers: cpu (default), or cuda on a GPU")
     p.add_argument("--samplings", nargs="+", choices=["greedy", "pair", "t1"], default=["greedy", "pair", "t1"],
                    help="with --data answers: which of the target's answers (interleaved row by row)")
-    p.add_argument("--data-dir", default=None, metavar="FOLDER", help="with --data sharegpt: where the rows are "
-                   "cached (default OUT/sharegpt-data)")
+    p.add_argument("--data-dir", nargs="+", default=None, metavar="FOLDER", help="with --data sharegpt or answers: "
+                   "where the rows are cached (default OUT/sharegpt-data or OUT/answers-data); the data pass fills the "
+                   "first, and training also reads every training row of the others (caches of later answers, made "
+                   "with the same settings)")
     p.add_argument("--data-only", action="store_true", help="with --data sharegpt: make "
                    "(or complete) the data, no training")
     p.add_argument("--rows", type=int, default=None, help=f"with --data sharegpt: training rows "
