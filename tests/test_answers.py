@@ -142,8 +142,8 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
                  answers=[answers])
     first, first_mass = sg.load_shards(tmp_path / "data")
     second, second_mass = sg.load_shards(more)
-    joined, mass = tr.joined_pools([tmp_path / "data", more], None, ())
-    assert len(joined["train"]["ids"]) == 8 + 4
+    joined, mass, counts = tr.joined_pools([tmp_path / "data", more], None, ())
+    assert len(joined["train"]["ids"]) == 8 + 4 and counts == [8, 4]
     for k, v in joined["train"].items():
         for rows, part in ((slice(0, 8), first["train"][k]), (slice(8, 12), second["train"][k])):
             got = v[rows]
@@ -156,6 +156,11 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
     (more / "data.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="other settings"):
         tr.joined_pools([tmp_path / "data", more], None, ())
+    # What the card says a cache gave: its folders' rows as far as the rows read reach (interleaved row by row).
+    sets = [{"folder": "a", "questions": "sharegpt", "rows": 5}, {"folder": "t", "questions": "templates", "rows": 2}]
+    assert [s["rows"] for s in tr.sets_read(sets, 3)] == [2, 1]
+    assert [s["rows"] for s in tr.sets_read(sets, 6)] == [4, 2]
+    assert tr.sets_read(sets, 99) == sets and tr.sets_read(sets, 1) == [sets[0] | {"rows": 1}]
 
 
 def test_several_shards_a_batch_give_the_same_shards_and_greedy_answers(small_target, tmp_path, monkeypatch):  # noqa: F811

@@ -88,13 +88,15 @@ def same_kind(first: Path, other: Path) -> None:
         raise ValueError(f"{other} was made with other settings than {first}: {settings[1]} against {settings[0]}")
 
 
-def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dict, torch.Tensor]:
+def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dict, torch.Tensor, list[int]]:
     """The first cache's pools (its first `rows` training rows and its held-out rows), then every further
     cache's training rows: a cache's rows are tied to the answers it was made from, so answers made
-    later go in a cache of their own and join here. Also the summed p of all training rows."""
+    later go in a cache of their own and join here. Also the summed p of all training rows, and the
+    training rows read from each cache."""
     from .features_chat import widened
 
     pools, mass = load_shards(dirs[0], rows, layers)
+    counts = [len(pools["train"]["ids"])]
     for d in dirs[1:]:
         same_kind(dirs[0], d)
         more, more_mass = load_shards(d, None, layers)
@@ -102,7 +104,20 @@ def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dic
         width = max(a["ids"].shape[1], b["ids"].shape[1])
         pools["train"] = {k: torch.cat([widened(a[k], width), widened(b[k], width)]) for k in a}
         mass = mass + more_mass
-    return pools, mass
+        counts.append(len(b["ids"]))
+    return pools, mass, counts
+
+
+def sets_read(sets: list[dict], rows: int) -> list[dict]:
+    """A cache's prompt sets (data.json's "prompt_sets": each folder's kind and rows) as far as its first
+    `rows` rows reach: the folders' rows are interleaved row by row while each has some (`answers.mixed_rows`),
+    so a cache read in part (its data pass still going) is not said to hold all it will."""
+    left, got = [s["rows"] for s in sets], [0] * len(sets)
+    while rows > 0 and any(left):
+        for i in range(len(sets)):
+            if left[i] and rows:
+                got[i], left[i], rows = got[i] + 1, left[i] - 1, rows - 1
+    return [s | {"rows": n} for s, n in zip(sets, got) if n]
 
 
 def train_from_cache(target, folder: Path, dirs: list[Path], out: Path, args, log) -> int:
@@ -128,7 +143,7 @@ def train_from_cache(target, folder: Path, dirs: list[Path], out: Path, args, lo
         for d in dirs:
             files = [f for split in shard_files(d, args.rows if d == data else None).values() for f in split]
             made_for(default_precision_copy(target), d, layers, files, log)
-    pools, mass = joined_pools(dirs, args.rows, layers)
+    pools, mass, counts = joined_pools(dirs, args.rows, layers)
     device = target.get_input_embeddings().weight.device
     pools = {split: {k: v.to(device) for k, v in pool.items()} for split, pool in pools.items()}
     if args.init_from:
@@ -148,7 +163,8 @@ def train_from_cache(target, folder: Path, dirs: list[Path], out: Path, args, lo
     if cfg.draft_vocab and not args.keep_vocab and not (work / "vocab.pt").exists():
         torch.save(rank_by_mass(mass, cfg.draft_vocab), work / "vocab.pt")   # train_chat_features keeps it
     meta = json.loads((data / "data.json").read_text())
-    sets = [s for d in dirs for s in json.loads((d / "data.json").read_text()).get("prompt_sets", [])]
+    sets = [s for d, n in zip(dirs, counts) for s in sets_read(json.loads((d / "data.json").read_text())
+                                                                  .get("prompt_sets", []), n)]
     info = {"target": folder.name, "data": {k: meta[k] for k in ("source", "sha256", "licence", "filter_text")}
             | {"answers_from": meta.get("answers_from", "ShareGPT's gpt turns"),
                "prompt_sets": sets}
