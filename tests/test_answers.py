@@ -151,6 +151,8 @@ def test_rows_from_own_answers_carry_the_features_the_default_precision_computes
             assert got.dim() == 1 or not got[:, part.shape[1]:].any(), k   # widened with zeros
     assert all(torch.equal(joined["eval"][k], first["eval"][k]) for k in first["eval"])
     assert torch.equal(mass, first_mass + second_mass)
+    with pytest.raises(ValueError, match="given twice"):
+        tr.joined_pools([tmp_path / "data", more, tmp_path / "data"], None, ())
     meta = json.loads((more / "data.json").read_text())
     meta["data"]["length"] = 64   # rows cut otherwise: not the same kind of row
     (more / "data.json").write_text(json.dumps(meta))

@@ -95,6 +95,8 @@ def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dic
     training rows read from each cache."""
     from .features_chat import widened
 
+    if len({d.resolve() for d in dirs}) < len(dirs):
+        raise ValueError("a cache given twice would train on its rows twice: give each --data-dir once")
     pools, mass = load_shards(dirs[0], rows, layers)
     counts = [len(pools["train"]["ids"])]
     for d in dirs[1:]:
