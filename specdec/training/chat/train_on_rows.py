@@ -97,17 +97,15 @@ def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dic
 
     if len({d.resolve() for d in dirs}) < len(dirs):
         raise ValueError("a cache given twice would train on its rows twice: give each --data-dir once")
-    pools, mass = load_shards(dirs[0], rows, layers)
-    counts = [len(pools["train"]["ids"])]
     for d in dirs[1:]:
         same_kind(dirs[0], d)
-        more, more_mass = load_shards(d, None, layers)
-        a, b = pools["train"], more["train"]
-        width = max(a["ids"].shape[1], b["ids"].shape[1])
-        pools["train"] = {k: torch.cat([widened(a[k], width), widened(b[k], width)]) for k in a}
-        mass = mass + more_mass
-        counts.append(len(b["ids"]))
-    return pools, mass, counts
+    loaded = [load_shards(d, rows if i == 0 else None, layers) for i, d in enumerate(dirs)]
+    trains = [pools["train"] for pools, _ in loaded]
+    if len(trains) == 1:
+        return loaded[0][0], loaded[0][1], [len(trains[0]["ids"])]
+    width = max(t["ids"].shape[1] for t in trains)
+    train = {k: torch.cat([widened(t[k], width) for t in trains]) for k in trains[0]}   # one copy, whatever the count
+    return loaded[0][0] | {"train": train}, sum(mass for _, mass in loaded), [len(t["ids"]) for t in trains]
 
 
 def sets_read(sets: list[dict], rows: int) -> list[dict]:
