@@ -356,7 +356,7 @@ def shard_files(data: Path, rows: int | None = None) -> dict[str, list[Path]]:
 def pool_of(sources: list[tuple[Path, list[Path]]], layers: tuple = ()) -> tuple[dict, torch.Tensor, list[int]]:
     """The shards of each (cache, files) in `sources`, in order, read into one pool: allocated once at the
     joined size (shapes read from memory-mapped files) and filled shard by shard, so reading takes the
-    pool's memory and one shard's, not twice the pool (the shards and their concatenation). Shorter rows
+    pool's memory and one shard's (three caches of ~19,000 rows with two fused layers: ~17 GB). Shorter rows
     are padded with zeros past their width, where nothing counts. `layers`: with the fused layers' rows
     (`layer_rows.add_layer_rows` made them) as "layer_rows". Also the summed p and each cache's rows."""
     from .layer_rows import folder_of
