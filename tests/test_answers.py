@@ -241,3 +241,20 @@ def test_the_card_names_the_templated_questions_only_when_its_rows_hold_some():
     assert "template_questions" not in fcc._data_text(record)
     with_templates = fcc._data_text({**record, "data": {**data, "prompt_sets": sets}})
     assert "interleaved with them row by row" in with_templates and "24 rows made" in with_templates
+
+
+@pytest.mark.parametrize("folder", [an.ANSWERS, an.TEMPLATE_ANSWERS], ids=lambda f: f.name)
+def test_the_committed_answers_are_whole_and_match_their_manifest(folder):
+    # The answers committed for the real model's drafter (no model needed): each split's shards hold
+    # as many answers in every sampling as the manifest says, for the same prompts in the same order,
+    # each a non-empty run of SmolLM2's token ids that ends at the end of the turn or at MAX_NEW.
+    vocab, end_of_turn = 49_152, 2   # SmolLM2's vocabulary and <|im_end|>
+    made = an.manifest(folder)["made"]
+    for split, counts in made.items():
+        got = an.load_answers(folder, split, tuple(counts))
+        prompts = [[index for index, _ in rows] for rows in got.values()]
+        assert prompts[0] == sorted(set(prompts[0])) and all(p == prompts[0] for p in prompts), split
+        for name, rows in got.items():
+            assert len(rows) == counts[name], (split, name)
+            assert all(0 < len(a) <= an.MAX_NEW and max(a) < vocab for _, a in rows), (split, name)
+            assert all(a[-1] == end_of_turn for _, a in rows if len(a) < an.MAX_NEW), (split, name)
