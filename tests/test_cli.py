@@ -192,6 +192,7 @@ def test_train_then_card_succeed(tmp_path, capsys):
     (["train", "--seed", "x"], "invalid int"),
     (["train", "--intermediate-size", "0"], "--intermediate-size"),
     (["train", "--intermediate-size", "wide"], "MLP width"),
+    (["train", "--draft-vocab", "0"], "draft vocabulary size"),
     (["train", "--sharp", "0"], "above 0"),
     (["train", "--sharp", "1.5"], "sharp temperature"),
 ])

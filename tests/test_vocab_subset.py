@@ -327,9 +327,24 @@ def test_chat_training_goes_on_from_a_saved_drafter_with_its_vocabulary(tmp_path
     saved = fx.load(tmp_path / "first", model)
     for name, value in saved.state_dict().items():
         assert torch.equal(again.state_dict()[name], value), name
-    with pytest.raises(ValueError, match="reads 64 token ids"):
+    with pytest.raises(ValueError, match="reads 64 token ids, more than draft_vocab 32"):
         fc.train_chat(folder, tmp_path / "out2", fc.ChatFeaturesConfig(**{**cfg.__dict__, "draft_vocab": 32}),
                       chunks=(1, 1), batch=2, length=96, log=lambda _: None, questions="templates")
+    # A wider subset: the saved ids first, in order, then the pool's most sampled others; the weights as saved.
+    fc.train_chat(folder, tmp_path / "out3", fc.ChatFeaturesConfig(**{**cfg.__dict__, "draft_vocab": 96}),
+                  chunks=(1, 1), batch=2, length=96, log=lambda _: None, questions="templates")
+    wide = fx.load(tmp_path / "out3" / fx.FOLDER, model)
+    assert wide.vocab[:64].tolist() == list(range(100, 164)) and len(set(wide.vocab.tolist())) == 96
+    for name, value in saved.state_dict().items():
+        if name != "vocab":
+            assert torch.equal(wide.state_dict()[name], value), name
+
+
+def test_a_widened_vocabulary_keeps_the_saved_ids_first_then_adds_the_ranked_ones_it_lacks():
+    kept, ranked = torch.tensor([7, 3, 9]), torch.tensor([3, 1, 9, 4, 0, 7, 2])
+    assert fc.widened_vocab(kept, ranked, 5).tolist() == [7, 3, 9, 1, 4]
+    assert fc.widened_vocab(kept, ranked, 3).tolist() == [7, 3, 9]
+    assert fc.widened_vocab(kept, ranked, 7).tolist() == [7, 3, 9, 1, 4, 0, 2]
 
 
 def test_templated_questions_are_seeded_filled_in_and_hold_out_the_cards_prompts():

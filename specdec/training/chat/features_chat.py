@@ -55,6 +55,14 @@ def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
     return order[:size].clone()
 
 
+def widened_vocab(kept: torch.Tensor, ranked: torch.Tensor, size: int) -> torch.Tensor:
+    """`size` token ids: `kept` (a saved drafter's subset, which its weights learned to read) in its
+    order, then `ranked`'s ids it lacks, in `ranked`'s order."""
+    inside = torch.zeros(int(max(kept.max(), ranked.max())) + 1, dtype=torch.bool)
+    inside[kept] = True
+    return torch.cat([kept, ranked[~inside[ranked]]])[:size].clone()
+
+
 def subset_weight(target, ids: torch.Tensor | None) -> torch.Tensor:
     """The head's rows for `ids` [N, d] (all its rows when None); the head is a bias-free Linear."""
     head = target.get_output_embeddings()
@@ -282,11 +290,12 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
 
         start = {k: v.float() if v.is_floating_point() else v
                  for k, v in load_file(Path(cfg.init_from) / "model.safetensors").items()}
-        if "vocab" in start and len(start["vocab"]) != cfg.draft_vocab:
-            raise ValueError(f"{cfg.init_from} reads {len(start['vocab'])} token ids, "
-                             f"not draft_vocab {cfg.draft_vocab}")
-        if "vocab" in start and not (work / "vocab.pt").exists():
-            torch.save(start["vocab"].clone(), work / "vocab.pt")
+        kept = start.pop("vocab", None)
+        if kept is not None and not len(kept) <= cfg.draft_vocab:
+            raise ValueError(f"{cfg.init_from} reads {len(kept)} token ids, more than draft_vocab {cfg.draft_vocab}")
+        if kept is not None and not (work / "vocab.pt").exists():   # wider: its ids, then the pool's most sampled
+            ranked = rank_vocab(pools["train"], cfg.draft_vocab, target.config.vocab_size)
+            torch.save(widened_vocab(kept, ranked, cfg.draft_vocab), work / "vocab.pt")
     if cfg.draft_vocab:   # ranked once, on the pool the first call sees: a resumed run keeps it
         if not (work / "vocab.pt").exists():
             torch.save(rank_vocab(pools["train"], cfg.draft_vocab, target.config.vocab_size), work / "vocab.pt")
@@ -300,8 +309,8 @@ def train_chat_features(target, pools: dict, out, cfg: ChatFeaturesConfig, log=p
         start = widened_mlp(start, net.state_dict())
         left = net.load_state_dict(start, strict=False)
         # A drafter saved without fusion goes on with it: its fuse starts at zero, so the net starts
-        # as the saved one.
-        if [k for k in left.missing_keys if not k.startswith(("rotary.", "fuse."))] or left.unexpected_keys:
+        # as the saved one. Its subset is set below (`vocab.pt`, maybe wider).
+        if [k for k in left.missing_keys if not k.startswith(("rotary.", "fuse.", "vocab"))] or left.unexpected_keys:
             raise ValueError(f"{cfg.init_from} does not fit this drafter's shape: {left}")
         log(f"going on from {cfg.init_from}")
     if ids is not None:

@@ -125,6 +125,8 @@ def train_from_cache(target, folder: Path, dirs: list[Path], out: Path, args, lo
         old = json.loads(record.read_text()) if record.exists() else {"config": {}}
         fields = {k: old["config"][k] for k in ("draft_vocab", "intermediate_size", "unroll", "kl_weight",
                                                 "reg_weight", "feature_layers") if k in old["config"]}
+    if getattr(args, "draft_vocab", None):   # a wider subset from here on: the new ids' logits start untrained
+        fields["draft_vocab"] = args.draft_vocab
     if getattr(args, "intermediate_size", None):   # wider from here on (`features_chat.widened_mlp`)
         fields["intermediate_size"] = args.intermediate_size
     if getattr(args, "feature_layers", None):   # fused from here on (a net without them starts as it was)
@@ -162,24 +164,36 @@ def train_from_cache(target, folder: Path, dirs: list[Path], out: Path, args, lo
                "prompt_sets": sets}
             | {"rows": int(len(pools["train"]["ids"])), "eval_rows": int(len(pools["eval"]["ids"])),
                "tokens": int((pools["train"]["ends"]).sum()), "length": meta["data"]["length"],
-               "forward": meta["dtype"], "vocab": "kept from --init-from" if args.keep_vocab else
-               "re-ranked by the target's p-mass on the training answers"}, "init_from_text": before}
+               "forward": meta["dtype"], "vocab": vocab_text(args)}, "init_from_text": before}
     record = train_chat_features(target, pools, out, cfg, log, info=info)
     log(f"features drafter trained in {record['train_minutes']:.1f} min; it is in {out / 'specdec-features'}")
     return 0
 
 
-def mlp_width(text: str) -> int:
-    """--intermediate-size's value: `checks.whole_number` of at least 1, as an argparse type (argparse then
-    names the option in its one-line refusal)."""
+def vocab_text(args) -> str:
+    """How the run chose its vocabulary subset, for its training record."""
+    if not args.keep_vocab:
+        return "re-ranked by the target's p-mass on the training answers"
+    return "kept from --init-from" + (", then the ids most sampled in the training answers" if args.draft_vocab else "")
+
+
+def counted(what: str):
+    """An argparse type for a count of at least 1 (`checks.whole_number`): argparse then names the option
+    and `what` in its one-line refusal."""
     import argparse
 
     from ...core.checks import whole_number
 
-    try:
-        return whole_number(text, "the MLP width", 1)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    def parse(text: str) -> int:
+        try:
+            return whole_number(text, what, 1)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = what   # argparse's "invalid <name> value" when the type raises anything else
+    return parse
+
+
+mlp_width = counted("the MLP width")   # --intermediate-size
 
 
 def temperature(text: str) -> float:
@@ -232,6 +246,9 @@ def add_arguments(p, folder) -> None:
     p.add_argument("--sharp", type=temperature, default=None, metavar="T", help="with --data answers: also "
                    "train the acceptance at temperature T (e.g. 0.2: near greedy and the pair's sampling; "
                    "default: T = 1 only)")
+    p.add_argument("--draft-vocab", type=counted("the draft vocabulary size"), default=None, metavar="N",
+                   help="with --data answers: how many token ids q reads (default: --init-from's; "
+                   "more than it: its ids go on first with --keep-vocab, else the subset is re-ranked)")
     p.add_argument("--keep-vocab", action="store_true", help="with --init-from: keep its vocabulary subset (default: "
                    "re-rank it by the target's probability mass on the training answers)")
     p.add_argument("--lr", type=float, default=None, help="with --data sharegpt: peak learning rate (default 2e-3)")
