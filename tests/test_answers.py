@@ -258,3 +258,11 @@ def test_the_committed_answers_are_whole_and_match_their_manifest(folder):
             assert len(rows) == counts[name], (split, name)
             assert all(0 < len(a) <= an.MAX_NEW and max(a) < vocab for _, a in rows), (split, name)
             assert all(a[-1] == end_of_turn for _, a in rows if len(a) < an.MAX_NEW), (split, name)
+
+
+def test_the_templated_command_by_default_asks_for_what_the_committed_folder_holds():
+    # So that `specdec chat-answers --questions templates` re-makes nothing and the folder's count is the default.
+    from specdec.cli.chat_answers import TEMPLATE_PROMPTS
+
+    made = an.manifest(an.TEMPLATE_ANSWERS)["made"]["train"]
+    assert set(made.values()) == {TEMPLATE_PROMPTS}

@@ -4,7 +4,7 @@ Resumable: the same command goes on where the last one stopped, and a shard once
 
     specdec chat-answers --minutes 60                  # some of every sampling, 60 minutes here
     specdec chat-answers --samplings greedy pair       # two of the three
-    specdec chat-answers --questions templates         # 512 templated questions (--prompts N: more)
+    specdec chat-answers --questions templates         # 2,048 templated questions (--prompts N: other)
     specdec train --features --chat-target FOLDER --data answers \
         --init-from assets/models/SmolLM2-135M-Instruct-features   # train on them
     specdec train ... --data answers --answers assets/data/SmolLM2-135M-Instruct-answers \
@@ -25,7 +25,7 @@ from ..training.chat.answers import ANSWERS, TEMPLATE_ANSWERS
 
 DTYPES = ("bfloat16", "float32")
 QUESTIONS = ("sharegpt", "templates")
-TEMPLATE_PROMPTS = 512   # templated questions answered by default (the templates hold ~1,900 distinct in 4,000 draws)
+TEMPLATE_PROMPTS = 2048   # templated questions answered by default: as many as the committed folder holds
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
