@@ -128,7 +128,7 @@ def test_the_shipped_features_drafter_serves_the_real_model_exactly(real_pair):
     assert folder == fx.BUNDLED / f"{SOURCE.name}-features" and manifest.differences(folder) == []
     assert "features" in drafters_for(real_pair)
     net = fx.net_for(real_pair)
-    assert net.vocab is not None and len(net.vocab) == 8192 and (folder / "model.safetensors").stat().st_size < 10e6
+    assert net.vocab is not None and len(net.vocab) == 16384 and (folder / "model.safetensors").stat().st_size < 10e6
     tea = "How do I make a good cup of tea?"
     gen = speculative_generate(real_pair, tea, GREEDY.with_(drafter="features"))
     assert gen.token_ids == transformers_greedy(real_pair, gen.prompt_ids, GREEDY.max_new_tokens)

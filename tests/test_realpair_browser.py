@@ -165,7 +165,7 @@ def test_where_q_came_from_follows_the_selected_draft(imported):
 
 
 def test_the_p_q_chart_marks_the_tokens_outside_the_vocabulary_and_the_round_goes_on_a_sheet(imported):
-    """The features drafter reads 8,192 of the 49,152 ids: at the rejected draft the p/q chart
+    """The features drafter reads 16,384 of the 49,152 ids: at the rejected draft the p/q chart
     cross-hatches the shown tokens outside them under a legend entry of their own and names them
     in its title, its table notes each (the layout checks above read the chart with them); "this
     round on one sheet" gives the round's sheet, with its numbers and charts, as a file."""

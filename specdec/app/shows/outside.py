@@ -1,5 +1,5 @@
 """The tokens at one drafted position that lie outside the drafter's vocabulary (a features drafter
-whose q reads a subset of the ids: SmolLM2-135M-Instruct's reads 8,192 of 49,152): which of the
+whose q reads a subset of the ids: SmolLM2-135M-Instruct's reads 16,384 of 49,152): which of the
 tokens the p/q chart shows, and p's mass outside in all. The chart marks them, its title and its
 table name them. No draft can be such a token: q is 0 there by construction, not by
 chance, and only the residual gives it. A drafter that reads every id marks nothing.
