@@ -174,7 +174,8 @@ def vocab_text(args) -> str:
     """How the run chose its vocabulary subset, for its training record."""
     if not args.keep_vocab:
         return "re-ranked by the target's p-mass on the training answers"
-    return "kept from --init-from" + (", then the ids most sampled in the training answers" if args.draft_vocab else "")
+    wider = getattr(args, "draft_vocab", None)   # --draft-vocab: the saved ids, then more
+    return "kept from --init-from" + (", then the ids most sampled in the training answers" if wider else "")
 
 
 def counted(what: str):
