@@ -58,9 +58,7 @@ def rank_vocab(pool: dict, size: int, vocab_size: int) -> torch.Tensor:
 def widened_vocab(kept: torch.Tensor, ranked: torch.Tensor, size: int) -> torch.Tensor:
     """`size` token ids: `kept` (a saved drafter's subset, which its weights learned to read) in its
     order, then `ranked`'s ids it lacks, in `ranked`'s order."""
-    inside = torch.zeros(int(max(kept.max(), ranked.max())) + 1, dtype=torch.bool)
-    inside[kept] = True
-    return torch.cat([kept, ranked[~inside[ranked]]])[:size].clone()
+    return torch.cat([kept, ranked[~torch.isin(ranked, kept)]])[:size].clone()
 
 
 def subset_weight(target, ids: torch.Tensor | None) -> torch.Tensor:
