@@ -103,6 +103,67 @@ def test_warpers_match_transformers_meaning():
     assert math.isclose(float(tp[0]), float(p[0] / p[:2].sum()), abs_tol=bounds.rounding(len(logits)))
 
 
+def _warper_top_p(flat, top_p):
+    from transformers.generation.logits_process import TopPLogitsWarper
+    return TopPLogitsWarper(top_p)(None, flat)
+
+
+def test_top_p_over_the_logits_left_cuts_what_the_warper_cuts(monkeypatch):
+    """`top_p_cut` sorts only the logits top-k (or a drafter's vocabulary subset) left: the same
+    logits bit for bit as transformers' warper sorting the whole row, on the real model's vocabulary
+    size, one row and a verify's five."""
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    from specdec.core.sampling import top_p_cut
+
+    gen, cases = torch.Generator().manual_seed(0), []
+    for vocab in (2048, 49152):
+        for rows in (1, 5):
+            for k in (1, 7, 50, vocab // 16):
+                for top_p in (0.05, 0.5, 0.9, 0.999):
+                    logits = torch.randn(rows, vocab, generator=gen) * float(torch.rand(1, generator=gen) * 8 + 0.5)
+                    cases.append((TopKLogitsWarper(k)(None, logits), top_p, logits))
+            subset = torch.randn(rows, vocab, generator=gen) * 3   # a drafter's q: -inf outside its ids
+            subset[:, vocab // 32:] = -math.inf
+            cases += [(subset, 0.9, subset)]
+    expected = [_warper_top_p(flat, top_p) for flat, top_p, _ in cases]
+    with monkeypatch.context() as m:   # the compact sort runs in every case: the warper is not called
+        m.setattr(TopPLogitsWarper, "__call__", lambda *a: pytest.fail("the whole row was sorted"))
+        got = [top_p_cut(flat, top_p) for flat, top_p, _ in cases]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    # Control: top-p on the probabilities before top-k (the whole row's) cuts other tokens.
+    wrong = [flat.masked_fill(_warper_top_p(raw, top_p) == -math.inf, -math.inf) for flat, top_p, raw in cases]
+    assert sum(not torch.equal(a, b) for a, b in zip(wrong, expected)) > len(cases) // 4
+    # A row mostly finite is left to the warper (it sorts faster than gathering there).
+    full = torch.randn(2, 2048, generator=gen)
+    assert torch.equal(top_p_cut(full, 0.9), _warper_top_p(full, 0.9))
+
+
+def test_top_p_cut_with_ties_keeps_as_many_tokens_and_as_much_mass_as_the_warper():
+    """bfloat16 logits tie often; which of the tied logits at the cut goes is the sort's choice (as
+    in the warper), but the number kept and their mass are the same, and the set is the smallest
+    with mass ≥ top-p."""
+    from transformers.generation.logits_process import TopKLogitsWarper
+
+    from specdec.core.sampling import top_p_cut
+
+    gen, tied_rows = torch.Generator().manual_seed(1), 0
+    for trial in range(200):
+        logits = (torch.randn(3, 4096, generator=gen) * 2).bfloat16().float().round(decimals=1)
+        flat, top_p = TopKLogitsWarper(60)(None, logits), 0.3 + trial / 400
+        got, ref = top_p_cut(flat, top_p), _warper_top_p(flat, top_p)
+        kept = got > -math.inf
+        assert kept.sum(-1).tolist() == (ref > -math.inf).sum(-1).tolist()
+        probs = torch.softmax(flat, -1)
+        mass = (probs * kept).sum(-1)
+        smallest = probs.masked_fill(~kept, 2.0).min(-1).values
+        tol = bounds.rounding(60)
+        assert (mass >= top_p - tol).all() and (mass - smallest < top_p + tol).all()
+        tied_rows += int((torch.softmax(flat, -1) * kept).masked_fill(~kept, 2.0).min(-1).values.eq(
+            probs.masked_fill(kept, -1.0).max(-1).values).sum())
+    assert tied_rows > 0   # the case this test is for occurred: a logit tied across the cut
+
+
 @pytest.mark.parametrize("bad", [dict(temperature=-1), dict(temperature=float("nan")), dict(top_k=-3),
                                  dict(top_p=0), dict(top_p=1.5), dict(temperature=1e-6)])
 def test_bad_sampling_settings_are_refused(bad):

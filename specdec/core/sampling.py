@@ -62,7 +62,7 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     top-p) so that "top-p 0.9" here means exactly what it means there. Greedy gives the
     one-hot of the argmax, which is what `generate(do_sample=False)` picks (first index on ties).
     """
-    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
     logits = logits.float()
     shape = logits.shape
@@ -76,8 +76,34 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     if config.top_k > 0:
         flat = TopKLogitsWarper(config.top_k)(None, flat)
     if config.top_p < 1.0:
-        flat = TopPLogitsWarper(config.top_p)(None, flat)
+        flat = top_p_cut(flat, config.top_p)
     return torch.softmax(flat, dim=-1).reshape(shape)
+
+
+def top_p_cut(flat: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Rows of logits [N, V] after transformers' top-p cut (`TopPLogitsWarper`), sorting only the
+    logits still finite where some are -inf (after top-k, or a drafter's vocabulary subset).
+
+    Why not the warper alone: it sorts the whole vocabulary, 49,152 logits for the real model (~4 ms
+    a row on a 2-core CPU), where after top-k 50 only 50 are finite: a pair's own sampling (top-k
+    then top-p) paid ~1 ms a draft and ~3 ms a verify over 5 rows for that sort. A logit of -inf has
+    probability 0 and adds 0 to the cumulative sum, so the same tokens are cut, up to the rounding of
+    that sum. Of logits tied exactly at the cut, which one goes is the sort's choice, as in the
+    warper. Measured on that CPU (1 and 5 rows of 49,152): the compact sort wins up to ~4,096 finite
+    logits a row and loses beyond (a drafter's 16,384-id subset: 3.7 ms against the warper's 2.0), so
+    it runs where at most a sixteenth of the row is finite.
+    """
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    width = int((flat > -math.inf).sum(-1).max())   # the most logits a row still holds
+    if width > flat.shape[-1] // 16:
+        return TopPLogitsWarper(top_p)(None, flat)
+    ids = flat.topk(max(width, 1), dim=-1).indices.sort(-1).values   # those logits' ids, ascending
+    ordered, order = flat.gather(-1, ids).sort(dim=-1, descending=False, stable=True)
+    remove = ordered.softmax(-1).cumsum(-1) <= (1 - top_p)
+    remove[..., -1:] = False   # the warper's min_tokens_to_keep = 1
+    cut = torch.zeros_like(flat, dtype=torch.bool).scatter_(-1, ids.gather(-1, order), remove)
+    return flat.masked_fill(cut, -math.inf)
 
 
 class DeviceSampling:
