@@ -59,8 +59,9 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     """Rows of logits [..., V] -> rows of probabilities, float32.
 
     Uses transformers' own logits warpers (same order as `generate()`: temperature, top-k,
-    top-p) so that "top-p 0.9" here means exactly what it means there. Greedy gives the
-    one-hot of the argmax, which is what `generate(do_sample=False)` picks (first index on ties).
+    top-p) so that "top-p 0.9" here means exactly what it means there; top-p runs the warper's
+    ops over the logits top-k left (`top_p_cut`). Greedy gives the one-hot of the argmax, which
+    is what `generate(do_sample=False)` picks (first index on ties).
     """
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
