@@ -137,6 +137,9 @@ def test_top_p_over_the_logits_left_cuts_what_the_warper_cuts(monkeypatch):
     # A row mostly finite is left to the warper (it sorts faster than gathering there).
     full = torch.randn(2, 2048, generator=gen)
     assert torch.equal(top_p_cut(full, 0.9), _warper_top_p(full, 0.9))
+    # Off the CPU the warper runs, with no read of the device: on "meta", which holds no values, any
+    # read raises (the compact path's count of finite logits would).
+    assert top_p_cut(torch.zeros(2, 4096, device="meta"), 0.9).device.type == "meta"
 
 
 def test_top_p_cut_with_ties_keeps_as_many_tokens_and_as_much_mass_as_the_warper():
