@@ -97,10 +97,8 @@ def top_p_cut(flat: torch.Tensor, top_p: float) -> torch.Tensor:
     """
     from transformers.generation.logits_process import TopPLogitsWarper
 
-    if flat.device.type != "cpu":
-        return TopPLogitsWarper(top_p)(None, flat)
-    width = int((flat > -math.inf).sum(-1).max())   # the most logits a row still holds
-    if width > flat.shape[-1] // 16:
+    width = int((flat > -math.inf).sum(-1).max()) if flat.device.type == "cpu" else None   # most a row holds
+    if width is None or width > flat.shape[-1] // 16:
         return TopPLogitsWarper(top_p)(None, flat)
     ids = flat.topk(max(width, 1), dim=-1).indices.sort(-1).values   # those logits' ids, ascending
     ordered, order = flat.gather(-1, ids).sort(dim=-1, descending=False, stable=True)
